@@ -1,0 +1,306 @@
+"""Area: allocates one kind of memory on one place and keeps track of every mapping.
+
+``area.mmap(size, options=None)`` returns a :class:`~aml_core.buffer.Buffer`;
+``area.munmap(buffer_or_ptr, size=None)`` frees it. The area knows every live mapping
+it made, so that wrong input is an error and never a crash:
+
+==========================================  =========================================
+input                                       error
+==========================================  =========================================
+size not an integer (float, str, bool)      :class:`AMLTypeError` (EINVAL, TypeError)
+size 0 or negative                          :class:`AMLValueError` (EINVAL)
+size above 2**63 - 1 (the address space)    :class:`AMLDomainError` (EDOM)
+size the system cannot provide              :class:`AMLMemoryError` (ENOMEM)
+options of the wrong type or unknown keys   :class:`AMLTypeError` (EINVAL)
+munmap of a pointer this area did not map   :class:`AMLValueError` (EINVAL)
+munmap of a pointer inside a mapping        :class:`AMLValueError` (EINVAL)
+munmap twice, or of a freed buffer          :class:`AMLValueError` (EINVAL)
+munmap with a size other than the mapping's :class:`AMLValueError` (EINVAL)
+munmap of a buffer another area made        :class:`AMLValueError` (EINVAL)
+munmap of a buffer still viewed             :class:`AMLBusyError` (EBUSY)
+any use of a closed area                    :class:`AMLValueError` (EINVAL)
+==========================================  =========================================
+
+``close()`` (or leaving a ``with`` block) frees every mapping still live. A buffer that
+is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
+safely: close() detaches it instead, and its memory is released when the last view
+and the buffer object itself are gone. Areas are thread-safe.
+
+Writing a backend means subclassing :class:`Area` and implementing ``_allocate`` and
+``_free`` (see docs/backend-authoring.md).
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import warnings
+import weakref
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from ._buffer import HOST as _HOST_FLAG
+from .buffer import Buffer
+from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
+from .specs import AreaStats, Capability, Kind, as_size
+
+__all__ = ["Area", "NoOptions"]
+
+
+@attrs.frozen
+class NoOptions:
+    """The options of an area whose mmap takes none."""
+
+
+class Area(abc.ABC):
+    """Base class of every area.
+
+    Subclasses set :attr:`options_type` (an attrs class; ``mmap`` accepts an instance,
+    a mapping of its fields, or None) and implement :meth:`_allocate` and :meth:`_free`.
+    """
+
+    #: The attrs class of mmap options.
+    options_type: ClassVar[type[Any]] = NoOptions
+    #: The Buffer subclass this area returns.
+    buffer_type: ClassVar[type[Buffer]] = Buffer
+
+    def __init__(
+        self,
+        *,
+        backend: str,
+        kind: Kind,
+        device: int | None = None,
+        capabilities: Capability = Capability.NONE,
+    ) -> None:
+        self.backend = backend
+        self.kind = kind
+        self.device = device
+        self.capabilities = capabilities
+        self._lock = threading.RLock()
+        self._live: dict[int, Buffer] = {}
+        self._closed = False
+        self._bytes = 0
+        self._peak = 0
+        self._maps = 0
+        self._unmaps = 0
+        #: Mappings detached by close() while still viewed: ptr -> (native, size).
+        self._orphans: dict[int, tuple[Any, int]] = {}
+
+    # -- to implement --------------------------------------------------------------
+    @abc.abstractmethod
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        """Allocate ``size`` bytes and return a buffer made by :meth:`_new_buffer`.
+        Raise an :class:`AMLError` on failure, having freed anything partial."""
+
+    @abc.abstractmethod
+    def _free(self, buffer: Buffer) -> None:
+        """Release the native memory of ``buffer``. Raise an :class:`AMLError` if the
+        native call fails (the buffer then stays live)."""
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        """The ``__cuda_array_interface__`` of a buffer, or None if this area has none."""
+        return None
+
+    def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
+        """Make the buffer's pending work visible to a DLPack consumer's stream."""
+
+    # -- helpers for subclasses ---------------------------------------------------------
+    def _new_buffer(
+        self,
+        ptr: int,
+        size: int,
+        *,
+        host_accessible: bool,
+        dl_device: tuple[int, int] = (0, 0),
+        device_ptr: int | None = None,
+        native: Any = None,
+        device: int | None = None,
+    ) -> Buffer:
+        buf = self.buffer_type.__new__(self.buffer_type)
+        buf._bind(ptr, size, _HOST_FLAG if host_accessible else 0, dl_device[0], dl_device[1])
+        buf.area = self
+        buf.kind = self.kind
+        buf.device = self.device if device is None else device
+        buf.device_ptr = ptr if device_ptr is None else device_ptr
+        buf.native = native
+        return buf
+
+    def _coerce_options(self, options: Any) -> Any:
+        cls = self.options_type
+        if options is None:
+            return cls()
+        if isinstance(options, cls):
+            return options
+        if isinstance(options, Mapping):
+            try:
+                return cls(**options)
+            except TypeError as exc:
+                allowed = ", ".join(a.name for a in attrs.fields(cls)) or "none"
+                raise AMLTypeError(
+                    f"bad mmap options {dict(options)!r} for {type(self).__name__}: {exc}; "
+                    f"allowed keys: {allowed}"
+                ) from None
+        raise AMLTypeError(
+            f"mmap options must be None, a mapping or {cls.__name__}, not {type(options).__name__}"
+        )
+
+    # -- public API ---------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AMLValueError(f"this {self.backend} {self.kind.value} area is closed")
+
+    def mmap(self, size: int, options: Any = None) -> Buffer:
+        """Allocate ``size`` bytes; see the module documentation for errors."""
+        n = as_size(size)
+        self._check_open()
+        opts = self._coerce_options(options)
+        buf = self._allocate(n, opts)
+        with self._lock:
+            if not self._closed:
+                self._live[buf.ptr] = buf
+                self._bytes += n
+                self._maps += 1
+                self._peak = max(self._peak, self._bytes)
+                return buf
+        # The area was closed while we allocated: give the memory back.
+        buf._release()
+        self._free(buf)
+        raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during mmap")
+
+    def _lookup(self, target: Buffer | int, size: int | None) -> Buffer:
+        if isinstance(target, Buffer):
+            if target.area is not self:
+                raise AMLValueError(f"{target!r} was not mapped by this area")
+            if target.freed:
+                raise AMLValueError(f"{target!r} was already unmapped")
+            buf = self._live.get(target.ptr)
+            if buf is not target:
+                raise AMLValueError(f"{target!r} is not live in this area")
+        elif isinstance(target, int) and not isinstance(target, bool):
+            found = self._live.get(target)
+            if found is None:
+                for base, live in self._live.items():
+                    if base < target < base + live.size:
+                        raise AMLValueError(
+                            f"0x{target:x} is inside the mapping at 0x{base:x} (offset "
+                            f"{target - base}); munmap takes the mapping's base pointer"
+                        )
+                raise AMLValueError(
+                    f"0x{target:x} was not mapped by this area (a foreign pointer, or already unmapped)"
+                )
+            buf = found
+        else:
+            raise AMLTypeError(f"munmap takes a Buffer or an int pointer, not {type(target).__name__}")
+        if size is not None:
+            n = as_size(size)
+            if n != buf.size:
+                raise AMLValueError(f"munmap size {n} does not match the mapping's size {buf.size}")
+        return buf
+
+    def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
+        """Free a mapping made by this area, given as the Buffer or its base pointer."""
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, size)
+            if not buf._release():
+                raise AMLBusyError(
+                    f"{buf!r} is still viewed ({buf.exports} memoryview/NumPy/DLPack exports); "
+                    "release the views first"
+                )
+            del self._live[buf.ptr]
+        try:
+            self._free(buf)
+        except BaseException:
+            with self._lock:
+                buf._revive()
+                self._live[buf.ptr] = buf
+            raise
+        with self._lock:
+            self._bytes -= buf.size
+            self._unmaps += 1
+
+    @property
+    def stats(self) -> AreaStats:
+        """Bytes in use, peak bytes, live mappings, total maps and unmaps."""
+        with self._lock:
+            return AreaStats(
+                bytes_in_use=self._bytes,
+                peak_bytes=self._peak,
+                live_mappings=len(self._live),
+                total_maps=self._maps,
+                total_unmaps=self._unmaps,
+            )
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        """The live buffers, oldest first."""
+        with self._lock:
+            return tuple(self._live.values())
+
+    def close(self) -> None:
+        """Free every live mapping and refuse further use. Buffers still viewed are
+        detached and freed when their last view is gone. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            live = list(self._live.values())
+            self._live.clear()
+        errors: list[AMLError] = []
+        for buf in live:
+            if buf._release():
+                try:
+                    self._free(buf)
+                except AMLError as exc:
+                    errors.append(exc)
+            else:
+                warnings.warn(
+                    f"{buf!r} is still viewed while its area closes; it is freed when its last "
+                    "view is gone",
+                    ResourceWarning,
+                    stacklevel=2,
+                )
+                self._orphans[buf.ptr] = buf.native, buf.size
+                weakref.finalize(buf, self._free_orphan_at, buf.ptr)
+            with self._lock:
+                self._bytes -= buf.size
+                self._unmaps += 1
+        if errors:
+            raise errors[0]
+
+    def _free_orphan_at(self, ptr: int) -> None:
+        """Free a mapping detached by close() once its Buffer object is gone: a
+        released stand-in buffer carries what :meth:`_free` needs."""
+        native, size = self._orphans.pop(ptr)
+        ghost = self._new_buffer(ptr, size, host_accessible=False, native=native)
+        ghost._release()
+        try:
+            self._free(ghost)
+        except Exception as exc:  # called by a finalizer: it must not raise
+            warnings.warn(f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning,
+                          stacklevel=1)
+
+    def __enter__(self) -> Area:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True) and self._live:
+            warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
+            try:
+                self.close()
+            except Exception:  # never raise from a finalizer
+                pass
+
+    def __repr__(self) -> str:
+        dev = "" if self.device is None else f" device={self.device}"
+        state = "closed" if self._closed else f"{len(self._live)} live"
+        return f"<aml {type(self).__name__} {self.backend}:{self.kind.value}{dev} {state}>"
+

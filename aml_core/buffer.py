@@ -1,0 +1,135 @@
+"""Buffer: one live mapping made by an :class:`~aml_core.area.Area`.
+
+A buffer knows its address (``ptr``), ``size``, memory ``kind``, ``device`` and owning
+``area``. It is a context manager (leaving the block unmaps it) and speaks the zero-copy
+protocols its memory allows:
+
+* host-accessible memory: the buffer protocol (``memoryview(buf)``,
+  ``numpy.frombuffer(buf, ...)``) and DLPack on the host;
+* device and managed memory: DLPack with the device the area names and, on CUDA and
+  HIP, ``__cuda_array_interface__``.
+
+Every view and DLPack consumer is counted (:attr:`Buffer.exports`); the area refuses to
+unmap a buffer that is still viewed (:class:`~aml_core.errors.AMLBusyError`), so freed
+memory is never reachable from Python.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Any
+
+from ._buffer import BufferBase
+from .errors import AMLValueError
+from .specs import Kind
+
+if TYPE_CHECKING:
+    from .area import Area
+
+__all__ = ["Buffer", "DLDeviceType"]
+
+
+class DLDeviceType(enum.IntEnum):
+    """DLPack device types (``dlpack.h``)."""
+
+    CPU = 1
+    CUDA = 2
+    CUDA_HOST = 3
+    OPENCL = 4
+    VULKAN = 7
+    METAL = 8
+    VPI = 9
+    ROCM = 10
+    ROCM_HOST = 11
+    EXT_DEV = 12
+    CUDA_MANAGED = 13
+    ONEAPI = 14
+
+
+class Buffer(BufferBase):
+    """A mapping returned by ``area.mmap()``.
+
+    Attributes (read-only by convention):
+
+    ``ptr``
+        address of the first byte (for MAPPED memory: the host address).
+    ``device_ptr``
+        the address devices use (differs from ``ptr`` only for mapped host memory on
+        systems without unified addressing).
+    ``size``
+        size in bytes, as asked.
+    ``kind``, ``device``, ``area``
+        what the area allocated and where.
+    ``exports``
+        live buffer-protocol views and DLPack consumers.
+    ``freed``
+        True once unmapped.
+    """
+
+    __slots__ = ("__weakref__", "area", "device", "device_ptr", "kind", "native")
+
+    area: Area
+    kind: Kind
+    device: int | None
+    device_ptr: int
+    #: Backend-specific data the area needs to free the mapping (a handle, a
+    #: reference that keeps registered host memory alive...).
+    native: Any
+
+    def free(self) -> None:
+        """Unmap this buffer (``self.area.munmap(self)``)."""
+        self.area.munmap(self)
+
+    def __enter__(self) -> Buffer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.freed:
+            self.area.munmap(self)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __repr__(self) -> str:
+        state = "freed" if self.freed else f"{self.exports} exports"
+        dev = "" if self.device is None else f" device={self.device}"
+        return (
+            f"<aml Buffer {self.area.backend}:{self.kind.value}{dev} ptr=0x{self.ptr:x} "
+            f"size={self.size} {state}>"
+        )
+
+    # -- DLPack ------------------------------------------------------------------
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any:
+        """A DLPack capsule of the bytes (``uint8[size]``), never a copy.
+
+        ``copy=True`` and a ``dl_device`` other than :meth:`__dlpack_device__` raise
+        :class:`BufferError` (aml does not copy behind your back). ``stream`` is the
+        consumer's stream: the area makes pending work visible to it first.
+        """
+        if copy:
+            raise BufferError("aml buffers are exported without a copy; copy=True is not supported")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(
+                f"this buffer lives on DLPack device {self.__dlpack_device__()}, not {tuple(dl_device)}"
+            )
+        self.area._dlpack_prepare(self, stream)
+        versioned = max_version is not None and int(max_version[0]) >= 1
+        return self._dlpack_capsule(versioned, False)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """The CUDA Array Interface (version 3) of the bytes, for CUDA/HIP device,
+        managed, pinned and mapped memory. Absent (AttributeError) elsewhere."""
+        if self.freed:
+            raise AMLValueError("this aml buffer was freed")
+        cai = self.area._cuda_array_interface(self)
+        if cai is None:
+            raise AttributeError("__cuda_array_interface__")
+        return cai

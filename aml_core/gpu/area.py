@@ -1,0 +1,316 @@
+"""The GPU area: AML's CUDA/HIP area flag logic (seed 000), written once.
+
+``GpuArea(runtime, device, flags)`` behaves as ``aml_area_hip_create`` /
+``aml_area_cuda_create``:
+
+* ``device`` >= the device count is EINVAL at creation; a failure to count devices is
+  FAILURE; a negative device means "the current device at mmap time".
+* ``mmap(size, options)``: ``options.device`` (if not None) overrides the area's device,
+  negative meaning the current device; the device is selected for the allocation and
+  the caller's current device is restored afterwards, also when the allocation fails.
+* flags: ALLOC_UNIFIED → managed memory attached to the host (global with
+  ALLOC_GLOBAL), ALLOC_HOST and ALLOC_MAPPED ignored; ALLOC_MAPPED with ALLOC_HOST →
+  mapped host allocation (portable with ALLOC_GLOBAL); ALLOC_MAPPED alone → registers
+  the caller's ``options.ptr`` (missing: EINVAL) and takes its device pointer;
+  ALLOC_HOST → host allocation (portable with ALLOC_GLOBAL); no flag → device memory.
+* native errors are translated by the backend's table (seed: insufficient driver or no
+  device → ENOTSUP, allocation failure → ENOMEM, invalid value/device → EINVAL, device
+  in use → EBUSY, initialization error and anything unknown → FAILURE).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import attrs
+
+from .._buffer import address_of
+from ..area import Area
+from ..buffer import Buffer
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from ..interop import cuda_array_interface
+from ..specs import Capability, Kind
+from . import managed
+from .flags import GpuFlags, check_flags, kind_of_flags
+from .ipc import IpcExport, IpcHandle
+from .runtime import GpuRuntime
+
+__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions"]
+
+
+def _opt_device(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AMLTypeError(f"options.device must be an int or None, not {type(value).__name__}")
+    return value
+
+
+@attrs.frozen
+class GpuMmapOptions:
+    """``struct aml_area_hip_mmap_options``: a device that overrides the area's
+    (negative: the current device), and host memory to map (ALLOC_MAPPED without
+    ALLOC_HOST): an int address or any writable buffer-protocol object (its size is
+    checked and it is kept alive while mapped)."""
+
+    device: int | None = attrs.field(default=None, converter=_opt_device)
+    ptr: Any = None
+
+
+@attrs.frozen
+class GpuAllocation:
+    """What a GPU buffer needs to be freed: how it was allocated, the native size,
+    and (registered memory) the object kept alive."""
+
+    tag: str  # "device", "host", "managed", "registered"
+    alloc_size: int
+    keep: Any = None
+
+
+class GpuArea(Area):
+    """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.GpuRuntime`."""
+
+    options_type = GpuMmapOptions
+
+    def __init__(self, runtime: GpuRuntime, device: int, flags: int | GpuFlags) -> None:
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise AMLTypeError(f"device must be an int, not {type(device).__name__}")
+        checked = check_flags(flags)
+        self.runtime = runtime
+        self.flags = checked
+        self._count = self._device_count()
+        if device >= self._count:
+            raise AMLValueError(f"device {device} is not in 0..{self._count - 1} ({self._count} devices)")
+        kind = kind_of_flags(checked)
+        caps = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
+        if kind is Kind.MANAGED:
+            caps |= Capability.MANAGED | Capability.BUFFER_PROTOCOL
+        elif kind is Kind.DEVICE:
+            caps |= Capability.IPC
+        else:
+            caps |= Capability.PINNED | Capability.BUFFER_PROTOCOL
+            if kind is Kind.MAPPED:
+                caps |= Capability.MAPPED
+        super().__init__(backend=runtime.traits.name, kind=kind, device=device, capabilities=caps)
+        self._exports: dict[int, list[IpcExport]] = {}
+
+    def _device_count(self) -> int:
+        try:
+            return self.runtime.device_count()
+        except AMLError as exc:
+            raise AMLFailure(
+                f"{self.runtime.traits.name} could not provide the number of devices", native=exc.native
+            ) from exc
+
+    # -- device selection ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def _selected(self, device: int) -> Iterator[int]:
+        """Select ``device`` (>= 0) for the block and restore the caller's device after,
+        even on failure. Yields the device actually used."""
+        rt = self.runtime
+        if device < 0:
+            yield rt.get_device()
+            return
+        if device >= self._count:
+            raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
+        try:
+            current = rt.get_device()
+        except AMLError as exc:
+            raise AMLFailure("could not read the current device", native=exc.native) from exc
+        if current == device:
+            yield device
+            return
+        rt.set_device(device)
+        try:
+            yield device
+        finally:
+            rt.set_device(current)
+
+    # -- allocation -----------------------------------------------------------------------
+    def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
+        device = self.device if options.device is None else options.device
+        assert device is not None
+        # As in AML, options.ptr is only read by ALLOC_MAPPED areas without ALLOC_HOST.
+        rt = self.runtime
+        flags = self.flags
+        glob = bool(flags & GpuFlags.ALLOC_GLOBAL)
+        with self._selected(device) as used:
+            if flags & GpuFlags.ALLOC_UNIFIED:
+                g = rt.traits.managed_granule
+                n = -(-size // g) * g
+                ptr = rt.malloc_managed(n, attach_global=glob)
+                return self._wrap(ptr, size, used, GpuAllocation("managed", n), rt.traits.dl_managed, True)
+            if flags & GpuFlags.ALLOC_MAPPED:
+                if flags & GpuFlags.ALLOC_HOST:
+                    ptr = rt.host_alloc(size, portable=glob, mapped=True)
+                    try:
+                        dptr = rt.host_device_pointer(ptr)
+                    except BaseException:
+                        rt.free_host(ptr)
+                        raise
+                    return self._wrap(ptr, size, used, GpuAllocation("host", size), rt.traits.dl_host, True,
+                                      device_ptr=dptr)
+                if options.ptr is None:
+                    raise AMLValueError(
+                        "an ALLOC_MAPPED area without ALLOC_HOST maps the caller's memory: "
+                        "pass options.ptr (an address or a writable buffer)"
+                    )
+                host, keep = _host_memory(options.ptr, size)
+                rt.host_register(host, size, portable=glob, mapped=True)
+                try:
+                    dptr = rt.host_device_pointer(host)
+                except BaseException:
+                    rt.host_unregister(host)
+                    raise
+                return self._wrap(host, size, used, GpuAllocation("registered", size, keep), rt.traits.dl_host,
+                                  True, device_ptr=dptr)
+            if flags & GpuFlags.ALLOC_HOST:
+                ptr = rt.host_alloc(size, portable=glob, mapped=False)
+                return self._wrap(ptr, size, used, GpuAllocation("host", size), rt.traits.dl_host, True)
+            ptr = rt.malloc(size)
+            return self._wrap(ptr, size, used, GpuAllocation("device", size), rt.traits.dl_device, False)
+
+    def _wrap(
+        self,
+        ptr: int,
+        size: int,
+        device: int,
+        native: GpuAllocation,
+        dl_type: int,
+        host: bool,
+        *,
+        device_ptr: int | None = None,
+    ) -> Buffer:
+        dl_id = device if dl_type == self.runtime.traits.dl_device or native.tag == "managed" else 0
+        return self._new_buffer(
+            ptr, size, host_accessible=host, dl_device=(dl_type, dl_id), device_ptr=device_ptr,
+            native=native, device=device,
+        )
+
+    def _free(self, buffer: Buffer) -> None:
+        native: GpuAllocation = buffer.native
+        rt = self.runtime
+        for export in self._exports.pop(buffer.ptr, []):
+            export.close()
+        if native.tag in ("device", "managed"):
+            rt.free(buffer.ptr)
+        elif native.tag == "host":
+            rt.free_host(buffer.ptr)
+        elif native.tag == "registered":
+            rt.host_unregister(buffer.ptr)
+            if isinstance(native.keep, memoryview):
+                native.keep.release()
+        else:  # pragma: no cover - by construction
+            raise AMLValueError(f"unknown allocation tag {native.tag!r}")
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        return cuda_array_interface(buffer.device_ptr, buffer.size)
+
+    def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
+        # aml queues no work on the memory it hands out, except prefetches the caller
+        # made on their own streams; nothing to wait for here.
+        return None
+
+    # -- managed memory (seed 002) -----------------------------------------------------------
+    def _managed(self, buffer: Buffer) -> None:
+        if self.kind is not Kind.MANAGED:
+            raise AMLNotSupported(f"this {self.kind.value} area has no managed memory (needs ALLOC_UNIFIED)")
+        self._lookup(buffer, None)
+
+    def prefetch(self, buffer: Buffer, location: int | str, *, offset: int = 0, size: int | None = None,
+                 stream: Any = None) -> None:
+        """Migrate (part of) a managed buffer to a device or ``"host"`` on a stream."""
+        self._managed(buffer)
+        managed.prefetch(self.runtime, buffer, location, offset=offset, size=size, stream=stream)
+
+    def advise(self, buffer: Buffer, advice: managed.Advice | int, location: int | str, *, offset: int = 0,
+               size: int | None = None) -> None:
+        """Advise the runtime about (part of) a managed buffer."""
+        self._managed(buffer)
+        managed.advise(self.runtime, buffer, advice, location, offset=offset, size=size)
+
+    def range_attribute(self, buffer: Buffer, attribute: managed.RangeAttribute | int, *, offset: int = 0,
+                        size: int | None = None) -> object:
+        """One attribute of a managed range, as a Python value."""
+        self._managed(buffer)
+        return managed.range_attribute(self.runtime, buffer, attribute, offset=offset, size=size)
+
+    def range_attributes(self, buffer: Buffer, attributes: Iterable[managed.RangeAttribute | int], *,
+                         offset: int = 0, size: int | None = None) -> dict[managed.RangeAttribute, object]:
+        """Several attributes of a managed range, in one native call."""
+        self._managed(buffer)
+        return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)
+
+    def attach(self, buffer: Buffer, stream: Any, flags: managed.AttachFlags | int = managed.AttachFlags.SINGLE
+               ) -> None:
+        """Attach a managed buffer to a stream."""
+        self._managed(buffer)
+        managed.stream_attach(self.runtime, buffer, stream, flags)
+
+    # -- IPC (seed 004) ---------------------------------------------------------------------
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Export a device buffer (or its base pointer) for another process."""
+        if self.kind is not Kind.DEVICE:
+            raise AMLNotSupported(f"IPC shares device memory; this is a {self.kind.value} area")
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+            data = self.runtime.ipc_get_handle(buf.ptr)
+            handle = IpcHandle(backend=self.backend, device=buf.device or 0, size=buf.size, data=data,
+                               pid=os.getpid())
+            export = IpcExport(buf, handle)
+            self._exports.setdefault(buf.ptr, []).append(export)
+            return export
+
+    # -- data movement helpers (tests, examples) ---------------------------------------------
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into a buffer of this area (any kind)."""
+        self._lookup(buffer, None)
+        src, n, _ = address_of(data)
+        if offset < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        if n:
+            self.runtime.memcpy(buffer.device_ptr + offset, src, n)
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of a buffer of this area (any kind)."""
+        self._lookup(buffer, None)
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        out = bytearray(n)
+        if n:
+            dst, _, _ = address_of(out)
+            self.runtime.memcpy(dst, buffer.device_ptr + offset, n)
+        return bytes(out)
+
+
+def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
+    """The address of the caller's host memory and what must stay alive while mapped."""
+    if isinstance(ptr, bool):
+        raise AMLTypeError("options.ptr must be an address or a writable buffer, not bool")
+    if isinstance(ptr, int):
+        if ptr <= 0:
+            raise AMLValueError("options.ptr must be a non-NULL address")
+        return ptr, None
+    try:
+        view = memoryview(ptr)  # type: ignore[arg-type]
+    except TypeError:
+        raise AMLTypeError(
+            f"options.ptr must be an int address or a buffer-protocol object, not {type(ptr).__name__}"
+        ) from None
+    if view.readonly:
+        view.release()
+        raise AMLValueError("options.ptr is read-only memory; mapped memory must be writable")
+    if not view.contiguous:
+        view.release()
+        raise AMLValueError("options.ptr must be contiguous memory")
+    if view.nbytes < size:
+        n = view.nbytes
+        view.release()
+        raise AMLValueError(f"options.ptr holds {n} bytes, fewer than the {size} to map")
+    addr, _, _ = address_of(view)
+    return addr, view

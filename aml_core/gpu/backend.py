@@ -1,0 +1,164 @@
+"""A GPU backend built from a runtime: AML's area constructors, default areas, IPC,
+virtual memory, streams, the probe and the plugin descriptor. ``aml_cuda`` and
+``aml_hip`` are each one :class:`GpuBackend` over their own runtime."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..descriptor import BackendDescriptor, ProbeResult
+from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from ..specs import Capability, Kind
+from .area import GpuArea
+from .flags import GpuFlags, flags_for_kind
+from .ipc import IpcHandle, IpcImportArea
+from .runtime import GpuRuntime
+from .stream import Stream
+from .vmm import VirtualMemory
+
+__all__ = ["GpuBackend"]
+
+KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED, Kind.MAPPED})
+
+
+class GpuBackend:
+    """One GPU backend. ``load_runtime`` is called lazily, once; it raises
+    :class:`~aml_core.errors.AMLNotSupported` when the native library or driver is
+    missing."""
+
+    def __init__(self, name: str, load_runtime: Callable[[], GpuRuntime], *, description: str = "") -> None:
+        self.name = name
+        self.description = description
+        self._load_runtime = load_runtime
+        self._runtime: GpuRuntime | None = None
+        self._lock = threading.Lock()
+        self._imports: IpcImportArea | None = None
+        self._defaults: dict[GpuFlags, GpuArea] = {}
+
+    @property
+    def runtime(self) -> GpuRuntime:
+        """The loaded runtime (loads it on first use)."""
+        with self._lock:
+            if self._runtime is None:
+                self._runtime = self._load_runtime()
+            return self._runtime
+
+    def reset(self) -> None:
+        """Forget the loaded runtime and the cached areas (tests switch libraries)."""
+        with self._lock:
+            if self._imports is not None:
+                self._imports.close()
+            for area in self._defaults.values():
+                area.close()
+            self._imports = None
+            self._defaults.clear()
+            self._runtime = None
+
+    # -- AML area API --------------------------------------------------------------------
+    def create(self, device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
+        """``aml_area_<backend>_create(device, flags)``: a new area (close it when done)."""
+        return GpuArea(self.runtime, device, flags)
+
+    def _default(self, flags: GpuFlags) -> GpuArea:
+        with self._lock:
+            area = self._defaults.get(flags)
+        if area is None or area.closed:
+            area = GpuArea(self.runtime, -1, flags)
+            with self._lock:
+                self._defaults[flags] = area
+        return area
+
+    def default_area(self) -> GpuArea:
+        """The equivalent of ``aml_area_hip``: device memory on the current device,
+        visible by a single device, not mapped on the host."""
+        return self._default(GpuFlags.DEFAULT)
+
+    def unified_area(self) -> GpuArea:
+        """The equivalent of ``aml_area_hip_unified``: managed memory on the current
+        device."""
+        return self._default(GpuFlags.ALLOC_UNIFIED)
+
+    # -- IPC, virtual memory, streams ----------------------------------------------------
+    def ipc_open(self, handle: IpcHandle) -> Any:
+        """Open an IPC handle exported by another process (cached per handle)."""
+        with self._lock:
+            if self._imports is None or self._imports.closed:
+                self._imports = IpcImportArea(self._runtime or self._load_runtime())
+            imports = self._imports
+        return imports.open(handle)
+
+    def ipc_close(self, buffer: Any) -> None:
+        """Close one open of an imported buffer (the same as ``buffer.free()``)."""
+        buffer.area.munmap(buffer)
+
+    def virtual_memory(self, device: int = 0) -> VirtualMemory:
+        """The virtual-memory API and area of a device (close it when done)."""
+        rt = self.runtime
+        count = rt.device_count()
+        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+            raise AMLValueError(f"device {device!r} is not in 0..{count - 1}")
+        return VirtualMemory(rt, device)
+
+    def stream(self, *, non_blocking: bool = False) -> Stream:
+        """A new stream (close it when done)."""
+        return Stream(self.runtime, non_blocking=non_blocking)
+
+    # -- plugin --------------------------------------------------------------------------
+    def probe(self) -> ProbeResult:
+        """Cheap: loads the runtime, counts devices and reads their properties."""
+        try:
+            rt = self.runtime
+            count = rt.device_count()
+            if count <= 0:
+                return ProbeResult.unavailable(f"no {self.name} device found")
+            devices = tuple(rt.device_info(i) for i in range(count))
+        except AMLError as exc:
+            return ProbeResult.unavailable(str(exc))
+        caps = Capability.NONE
+        for dev in devices:
+            caps |= dev.capabilities
+        return ProbeResult(available=True, reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
+                           devices=devices, capabilities=caps)
+
+    def create_area(self, kind: Kind, device: int | None = None, *, all_devices: bool = False,
+                    **options: object) -> GpuArea:
+        """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
+        MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
+        adds ALLOC_GLOBAL."""
+        if options:
+            raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
+        if kind not in KINDS:  # pragma: no cover - the registry checks kinds
+            raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
+        return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
+
+    def descriptor(self, *, priority: int, capabilities: Capability) -> BackendDescriptor:
+        return BackendDescriptor(
+            name=self.name,
+            priority=priority,
+            kinds=KINDS,
+            probe=self.probe,
+            create_area=self.create_area,
+            capabilities=capabilities,
+            description=self.description,
+            ipc_open=self.ipc_open,
+        )
+
+
+def device_capabilities(*, managed: bool, concurrent: bool, pageable: bool, vmm: bool, ipc: bool) -> Capability:
+    """Capability flags of a device from its attributes."""
+    caps = Capability.PINNED | Capability.MAPPED | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
+    caps |= Capability.BUFFER_PROTOCOL
+    if managed:
+        caps |= Capability.MANAGED
+    if concurrent:
+        caps |= Capability.CONCURRENT_MANAGED_ACCESS
+    if pageable:
+        caps |= Capability.PAGEABLE_ACCESS
+    if vmm:
+        caps |= Capability.VIRTUAL_MEMORY
+    if ipc:
+        caps |= Capability.IPC
+    return caps
+

@@ -1,0 +1,78 @@
+"""AML's GPU area flags (seed 000), shared by the CUDA and HIP areas."""
+
+from __future__ import annotations
+
+import enum
+
+from ..errors import AMLTypeError, AMLValueError
+from ..specs import Kind
+
+__all__ = ["GpuFlags", "check_flags", "flags_for_kind", "kind_of_flags"]
+
+
+class GpuFlags(enum.IntFlag):
+    """``AML_AREA_HIP_FLAG_*`` / ``AML_AREA_CUDA_FLAG_*`` with AML's values.
+
+    DEFAULT
+        device memory, visible by a single device, not mapped on the host
+        (``hipMalloc`` / ``cudaMalloc``).
+    ALLOC_HOST
+        host memory (``hipHostMalloc`` / ``cudaHostAlloc``), portable with ALLOC_GLOBAL.
+    ALLOC_UNIFIED
+        unified memory (``hipMallocManaged`` / ``cudaMallocManaged``) attached to the
+        host, or global with ALLOC_GLOBAL; ALLOC_HOST and ALLOC_MAPPED are ignored.
+    ALLOC_MAPPED
+        host memory mapped on the device: allocated mapped with ALLOC_HOST, else the
+        caller's ``options.ptr`` is registered (``hipHostRegister``) and its device
+        pointer taken (``hipHostGetDevicePointer``); a missing ptr is EINVAL.
+    ALLOC_GLOBAL
+        visible on all devices (managed: attach global; host/mapped: portable).
+    """
+
+    DEFAULT = 0
+    ALLOC_HOST = 1
+    ALLOC_UNIFIED = 2
+    ALLOC_MAPPED = 4
+    ALLOC_GLOBAL = 8
+
+
+_ALL = GpuFlags.ALLOC_HOST | GpuFlags.ALLOC_UNIFIED | GpuFlags.ALLOC_MAPPED | GpuFlags.ALLOC_GLOBAL
+
+
+def check_flags(flags: object) -> GpuFlags:
+    """Validate flags: an int made of the five flags; unknown bits are EINVAL."""
+    if isinstance(flags, bool) or not isinstance(flags, int):
+        raise AMLTypeError(f"flags must be an int of GpuFlags, not {type(flags).__name__}")
+    value = int(flags)
+    if value < 0 or value & ~int(_ALL):
+        raise AMLValueError(
+            f"unknown area flag bits 0x{value & ~int(_ALL) if value >= 0 else value:x} in 0x{value:x}; "
+            "allowed: DEFAULT 0, ALLOC_HOST 1, ALLOC_UNIFIED 2, ALLOC_MAPPED 4, ALLOC_GLOBAL 8"
+        )
+    return GpuFlags(value)
+
+
+def kind_of_flags(flags: GpuFlags) -> Kind:
+    """The portable kind an AML flag set allocates."""
+    if flags & GpuFlags.ALLOC_UNIFIED:
+        return Kind.MANAGED
+    if flags & GpuFlags.ALLOC_MAPPED:
+        return Kind.MAPPED
+    if flags & GpuFlags.ALLOC_HOST:
+        return Kind.HOST
+    return Kind.DEVICE
+
+
+def flags_for_kind(kind: Kind, *, all_devices: bool = False) -> GpuFlags:
+    """The AML flags ``aml_core.area(kind=...)`` uses on a GPU backend. MAPPED means
+    allocated mapped host memory (ALLOC_MAPPED | ALLOC_HOST); ``all_devices`` adds
+    ALLOC_GLOBAL."""
+    flags = {
+        Kind.DEVICE: GpuFlags.DEFAULT,
+        Kind.HOST: GpuFlags.ALLOC_HOST,
+        Kind.MANAGED: GpuFlags.ALLOC_UNIFIED,
+        Kind.MAPPED: GpuFlags.ALLOC_MAPPED | GpuFlags.ALLOC_HOST,
+    }[kind]
+    if all_devices:
+        flags |= GpuFlags.ALLOC_GLOBAL
+    return flags

@@ -1,0 +1,190 @@
+"""Inter-process sharing of device memory (seed 004), written once for CUDA and HIP.
+
+Exporter side: ``area.ipc_export(buffer)`` returns an :class:`IpcExport`; its
+``handle`` is a picklable :class:`IpcHandle` to send to another process. Only the base
+of a live device allocation can be exported; once the buffer is freed (or the export
+closed) the export raises, and a new allocation gets a new handle.
+
+Importer side: ``backend.ipc_open(handle)`` maps the memory (with lazy peer access) and
+returns a :class:`~aml_core.buffer.Buffer` of the backend's import area. Opening the
+same handle twice in one process maps it once (an importer-side cache, as UMF has): the
+same Buffer comes back and must be closed as many times as it was opened. Importers must
+close before the exporter frees (the seed: freeing first is undefined behaviour).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..area import Area
+from ..buffer import Buffer
+from ..errors import AMLTypeError, AMLValueError
+from ..interop import cuda_array_interface
+from ..specs import Capability, Kind
+
+if TYPE_CHECKING:
+    from .runtime import GpuRuntime
+
+__all__ = ["IPC_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions"]
+
+IPC_HANDLE_SIZE = 64
+
+
+def _handle_bytes(value: object) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise AMLTypeError(f"an IPC handle is {IPC_HANDLE_SIZE} bytes, not {type(value).__name__}")
+    data = bytes(value)
+    if len(data) != IPC_HANDLE_SIZE:
+        raise AMLValueError(f"an IPC handle is {IPC_HANDLE_SIZE} bytes, got {len(data)}")
+    return data
+
+
+@attrs.frozen
+class IpcHandle:
+    """What crosses the process boundary (picklable): the backend, the device, the
+    size, the native 64-byte handle and the exporter's pid."""
+
+    backend: str
+    device: int
+    size: int
+    data: bytes = attrs.field(converter=_handle_bytes, repr=lambda d: d[:8].hex() + "...")
+    pid: int
+
+
+class IpcExport:
+    """The exporter's side of a shared buffer."""
+
+    def __init__(self, buffer: Buffer, handle: IpcHandle) -> None:
+        self._buffer = buffer
+        self._handle = handle
+        self._closed = False
+
+    @property
+    def handle(self) -> IpcHandle:
+        """The picklable handle; raises once the export was closed or its buffer freed."""
+        if self._closed:
+            raise AMLValueError("this IPC export was closed")
+        if self._buffer.freed:
+            raise AMLValueError(f"the exported buffer was freed ({self._buffer!r}); export a live buffer")
+        return self._handle
+
+    @property
+    def buffer(self) -> Buffer:
+        return self._buffer
+
+    def close(self) -> None:
+        """Stop handing out this export (importers keep their mappings)."""
+        self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed or self._buffer.freed
+
+    def __enter__(self) -> IpcExport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<aml IpcExport of {self._buffer!r}{' closed' if self.closed else ''}>"
+
+
+@attrs.frozen
+class IpcOptions:
+    """mmap options of the import area: the handle to open."""
+
+    handle: IpcHandle | None = None
+
+
+@attrs.frozen
+class _Imported:
+    tag: str
+    key: bytes
+
+
+class IpcImportArea(Area):
+    """Opened IPC handles of one backend in this process, cached by handle."""
+
+    options_type = IpcOptions
+
+    def __init__(self, runtime: GpuRuntime) -> None:
+        super().__init__(
+            backend=runtime.traits.name,
+            kind=Kind.DEVICE,
+            device=None,
+            capabilities=Capability.IPC | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
+        )
+        self._runtime = runtime
+        self._by_key: dict[bytes, Buffer] = {}
+        self._opens: dict[int, int] = {}
+        self._open_lock = threading.Lock()
+
+    def open(self, handle: IpcHandle) -> Buffer:
+        """Map a handle exported by another process (cached: one mapping per handle)."""
+        if not isinstance(handle, IpcHandle):
+            raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
+        if handle.backend != self.backend:
+            raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {self.backend!r}")
+        if handle.pid == os.getpid():
+            raise AMLValueError(
+                "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
+            )
+        with self._open_lock:
+            self._check_open()
+            buf = self._by_key.get(handle.data)
+            if buf is not None and not buf.freed:
+                self._opens[buf.ptr] += 1
+                return buf
+            buf = self.mmap(handle.size, IpcOptions(handle))
+            self._by_key[handle.data] = buf
+            self._opens[buf.ptr] = 1
+            return buf
+
+    def open_count(self, buffer: Buffer) -> int:
+        """How many opens of this mapping are not yet closed."""
+        return self._opens.get(buffer.ptr, 0) if not buffer.freed else 0
+
+    def _allocate(self, size: int, options: IpcOptions) -> Buffer:
+        handle = options.handle
+        if handle is None:
+            raise AMLValueError("the IPC import area maps handles: use ipc_open(handle)")
+        ptr = self._runtime.ipc_open_handle(handle.data)
+        return self._new_buffer(
+            ptr,
+            size,
+            host_accessible=False,
+            dl_device=(self._runtime.traits.dl_device, handle.device),
+            native=_Imported("ipc", handle.data),
+            device=handle.device,
+        )
+
+    def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
+        """Close one open of the mapping; the last close unmaps it."""
+        with self._open_lock:
+            with self._lock:
+                self._check_open()
+                buf = self._lookup(buffer, size)
+            if self._opens.get(buf.ptr, 1) > 1:
+                self._opens[buf.ptr] -= 1
+                return
+            super().munmap(buf)
+            self._opens.pop(buf.ptr, None)
+            self._by_key.pop(buf.native.key, None)
+
+    def _free(self, buffer: Buffer) -> None:
+        self._runtime.ipc_close_handle(buffer.ptr)
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        return cuda_array_interface(buffer.device_ptr, buffer.size)
+
+    def close(self) -> None:
+        with self._open_lock:
+            self._opens.clear()
+            self._by_key.clear()
+        super().close()
+

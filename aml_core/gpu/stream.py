@@ -1,0 +1,99 @@
+"""Streams: a small owned stream object, and the conversion of anything a user may
+hold (an int handle, an aml Stream, a CuPy or PyTorch stream, any object with the
+``__cuda_stream__`` protocol) into a native handle."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..errors import AMLTypeError, AMLValueError
+
+if TYPE_CHECKING:
+    from .runtime import GpuRuntime
+
+__all__ = ["Stream", "as_stream_handle"]
+
+
+class Stream:
+    """A stream created by a GPU backend; ``close()`` (or ``with``) destroys it."""
+
+    def __init__(self, runtime: GpuRuntime, *, non_blocking: bool = False) -> None:
+        self._runtime = runtime
+        self._lock = threading.Lock()
+        self.handle: int = runtime.stream_create(non_blocking)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def synchronize(self) -> None:
+        """Wait for everything queued on the stream."""
+        self._check()
+        self._runtime.stream_synchronize(self.handle)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._runtime.stream_destroy(self.handle)
+
+    def _check(self) -> None:
+        if self._closed:
+            raise AMLValueError("this stream was closed")
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        """The CUDA stream protocol (version 0, handle), understood by cuda.core."""
+        self._check()
+        return (0, self.handle)
+
+    def __int__(self) -> int:
+        self._check()
+        return self.handle
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            try:
+                self.close()
+            except Exception:  # never raise from a finalizer
+                pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"0x{self.handle:x}"
+        return f"<aml {self._runtime.traits.name} Stream {state}>"
+
+
+def as_stream_handle(stream: Any) -> int:
+    """A native stream handle from: None (the default stream, 0), an int, an aml
+    :class:`Stream`, an object with ``__cuda_stream__`` (cuda.core), a CuPy stream
+    (``.ptr``) or a PyTorch stream (``.cuda_stream``)."""
+    if stream is None:
+        return 0
+    if isinstance(stream, bool):
+        raise AMLTypeError("a stream must be a stream object or an int handle, not bool")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise AMLValueError(f"a stream handle must be >= 0, got {stream}")
+        return stream
+    if isinstance(stream, Stream):
+        return int(stream)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        return int(value[1])
+    for attr in ("cuda_stream", "ptr", "handle"):
+        value = getattr(stream, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    raise AMLTypeError(
+        f"cannot use a {type(stream).__name__} as a stream: pass an int handle, an aml Stream, "
+        "a CuPy or PyTorch stream, or an object with __cuda_stream__"
+    )

@@ -1,0 +1,426 @@
+"""Virtual memory (seed 003's semantics on CUDA VMM and HIP VMM), written once.
+
+:class:`VirtualMemory` is both the low-level API of the seed and an area:
+
+* ``reserve(size)`` / ``address_free(r)``: a range of device virtual addresses;
+* ``create(size)`` / ``release(p)``: physical memory on the device;
+* ``map(ptr, size, p)`` / ``unmap(ptr, size)``; ``set_access`` / ``get_access``;
+* ``export_fd(p)`` / ``import_fd(fd, size)``: a POSIX file descriptor another process
+  can import; ``retain(ptr)``: the physical memory mapped at an address;
+  ``properties(p)``; ``granularity()``.
+* ``mmap(size)`` reserves, creates, maps and grants read-write access to the device in
+  one step; ``munmap`` undoes it. ``growable(max_size)`` reserves a large range and maps
+  chunks on demand: growing maps only the new bytes, so its cost does not depend on the
+  current size, and the address never changes.
+
+Everything is tracked: sizes are checked against the granularity, maps against live
+reservations and existing mappings, and unknown pointers or handles are EINVAL before
+any native call. ``close()`` unmaps, releases and frees whatever is left.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..area import Area
+from ..buffer import Buffer
+from ..errors import AMLBusyError, AMLTypeError, AMLValueError
+from ..interop import cuda_array_interface
+from ..specs import Capability, Kind, as_size
+from .runtime import AllocationProperties
+
+if TYPE_CHECKING:
+    from .runtime import GpuRuntime
+
+__all__ = ["Access", "GrowableBuffer", "Physical", "Reservation", "VirtualMemory"]
+
+
+class Access(enum.IntEnum):
+    """Access flags (``CUmemAccess_flags`` / ``hipMemAccessFlags``; CUDA and HIP have
+    no write-only access)."""
+
+    NONE = 0
+    READ = 1
+    READWRITE = 3
+
+
+@attrs.define(eq=False)
+class Reservation:
+    """A reserved virtual address range."""
+
+    ptr: int
+    size: int
+    freed: bool = False
+
+    def __contains__(self, item: tuple[int, int]) -> bool:
+        ptr, size = item
+        return self.ptr <= ptr and ptr + size <= self.ptr + self.size
+
+
+@attrs.define(eq=False)
+class Physical:
+    """Physical memory (a ``CUmemGenericAllocationHandle`` / ``hipMemGenericAllocationHandle_t``).
+    ``refs`` counts create/import/retain minus release; the native handle is released
+    with the last reference."""
+
+    handle: int
+    size: int
+    device: int
+    refs: int = 1
+
+    @property
+    def released(self) -> bool:
+        return self.refs <= 0
+
+
+@attrs.frozen
+class _VmmBuffer:
+    tag: str
+    reservation: Reservation
+    chunks: list[tuple[int, int, Physical]]
+
+
+class GrowableBuffer(Buffer):
+    """A device buffer that grows in place (see :meth:`VirtualMemory.growable`)."""
+
+    __slots__ = ()
+
+    @property
+    def capacity(self) -> int:
+        """The reserved size: the buffer can grow up to this many bytes."""
+        return int(self.native.reservation.size)
+
+    @property
+    def mapped(self) -> int:
+        """Bytes backed by physical memory (``size`` rounded up to the granularity)."""
+        return sum(size for _, size, _ in self.native.chunks)
+
+    def grow(self, size: int) -> None:
+        """Grow to ``size`` bytes, mapping only the new bytes; the address stays."""
+        area = self.area
+        if not isinstance(area, VirtualMemory):  # pragma: no cover - by construction
+            raise AMLTypeError("a growable buffer belongs to a VirtualMemory area")
+        area._grow(self, size)
+
+
+@attrs.frozen
+class VmmOptions:
+    """mmap options of a virtual-memory area."""
+
+    #: Make the physical memory exportable as a POSIX file descriptor.
+    exportable: bool = False
+
+
+class VirtualMemory(Area):
+    """Virtual memory of one device (a DEVICE area of VMM-backed buffers)."""
+
+    options_type = VmmOptions
+
+    def __init__(self, runtime: GpuRuntime, device: int) -> None:
+        super().__init__(
+            backend=runtime.traits.name,
+            kind=Kind.DEVICE,
+            device=device,
+            capabilities=Capability.VIRTUAL_MEMORY | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
+        )
+        self._runtime = runtime
+        self._vlock = threading.RLock()
+        self._reservations: dict[int, Reservation] = {}
+        self._physicals: dict[int, Physical] = {}
+        self._mappings: dict[int, tuple[int, Physical]] = {}
+        self._granularity = runtime.vmm_granularity(device, False)
+
+    # -- checks ---------------------------------------------------------------------
+    def granularity(self, recommended: bool = False) -> int:
+        """The allocation granularity (minimum, or the recommended one)."""
+        if not recommended:
+            return self._granularity
+        return self._runtime.vmm_granularity(self.device or 0, True)
+
+    def _aligned(self, size: object, what: str = "size") -> int:
+        n = as_size(size, what)
+        if n % self._granularity:
+            raise AMLValueError(
+                f"{what} {n} is not a multiple of the granularity {self._granularity} "
+                f"(round up to {-(-n // self._granularity) * self._granularity})"
+            )
+        return n
+
+    def _physical(self, physical: object) -> Physical:
+        if not isinstance(physical, Physical):
+            raise AMLTypeError(f"expected a Physical handle, not {type(physical).__name__}")
+        if physical.released or self._physicals.get(physical.handle) is not physical:
+            raise AMLValueError("this physical allocation was released or belongs to another area")
+        return physical
+
+    def _reservation_of(self, ptr: int, size: int) -> Reservation:
+        for res in self._reservations.values():
+            if (ptr, size) in res:
+                return res
+        raise AMLValueError(f"0x{ptr:x}+{size} is not inside a live reservation of this area")
+
+    # -- seed 003 API ---------------------------------------------------------------
+    def reserve(self, size: int, alignment: int = 0, address: int = 0) -> Reservation:
+        """Reserve a virtual range of ``size`` bytes (a multiple of the granularity).
+        ``address`` is a hint; another range is returned if it is taken."""
+        self._check_open()
+        n = self._aligned(size)
+        for name, value in (("alignment", alignment), ("address", address)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise AMLValueError(f"{name} must be an int >= 0, got {value!r}")
+        if alignment and (alignment & (alignment - 1)):
+            raise AMLValueError(f"alignment must be 0 or a power of two, got {alignment}")
+        ptr = self._runtime.vmm_reserve(n, alignment, address)
+        res = Reservation(ptr, n)
+        with self._vlock:
+            self._reservations[ptr] = res
+        return res
+
+    def address_free(self, reservation: Reservation) -> None:
+        """Free a reservation; it must hold no mapping (else EBUSY)."""
+        with self._vlock:
+            if not isinstance(reservation, Reservation):
+                raise AMLTypeError(f"expected a Reservation, not {type(reservation).__name__}")
+            if reservation.freed or self._reservations.get(reservation.ptr) is not reservation:
+                raise AMLValueError("this reservation was freed or belongs to another area")
+            inside = [p for p, (s, _) in self._mappings.items() if (p, s) in reservation]
+            if inside:
+                raise AMLBusyError(f"the reservation still holds {len(inside)} mapping(s); unmap them first")
+            self._runtime.vmm_address_free(reservation.ptr, reservation.size)
+            reservation.freed = True
+            del self._reservations[reservation.ptr]
+
+    def create(self, size: int, *, exportable: bool = False) -> Physical:
+        """Allocate ``size`` bytes of physical memory on this area's device."""
+        self._check_open()
+        n = self._aligned(size)
+        handle = self._runtime.vmm_create(n, self.device or 0, bool(exportable))
+        phys = Physical(handle, n, self.device or 0)
+        with self._vlock:
+            self._physicals[handle] = phys
+        return phys
+
+    def release(self, physical: Physical) -> None:
+        """Drop one reference; the memory lives on while it is mapped."""
+        with self._vlock:
+            phys = self._physical(physical)
+            self._runtime.vmm_release(phys.handle)
+            phys.refs -= 1
+            if phys.refs <= 0:
+                del self._physicals[phys.handle]
+
+    def map(self, ptr: int, size: int, physical: Physical, offset: int = 0) -> None:
+        """Map ``physical`` at ``ptr`` (inside a reservation, not over a mapping)."""
+        with self._vlock:
+            self._check_open()
+            phys = self._physical(physical)
+            n = self._aligned(size)
+            if not isinstance(ptr, int) or isinstance(ptr, bool):
+                raise AMLTypeError(f"ptr must be an int, not {type(ptr).__name__}")
+            if offset != 0:
+                raise AMLValueError("offset must be 0 (CUDA and HIP map whole allocations)")
+            if n > phys.size:
+                raise AMLValueError(f"size {n} is larger than the physical allocation ({phys.size})")
+            self._reservation_of(ptr, n)
+            for p, (s, _) in self._mappings.items():
+                if p < ptr + n and ptr < p + s:
+                    raise AMLValueError(f"0x{ptr:x}+{n} overlaps the mapping at 0x{p:x}+{s}")
+            self._runtime.vmm_map(ptr, n, phys.handle, 0)
+            self._mappings[ptr] = (n, phys)
+
+    def unmap(self, ptr: int, size: int) -> None:
+        """Unmap a mapping made by :meth:`map` (exact address and size)."""
+        with self._vlock:
+            found = self._mappings.get(ptr)
+            if found is None:
+                raise AMLValueError(f"0x{ptr:x} is not a mapping of this area")
+            if found[0] != size:
+                raise AMLValueError(f"unmap size {size} does not match the mapping's size {found[0]}")
+            self._runtime.vmm_unmap(ptr, size)
+            del self._mappings[ptr]
+
+    def set_access(self, ptr: int, size: int, access: Access | Mapping[int, Access]) -> None:
+        """Grant access to a mapped range: one :class:`Access` for this area's device,
+        or a mapping ``{device: Access}``."""
+        with self._vlock:
+            found = self._mappings.get(ptr)
+            if found is None:
+                raise AMLValueError(f"0x{ptr:x} is not a mapping of this area")
+            if size != found[0]:
+                raise AMLValueError(f"set_access size {size} must equal the mapping's size {found[0]}")
+        table = {self.device or 0: access} if not isinstance(access, Mapping) else dict(access)
+        pairs: list[tuple[int, int]] = []
+        ndev = self._runtime.device_count()
+        for dev, flags in table.items():
+            if isinstance(dev, bool) or not isinstance(dev, int) or not 0 <= dev < ndev:
+                raise AMLValueError(f"device {dev!r} is not in 0..{ndev - 1}")
+            try:
+                pairs.append((dev, Access(flags).value))
+            except ValueError:
+                raise AMLValueError(f"unknown access {flags!r}; allowed: NONE 0, READ 1, READWRITE 3") from None
+        self._runtime.vmm_set_access(ptr, size, pairs)
+
+    def get_access(self, ptr: int, device: int | None = None) -> Access:
+        """The access a device has to a mapped address."""
+        dev = self.device or 0 if device is None else device
+        return Access(self._runtime.vmm_get_access(ptr, dev))
+
+    def export_fd(self, physical: Physical) -> int:
+        """A POSIX file descriptor for an exportable allocation (the caller closes it)."""
+        phys = self._physical(physical)
+        return self._runtime.vmm_export_fd(phys.handle)
+
+    def import_fd(self, fd: int, size: int) -> Physical:
+        """Import an allocation from a file descriptor (of ``size`` bytes). The fd is
+        not closed."""
+        self._check_open()
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            raise AMLValueError(f"fd must be an open file descriptor, got {fd!r}")
+        try:
+            os.fstat(fd)
+        except OSError:
+            raise AMLValueError(f"fd {fd} is not an open file descriptor") from None
+        n = self._aligned(size)
+        handle = self._runtime.vmm_import_fd(fd)
+        with self._vlock:
+            existing = self._physicals.get(handle)
+            if existing is not None:
+                existing.refs += 1
+                return existing
+            phys = Physical(handle, n, self.device or 0)
+            self._physicals[handle] = phys
+            return phys
+
+    def retain(self, ptr: int) -> Physical:
+        """The physical allocation mapped at ``ptr`` (one more reference: release it)."""
+        with self._vlock:
+            found = self._mappings.get(ptr)
+            if found is None:
+                raise AMLValueError(f"0x{ptr:x} is not a mapping of this area")
+            handle = self._runtime.vmm_retain(ptr)
+            phys = found[1]
+            if handle != phys.handle:  # pragma: no cover - a runtime bug
+                raise AMLValueError("the runtime retained a different allocation than was mapped")
+            phys.refs += 1
+            self._physicals[phys.handle] = phys
+            return phys
+
+    def properties(self, physical: Physical) -> AllocationProperties:
+        return self._runtime.vmm_properties(self._physical(physical).handle)
+
+    # -- the area: one-step buffers and growable buffers ---------------------------------
+    def _round(self, n: int) -> int:
+        g = self._granularity
+        return -(-n // g) * g
+
+    def _allocate(self, size: int, options: VmmOptions) -> Buffer:
+        n = self._round(size)
+        res = self.reserve(n)
+        try:
+            chunk = self._map_chunk(res.ptr, n, options.exportable)
+        except BaseException:
+            self.address_free(res)
+            raise
+        return self._new_buffer(
+            res.ptr,
+            size,
+            host_accessible=False,
+            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            native=_VmmBuffer("vmm", res, [chunk]),
+        )
+
+    def _map_chunk(self, ptr: int, size: int, exportable: bool) -> tuple[int, int, Physical]:
+        phys = self.create(size, exportable=exportable)
+        try:
+            self.map(ptr, size, phys)
+            try:
+                self.set_access(ptr, size, Access.READWRITE)
+            except BaseException:
+                self.unmap(ptr, size)
+                raise
+        finally:
+            # The mapping keeps the memory alive; drop the creation reference now.
+            self.release(phys)
+        return ptr, size, phys
+
+    def _free(self, buffer: Buffer) -> None:
+        state: _VmmBuffer = buffer.native
+        for ptr, size, _phys in reversed(state.chunks):
+            if ptr in self._mappings:
+                self.unmap(ptr, size)
+        state.chunks.clear()
+        if not state.reservation.freed:
+            self.address_free(state.reservation)
+
+    def growable(self, max_size: int, size: int | None = None, *, exportable: bool = False) -> GrowableBuffer:
+        """A device buffer of ``size`` bytes (default: one granule) at an address that
+        stays put while it grows up to ``max_size``."""
+        self._check_open()
+        cap = self._round(as_size(max_size, "max_size"))
+        first = self._granularity if size is None else as_size(size)
+        if first > cap:
+            raise AMLValueError(f"size {first} is larger than max_size {cap}")
+        res = self.reserve(cap)
+        try:
+            chunk = self._map_chunk(res.ptr, self._round(first), exportable)
+        except BaseException:
+            self.address_free(res)
+            raise
+        buf = GrowableBuffer.__new__(GrowableBuffer)
+        buf._bind(res.ptr, first, 0, self._runtime.traits.dl_device, self.device or 0)
+        buf.area = self
+        buf.kind = Kind.DEVICE
+        buf.device = self.device
+        buf.device_ptr = res.ptr
+        buf.native = _VmmBuffer("vmm", res, [chunk])
+        with self._lock:
+            self._live[buf.ptr] = buf
+            self._bytes += first
+            self._maps += 1
+            self._peak = max(self._peak, self._bytes)
+        return buf
+
+    def _grow(self, buffer: GrowableBuffer, size: int) -> None:
+        n = as_size(size)
+        with self._vlock:
+            if buffer.freed or self._live.get(buffer.ptr) is not buffer:
+                raise AMLValueError(f"{buffer!r} is not live in this area")
+            state: _VmmBuffer = buffer.native
+            if n > state.reservation.size:
+                raise AMLValueError(f"cannot grow to {n} bytes: the capacity is {state.reservation.size}")
+            if n < buffer.size:
+                raise AMLValueError(f"a growable buffer does not shrink ({buffer.size} -> {n})")
+            mapped_end = buffer.ptr + buffer.mapped
+            need = self._round(n) - buffer.mapped
+            if need > 0:
+                state.chunks.append(self._map_chunk(mapped_end, need, False))
+            old = buffer.size
+            buffer._bind(buffer.ptr, n, 0, self._runtime.traits.dl_device, self.device or 0)
+            with self._lock:
+                self._bytes += n - old
+                self._peak = max(self._peak, self._bytes)
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        return cuda_array_interface(buffer.device_ptr, buffer.size)
+
+    def close(self) -> None:
+        super().close()
+        with self._vlock:
+            for ptr, (size, _phys) in list(self._mappings.items()):
+                self._runtime.vmm_unmap(ptr, size)
+            self._mappings.clear()
+            for phys in list(self._physicals.values()):
+                while phys.refs > 0:
+                    self._runtime.vmm_release(phys.handle)
+                    phys.refs -= 1
+            self._physicals.clear()
+            for res in list(self._reservations.values()):
+                self._runtime.vmm_address_free(res.ptr, res.size)
+                res.freed = True
+            self._reservations.clear()

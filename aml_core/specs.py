@@ -1,0 +1,238 @@
+"""Value objects: memory kinds, capability flags, device info, area requests,
+backend status and area statistics.
+
+All are frozen attrs classes validated at construction; a bad value raises
+:class:`~aml_core.errors.AMLValueError` (or :class:`~aml_core.errors.AMLTypeError`)
+saying what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from .errors import AMLDomainError, AMLTypeError, AMLValueError
+
+__all__ = [
+    "AreaSpec",
+    "AreaStats",
+    "BackendStatus",
+    "Capability",
+    "DeviceInfo",
+    "Kind",
+    "MAX_SIZE",
+    "as_kind",
+    "as_size",
+]
+
+#: The largest size aml accepts: the largest object a Python process can address
+#: (``sys.maxsize``, 2**63 - 1 on 64-bit machines). Larger sizes are EDOM.
+MAX_SIZE = (1 << 63) - 1
+
+
+class Kind(enum.Enum):
+    """Portable kinds of memory.
+
+    DEVICE: memory on an accelerator. HOST: host memory (pinned and visible to the
+    device where a device backend provides it; plain host memory from the built-in
+    host backend). MANAGED: unified memory migrating between host and device.
+    MAPPED: host memory mapped into a device's address space.
+    """
+
+    DEVICE = "device"
+    HOST = "host"
+    MANAGED = "managed"
+    MAPPED = "mapped"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def as_kind(value: Kind | str) -> Kind:
+    """Accept a :class:`Kind` or its name (``"device"``, ``"HOST"``...)."""
+    if isinstance(value, Kind):
+        return value
+    if isinstance(value, str):
+        try:
+            return Kind(value.lower())
+        except ValueError:
+            pass
+        raise AMLValueError(
+            f"unknown memory kind {value!r}; allowed: " + ", ".join(k.value for k in Kind)
+        )
+    raise AMLTypeError(f"kind must be a Kind or a string, not {type(value).__name__}")
+
+
+def as_size(value: object, what: str = "size", *, allow_zero: bool = False) -> int:
+    """Validate a byte count.
+
+    Non-integers (floats, strings, bools) are :class:`AMLTypeError`; zero (unless
+    allowed) and negative values are :class:`AMLValueError`; values above
+    :data:`MAX_SIZE` are :class:`AMLDomainError`.
+    """
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise AMLTypeError(f"{what} must be an integer number of bytes, not {type(value).__name__}")
+    n = operator.index(value)  # type: ignore[arg-type]
+    if n < 0 or (n == 0 and not allow_zero):
+        allowed = ">= 0" if allow_zero else "> 0"
+        raise AMLValueError(f"{what} must be {allowed}, got {n}")
+    if n > MAX_SIZE:
+        raise AMLDomainError(f"{what} {n} is larger than the address space (at most {MAX_SIZE})")
+    return n
+
+
+class Capability(enum.Flag):
+    """What a backend, a device or an area offers."""
+
+    NONE = 0
+    #: Managed (unified) memory: prefetch, advise, range attributes, stream attach.
+    MANAGED = enum.auto()
+    #: Several processors may access managed memory at once.
+    CONCURRENT_MANAGED_ACCESS = enum.auto()
+    #: The device can access pageable host memory directly.
+    PAGEABLE_ACCESS = enum.auto()
+    #: Virtual memory: reserve, create, map, access, export/import, granularity.
+    VIRTUAL_MEMORY = enum.auto()
+    #: Inter-process sharing of allocations.
+    IPC = enum.auto()
+    #: NUMA placement policies (bind, preferred, interleave).
+    NUMA = enum.auto()
+    #: Huge pages on request.
+    HUGE_PAGES = enum.auto()
+    #: File-backed mappings.
+    FILE_BACKED = enum.auto()
+    #: Host memory pinned (page-locked) for device transfers.
+    PINNED = enum.auto()
+    #: Host memory mapped into a device.
+    MAPPED = enum.auto()
+    #: Buffers speak the Python buffer protocol (host-accessible memory).
+    BUFFER_PROTOCOL = enum.auto()
+    #: Buffers speak DLPack.
+    DLPACK = enum.auto()
+    #: Buffers speak ``__cuda_array_interface__``.
+    CUDA_ARRAY_INTERFACE = enum.auto()
+
+    def names(self) -> list[str]:
+        """The member names set in this value, in definition order."""
+        return [m.name.lower() for m in Capability if m.name and m is not Capability.NONE and m in self]
+
+    @classmethod
+    def parse(cls, names: Iterable[str]) -> Capability:
+        out = cls.NONE
+        for name in names:
+            try:
+                out |= cls[name.upper()]
+            except KeyError:
+                allowed = ", ".join(m.name.lower() for m in cls if m.name and m is not cls.NONE)
+                raise AMLValueError(f"unknown capability {name!r}; allowed: {allowed}") from None
+        return out
+
+
+def _non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise AMLValueError(f"{attribute.name} must be an integer >= 0, got {value!r}")
+
+
+def _capability(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Capability):
+        raise AMLTypeError(f"{attribute.name} must be a Capability, not {type(value).__name__}")
+
+
+def _to_kinds(values: Iterable[Kind | str]) -> frozenset[Kind]:
+    if isinstance(values, (str, Kind)):
+        values = [values]
+    return frozenset(as_kind(v) for v in values)
+
+
+@attrs.frozen
+class DeviceInfo:
+    """One device a backend can allocate on."""
+
+    index: int = attrs.field(validator=_non_negative_int)
+    name: str = attrs.field(validator=attrs.validators.instance_of(str))
+    total_memory: int = attrs.field(default=0, validator=_non_negative_int)
+    capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
+    #: Extra facts (driver version, PCI id, NUMA node...), as plain strings/ints.
+    details: Mapping[str, object] = attrs.field(
+        factory=dict, converter=lambda d: MappingProxyType(dict(d))
+    )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "total_memory": self.total_memory,
+            "capabilities": self.capabilities.names(),
+            "details": dict(self.details),
+        }
+
+
+def _device_request(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AMLTypeError(f"device must be an integer device index or None, not {type(value).__name__}")
+
+
+@attrs.frozen
+class AreaSpec:
+    """A request for an area: which kind of memory, on which device, from which
+    backend (None: the registry chooses), with backend-specific options."""
+
+    kind: Kind = attrs.field(converter=as_kind)
+    device: int | None = attrs.field(default=None, validator=_device_request)
+    backend: str | None = attrs.field(default=None)
+    options: Mapping[str, object] = attrs.field(
+        factory=dict, converter=lambda d: MappingProxyType(dict(d))
+    )
+
+    @backend.validator
+    def _check_backend(self, attribute: attrs.Attribute[Any], value: object) -> None:
+        if value is not None and (not isinstance(value, str) or not value):
+            raise AMLValueError(f"backend must be a non-empty backend name or None, got {value!r}")
+
+
+@attrs.frozen
+class BackendStatus:
+    """What the registry knows of one backend (``aml_core.backends()``)."""
+
+    name: str
+    distribution: str
+    version: str
+    priority: int
+    available: bool
+    reason: str
+    kinds: frozenset[Kind] = attrs.field(converter=_to_kinds, factory=frozenset)
+    devices: tuple[DeviceInfo, ...] = attrs.field(converter=tuple, factory=tuple)
+    capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
+    description: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "priority": self.priority,
+            "available": self.available,
+            "reason": self.reason,
+            "kinds": sorted(k.value for k in self.kinds),
+            "devices": [d.to_json() for d in self.devices],
+            "capabilities": self.capabilities.names(),
+            "description": self.description,
+        }
+
+
+@attrs.frozen
+class AreaStats:
+    """A snapshot of an area's bookkeeping."""
+
+    bytes_in_use: int = 0
+    peak_bytes: int = 0
+    live_mappings: int = 0
+    total_maps: int = 0
+    total_unmaps: int = 0
