@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 import attrs
 
 from ._buffer import HOST as _HOST_FLAG
+from ._buffer import READONLY as _READONLY_FLAG
 from .buffer import Buffer
 from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
 from .specs import AreaStats, Capability, Kind, as_size
@@ -113,13 +114,15 @@ class Area(abc.ABC):
         size: int,
         *,
         host_accessible: bool,
+        readonly: bool = False,
         dl_device: tuple[int, int] = (0, 0),
         device_ptr: int | None = None,
         native: Any = None,
         device: int | None = None,
     ) -> Buffer:
         buf = self.buffer_type.__new__(self.buffer_type)
-        buf._bind(ptr, size, _HOST_FLAG if host_accessible else 0, dl_device[0], dl_device[1])
+        flags = (_HOST_FLAG if host_accessible else 0) | (_READONLY_FLAG if readonly else 0)
+        buf._bind(ptr, size, flags, dl_device[0], dl_device[1])
         buf.area = self
         buf.kind = self.kind
         buf.device = self.device if device is None else device

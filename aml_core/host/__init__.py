@@ -1,0 +1,7 @@
+"""The built-in host backend: Linux mmap with NUMA policies, huge pages, alignment and
+file mappings."""
+
+from .area import HostArea, HostMmapOptions
+from .numa import Policy, allowed_nodes, online_nodes, page_nodes, policy_of
+
+__all__ = ["HostArea", "HostMmapOptions", "Policy", "allowed_nodes", "online_nodes", "page_nodes", "policy_of"]

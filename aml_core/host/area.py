@@ -1,0 +1,251 @@
+"""The host area: Linux mmap with NUMA policy, huge pages, alignment and files.
+
+``HostArea(policy=..., nodes=..., shared=..., huge_pages=..., transparent_huge_pages=...,
+alignment=...)`` is AML's Linux area: every mmap is an anonymous private (or shared)
+mapping, or a file mapping when ``options.fd`` is given, bound to the node set with
+``mbind`` when a policy other than DEFAULT is set. Buffers are host memory: they speak
+the buffer protocol and DLPack (``kDLCPU``), so ``memoryview(buf)``,
+``numpy.frombuffer(buf, ...)`` and ``numpy.from_dlpack(buf)`` see the same bytes.
+
+Rules checked before any system call (see also :mod:`aml_core.area`):
+
+* ``nodes`` outside the allowed set: EDOM; ``nodes`` with DEFAULT, or no nodes with
+  BIND/INTERLEAVE: EINVAL.
+* ``alignment``: 0 or a power of two; ``options.flags`` may only carry MAP_NORESERVE,
+  MAP_POPULATE and MAP_LOCKED; ``options.prot``: PROT_READ with or without PROT_WRITE.
+* a file mapping: ``fd`` must be open, ``offset`` a multiple of the page size, and for a
+  regular file ``offset + size`` must not pass the end of the file (touching pages past
+  it would kill the process with SIGBUS).
+"""
+
+from __future__ import annotations
+
+import mmap as _mmap
+import os
+import stat
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from .. import _os
+from ..area import Area
+from ..buffer import Buffer, DLDeviceType
+from ..errors import AMLTypeError, AMLValueError
+from ..specs import Capability, Kind
+from . import numa
+from .numa import Policy
+
+__all__ = ["HostArea", "HostMmapOptions"]
+
+PAGE_SIZE: int = _os.PAGE_SIZE
+MAP_HUGETLB = getattr(_mmap, "MAP_HUGETLB", 0x40000)
+MAP_HUGE_SHIFT = 26
+MADV_HUGEPAGE = getattr(_mmap, "MADV_HUGEPAGE", 14)
+_EXTRA_FLAGS = {
+    "MAP_NORESERVE": getattr(_mmap, "MAP_NORESERVE", 0x4000),
+    "MAP_POPULATE": getattr(_mmap, "MAP_POPULATE", 0x8000),
+    "MAP_LOCKED": 0x2000,
+}
+_EXTRA_MASK = 0
+for _bit in _EXTRA_FLAGS.values():
+    _EXTRA_MASK |= _bit
+_PROT_RW = _mmap.PROT_READ | _mmap.PROT_WRITE
+
+CAPABILITIES = (
+    Capability.NUMA
+    | Capability.HUGE_PAGES
+    | Capability.FILE_BACKED
+    | Capability.BUFFER_PROTOCOL
+    | Capability.DLPACK
+)
+
+
+def _int_or_none(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AMLTypeError(f"expected an int, not {type(value).__name__}")
+    return value
+
+
+def _int(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AMLTypeError(f"expected an int, not {type(value).__name__}")
+    return value
+
+
+@attrs.frozen
+class HostMmapOptions:
+    """Per-mmap options (``struct aml_area_linux_mmap_options``): a file descriptor
+    and offset for a file mapping, protection, extra MAP_* flags, and overrides of the
+    area's ``shared`` and ``alignment``."""
+
+    fd: int | None = attrs.field(default=None, converter=_int_or_none)
+    offset: int = attrs.field(default=0, converter=_int)
+    prot: int = attrs.field(default=_PROT_RW, converter=_int)
+    flags: int = attrs.field(default=0, converter=_int)
+    shared: bool | None = None
+    alignment: int | None = attrs.field(default=None, converter=_int_or_none)
+
+
+_DEFAULT_OPTIONS = HostMmapOptions()
+
+
+def _alignment(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AMLTypeError(f"alignment must be an int, not {type(value).__name__}")
+    if value < 0 or (value & (value - 1)):
+        raise AMLValueError(f"alignment must be 0 or a power of two, got {value}")
+    if value > 1 << 40:
+        raise AMLValueError(f"alignment {value} is larger than 1 TiB")
+    return value
+
+
+def _huge_page_size(value: bool | int) -> int:
+    if value is True:
+        return _default_huge_page_size()
+    if value is False:
+        return 0
+    if isinstance(value, int) and value > 0 and not value & (value - 1) and value >= PAGE_SIZE:
+        return value
+    raise AMLValueError(f"huge_pages must be a bool or a power-of-two page size in bytes, got {value!r}")
+
+
+def _default_huge_page_size() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("Hugepagesize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 2 << 20
+
+
+class HostArea(Area):
+    """Host memory from the Linux kernel, placed by a NUMA policy."""
+
+    options_type = HostMmapOptions
+
+    def __init__(
+        self,
+        policy: Policy | str | int = Policy.DEFAULT,
+        nodes: Iterable[int] | int | None = None,
+        *,
+        shared: bool = False,
+        huge_pages: bool | int = False,
+        transparent_huge_pages: bool = False,
+        alignment: int = 0,
+    ) -> None:
+        pol = Policy.parse(policy)
+        node_set = numa.as_nodes(nodes)
+        if pol is Policy.DEFAULT and node_set:
+            raise AMLValueError("the DEFAULT policy takes no nodes; use BIND, PREFERRED or INTERLEAVE")
+        if pol in (Policy.BIND, Policy.INTERLEAVE) and not node_set:
+            raise AMLValueError(f"the {pol.name} policy needs at least one node")
+        if pol is Policy.PREFERRED and len(node_set) > 1:
+            raise AMLValueError("the PREFERRED policy takes a single node")
+        for name, value in (("shared", shared), ("transparent_huge_pages", transparent_huge_pages)):
+            if not isinstance(value, bool):
+                raise AMLTypeError(f"{name} must be a bool, not {type(value).__name__}")
+        self.policy = pol
+        self.nodes = node_set
+        self.shared = shared
+        self.huge_page_size = _huge_page_size(huge_pages)
+        self.transparent_huge_pages = transparent_huge_pages
+        self.alignment = _alignment(alignment)
+        device = node_set[0] if len(node_set) == 1 else None
+        super().__init__(backend="host", kind=Kind.HOST, device=device, capabilities=CAPABILITIES)
+
+    def _coerce_options(self, options: Any) -> Any:
+        if options is None:
+            return _DEFAULT_OPTIONS
+        return super()._coerce_options(options)
+
+    def _allocate(self, size: int, options: HostMmapOptions) -> Buffer:
+        prot = options.prot
+        if prot not in (_mmap.PROT_READ, _PROT_RW):
+            raise AMLValueError(f"prot must be PROT_READ or PROT_READ|PROT_WRITE, got {prot}")
+        extra = options.flags
+        if extra & ~_EXTRA_MASK:
+            raise AMLValueError(
+                f"unknown mmap flag bits 0x{extra & ~_EXTRA_MASK:x}; allowed: "
+                + ", ".join(f"{k} 0x{v:x}" for k, v in _EXTRA_FLAGS.items())
+            )
+        align = self.alignment if options.alignment is None else _alignment(options.alignment)
+        fd = -1 if options.fd is None else options.fd
+        # File mappings are shared unless asked otherwise; anonymous ones follow the area.
+        shared = options.shared if options.shared is not None else (self.shared or fd >= 0)
+        flags = extra | (_mmap.MAP_SHARED if shared else _mmap.MAP_PRIVATE)
+        length = size
+        if fd >= 0:
+            self._check_file(fd, options.offset, size)
+        else:
+            flags |= _mmap.MAP_ANONYMOUS
+            if options.offset:
+                raise AMLValueError("offset is only meaningful with fd (a file mapping)")
+        if self.huge_page_size:
+            hp = self.huge_page_size
+            length = -(-size // hp) * hp
+            flags |= MAP_HUGETLB | ((hp.bit_length() - 1) << MAP_HUGE_SHIFT)
+            align = max(align, hp)
+        try:
+            ptr = _os.mmap(length, prot, flags, fd, options.offset, align)
+        except OSError as exc:
+            hint = None
+            if self.huge_page_size and exc.errno in (12, 22):
+                hint = (f"no {self.huge_page_size >> 20} MiB huge pages available "
+                        "(see /proc/sys/vm/nr_hugepages)")
+            raise numa.os_error(exc, hint) from None
+        try:
+            if self.policy is not Policy.DEFAULT:
+                numa.bind(ptr, length, self.policy, self.nodes)
+            if self.transparent_huge_pages:
+                try:
+                    _os.madvise(ptr, length, MADV_HUGEPAGE)
+                except OSError as exc:
+                    raise numa.os_error(exc, "transparent huge pages are not available") from None
+        except BaseException:
+            _os.munmap(ptr, length)
+            raise
+        return self._new_buffer(ptr, size, host_accessible=True, readonly=prot == _mmap.PROT_READ,
+                                dl_device=(DLDeviceType.CPU, 0), native=length)
+
+    @staticmethod
+    def _check_file(fd: int, offset: int, size: int) -> None:
+        if fd < 0:
+            raise AMLValueError(f"fd must be an open file descriptor, got {fd}")
+        if offset < 0 or offset % PAGE_SIZE:
+            raise AMLValueError(f"offset must be a multiple of the page size ({PAGE_SIZE}), got {offset}")
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            raise AMLValueError(f"fd {fd} is not an open file descriptor") from None
+        if stat.S_ISREG(st.st_mode) and offset + size > st.st_size:
+            raise AMLValueError(
+                f"the file is {st.st_size} bytes: mapping {size} bytes at offset {offset} would pass its "
+                "end (grow the file first, e.g. os.ftruncate)"
+            )
+
+    def _free(self, buffer: Buffer) -> None:
+        try:
+            _os.munmap(buffer.ptr, buffer.native)
+        except OSError as exc:
+            raise numa.os_error(exc) from None
+
+    # -- placement queries -------------------------------------------------------------
+    def policy_of(self, buffer: Buffer) -> tuple[Policy, tuple[int, ...]]:
+        """The NUMA policy and nodes the kernel holds for a buffer (``get_mempolicy``)."""
+        self._lookup(buffer, None)
+        return numa.policy_of(buffer.ptr)
+
+    def page_nodes(self, buffer: Buffer) -> list[int]:
+        """The node of each page of a buffer (negative errno for untouched pages)."""
+        self._lookup(buffer, None)
+        return numa.page_nodes(buffer.ptr, buffer.size)
+
+    def __repr__(self) -> str:
+        nodes = f" nodes={list(self.nodes)}" if self.nodes else ""
+        return f"<aml HostArea {self.policy.name.lower()}{nodes} {len(self._live)} live>"
+

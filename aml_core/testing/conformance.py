@@ -1,0 +1,539 @@
+"""Reusable conformance tests that any backend runs against its own areas.
+
+Subclass a class and provide its fixture; tests a backend cannot pass skip by the
+capabilities the area declares (``area.capabilities``)::
+
+    import pytest
+    from aml_core.testing import AreaConformance
+
+    class TestMyArea(AreaConformance):
+        @pytest.fixture
+        def area(self):
+            area = MyArea()
+            yield area
+            area.close()
+
+Data is written and read through the buffer protocol for host-accessible memory and
+through ``area.write(buf, data)`` / ``area.read(buf)`` otherwise (GPU areas have them);
+override :meth:`AreaConformance.write` / :meth:`AreaConformance.read` if yours differ.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from ..area import Area
+from ..buffer import Buffer
+from ..errors import (
+    AMLBusyError,
+    AMLDomainError,
+    AMLError,
+    AMLNotSupported,
+    AMLTypeError,
+    AMLValueError,
+    ErrorCode,
+)
+from ..specs import MAX_SIZE, AreaStats, Capability
+
+__all__ = ["AreaConformance", "ManagedConformance", "VirtualMemoryConformance"]
+
+
+def _pattern(n: int, seed: int = 0) -> bytes:
+    rnd = os.urandom(min(n, 4096)) if seed == 0 else bytes((i * 31 + seed) & 0xFF for i in range(min(n, 4096)))
+    reps = -(-n // len(rnd)) if rnd else 0
+    return (rnd * reps)[:n]
+
+
+class AreaConformance:
+    """What every area must do. Needs a fixture ``area`` yielding a fresh, open area."""
+
+    #: Sizes mapped by the round-trip tests.
+    sizes: ClassVar[tuple[int, ...]] = (1, 4095, 4096, 65537, 1 << 20)
+    #: Threads and rounds of the concurrency test.
+    threads: ClassVar[int] = 8
+    rounds: ClassVar[int] = 50
+
+    # -- data access, overridable -------------------------------------------------------
+    def write(self, area: Area, buf: Buffer, data: bytes) -> None:
+        if buf.host_accessible:
+            with memoryview(buf) as view:
+                view[: len(data)] = data
+        elif hasattr(area, "write"):
+            area.write(buf, data)
+        else:
+            pytest.skip("the area's memory is not host-accessible and the area has no write()")
+
+    def read(self, area: Area, buf: Buffer, size: int) -> bytes:
+        if buf.host_accessible:
+            with memoryview(buf) as view:
+                return bytes(view[:size])
+        if hasattr(area, "read"):
+            data: bytes = area.read(buf, size)
+            return data
+        pytest.skip("the area's memory is not host-accessible and the area has no read()")
+
+    # -- mapping ---------------------------------------------------------------------
+    def test_mmap_munmap_round_trip(self, area: Area) -> None:
+        for size in self.sizes:
+            buf = area.mmap(size)
+            assert buf.size == size
+            assert buf.ptr != 0
+            assert buf.area is area
+            assert buf.kind is area.kind
+            assert not buf.freed
+            data = _pattern(size)
+            self.write(area, buf, data)
+            assert self.read(area, buf, size) == data
+            area.munmap(buf)
+            assert buf.freed
+
+    def test_buffers_do_not_overlap(self, area: Area) -> None:
+        bufs = [area.mmap(4096 + i) for i in range(16)]
+        spans = sorted((b.ptr, b.ptr + b.size) for b in bufs)
+        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            assert end <= start
+        for i, buf in enumerate(bufs):
+            self.write(area, buf, bytes([i]) * 64)
+        for i, buf in enumerate(bufs):
+            assert self.read(area, buf, 64) == bytes([i]) * 64
+        for buf in bufs:
+            area.munmap(buf)
+
+    def test_munmap_by_pointer_and_size(self, area: Area) -> None:
+        buf = area.mmap(8192)
+        area.munmap(buf.ptr, 8192)
+        assert buf.freed
+
+    def test_stats(self, area: Area) -> None:
+        before = area.stats
+        a = area.mmap(1000)
+        b = area.mmap(3000)
+        mid = area.stats
+        assert mid.bytes_in_use == before.bytes_in_use + 4000
+        assert mid.live_mappings == before.live_mappings + 2
+        assert mid.total_maps == before.total_maps + 2
+        assert mid.peak_bytes >= mid.bytes_in_use
+        area.munmap(a)
+        area.munmap(b)
+        after = area.stats
+        assert after.bytes_in_use == before.bytes_in_use
+        assert after.total_unmaps == before.total_unmaps + 2
+        assert after.peak_bytes >= mid.bytes_in_use
+        assert isinstance(after, AreaStats)
+
+    # -- bad input -------------------------------------------------------------------------
+    @pytest.mark.parametrize(
+        ("size", "error", "builtin"),
+        [
+            (0, AMLValueError, ValueError),
+            (-1, AMLValueError, ValueError),
+            (1.5, AMLTypeError, TypeError),
+            ("4096", AMLTypeError, TypeError),
+            (True, AMLTypeError, TypeError),
+            (None, AMLTypeError, TypeError),
+            (MAX_SIZE + 1, AMLDomainError, ValueError),
+            (1 << 64, AMLDomainError, ValueError),
+        ],
+    )
+    def test_bad_size(self, area: Area, size: object, error: type[AMLError], builtin: type[Exception]) -> None:
+        with pytest.raises(error) as info:
+            area.mmap(size)  # type: ignore[arg-type]
+        assert isinstance(info.value, builtin)
+        assert area.stats.live_mappings == 0
+
+    def test_bad_options(self, area: Area) -> None:
+        with pytest.raises(AMLTypeError):
+            area.mmap(4096, options=object())
+        with pytest.raises(AMLTypeError):
+            area.mmap(4096, options={"no_such_option_anywhere": 1})
+
+    def test_munmap_foreign_pointer(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        with pytest.raises(AMLValueError) as info:
+            area.munmap(buf.ptr + (1 << 40))
+        assert info.value.code is ErrorCode.EINVAL
+        area.munmap(buf)
+
+    def test_munmap_offset_pointer(self, area: Area) -> None:
+        buf = area.mmap(8192)
+        with pytest.raises(AMLValueError, match="inside the mapping"):
+            area.munmap(buf.ptr + 16)
+        area.munmap(buf)
+
+    def test_double_munmap(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        area.munmap(buf)
+        with pytest.raises(AMLValueError):
+            area.munmap(buf)
+        with pytest.raises(AMLValueError):
+            area.munmap(buf.ptr)
+
+    def test_munmap_wrong_size(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        with pytest.raises(AMLValueError, match="size"):
+            area.munmap(buf, 8192)
+        area.munmap(buf, 4096)
+
+    def test_munmap_wrong_type(self, area: Area) -> None:
+        with pytest.raises(AMLTypeError):
+            area.munmap("0x1000")  # type: ignore[arg-type]
+        with pytest.raises(AMLTypeError):
+            area.munmap(None)  # type: ignore[arg-type]
+
+    def test_freed_buffer_cannot_be_viewed(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        area.munmap(buf)
+        with pytest.raises(BufferError):
+            memoryview(buf)
+        if area.capabilities & Capability.DLPACK:
+            with pytest.raises(BufferError):
+                buf.__dlpack__()
+
+    # -- lifetime ---------------------------------------------------------------------------
+    def test_closed_area_raises(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        area.close()
+        assert area.closed
+        assert buf.freed
+        with pytest.raises(AMLValueError, match="closed"):
+            area.mmap(4096)
+        with pytest.raises(AMLValueError):
+            area.munmap(buf)
+        area.close()  # idempotent
+
+    def test_close_frees_everything(self, area: Area) -> None:
+        bufs = [area.mmap(4096) for _ in range(5)]
+        area.close()
+        assert all(b.freed for b in bufs)
+        assert area.stats.live_mappings == 0
+        assert area.stats.bytes_in_use == 0
+
+    def test_context_managers(self, area: Area) -> None:
+        with area.mmap(4096) as buf:
+            assert not buf.freed
+        assert buf.freed
+        with area as same:
+            assert same is area
+        assert area.closed
+
+    def test_threads(self, area: Area) -> None:
+        errors: list[BaseException] = []
+        start = area.stats
+
+        def work(seed: int) -> None:
+            try:
+                for i in range(self.rounds):
+                    buf = area.mmap(4096 + seed * 64 + i)
+                    payload = bytes([seed]) * 32
+                    self.write(area, buf, payload)
+                    assert self.read(area, buf, 32) == payload
+                    area.munmap(buf)
+            except BaseException as exc:  # collected for the main thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(self.threads)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors[0]
+        end = area.stats
+        assert end.live_mappings == start.live_mappings
+        assert end.total_maps - start.total_maps == self.threads * self.rounds
+        assert end.total_unmaps - start.total_unmaps == self.threads * self.rounds
+
+    # -- zero-copy protocols --------------------------------------------------------------------
+    def test_buffer_protocol(self, area: Area) -> None:
+        if not area.capabilities & Capability.BUFFER_PROTOCOL:
+            pytest.skip("the area does not declare BUFFER_PROTOCOL")
+        buf = area.mmap(4096)
+        view = memoryview(buf)
+        assert view.nbytes == 4096
+        assert buf.exports == 1
+        view[0:4] = b"aml!"
+        assert self.read(area, buf, 4) == b"aml!"
+        with pytest.raises(AMLBusyError):
+            area.munmap(buf)
+        assert not buf.freed
+        view.release()
+        assert buf.exports == 0
+        area.munmap(buf)
+
+    def test_numpy_shares_bytes(self, area: Area) -> None:
+        np = pytest.importorskip("numpy")
+        if not area.capabilities & Capability.BUFFER_PROTOCOL:
+            pytest.skip("the area does not declare BUFFER_PROTOCOL")
+        buf = area.mmap(4096)
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        assert arr.ctypes.data == buf.ptr
+        arr[:3] = [1, 2, 3]
+        assert self.read(area, buf, 3) == b"\x01\x02\x03"
+        with pytest.raises(AMLBusyError):
+            area.munmap(buf)
+        del arr
+        area.munmap(buf)
+
+    def test_dlpack(self, area: Area) -> None:
+        if not area.capabilities & Capability.DLPACK:
+            pytest.skip("the area does not declare DLPACK")
+        buf = area.mmap(4096)
+        dev_type, dev_id = buf.__dlpack_device__()
+        assert dev_type > 0
+        assert dev_id >= 0
+        capsule = buf.__dlpack__()
+        assert buf.exports == 1
+        with pytest.raises(AMLBusyError):
+            area.munmap(buf)
+        del capsule
+        assert buf.exports == 0
+        versioned = buf.__dlpack__(max_version=(1, 0))
+        del versioned
+        with pytest.raises(BufferError):
+            buf.__dlpack__(copy=True)
+        with pytest.raises(BufferError):
+            buf.__dlpack__(dl_device=(dev_type + 100, 0))
+        area.munmap(buf)
+
+    def test_numpy_from_dlpack(self, area: Area) -> None:
+        np = pytest.importorskip("numpy")
+        if not area.capabilities & Capability.DLPACK or not area.capabilities & Capability.BUFFER_PROTOCOL:
+            pytest.skip("needs host-accessible DLPack buffers")
+        buf = area.mmap(4096)
+        if buf.__dlpack_device__()[0] not in (1, 3, 11, 13):  # kDLCPU, CUDAHost, ROCMHost, CUDAManaged
+            area.munmap(buf)
+            pytest.skip("NumPy imports only host-accessible DLPack devices")
+        arr = np.from_dlpack(buf)
+        assert arr.ctypes.data == buf.ptr
+        assert arr.shape == (4096,)
+        arr[7] = 42
+        assert self.read(area, buf, 8)[7] == 42
+        del arr
+        area.munmap(buf)
+
+    def test_cuda_array_interface(self, area: Area) -> None:
+        buf = area.mmap(4096)
+        if not area.capabilities & Capability.CUDA_ARRAY_INTERFACE:
+            assert not hasattr(buf, "__cuda_array_interface__")
+            area.munmap(buf)
+            return
+        cai = buf.__cuda_array_interface__
+        assert cai["shape"] == (4096,)
+        assert cai["data"][0] == buf.device_ptr
+        assert cai["version"] == 3
+        area.munmap(buf)
+
+
+class ManagedConformance:
+    """Managed (unified) memory: needs a fixture ``area`` of managed memory with the
+    GPU area methods (prefetch, advise, range_attribute(s), attach) and at least one
+    device (device 0)."""
+
+    size: ClassVar[int] = 1 << 21
+
+    @pytest.fixture
+    def buf(self, area: Any) -> Iterator[Buffer]:
+        if not area.capabilities & Capability.MANAGED:
+            pytest.skip("the area does not declare MANAGED")
+        buf = area.mmap(self.size)
+        yield buf
+        if not buf.freed:
+            area.munmap(buf)
+
+    def test_host_access(self, area: Any, buf: Buffer) -> None:
+        with memoryview(buf) as view:
+            view[:5] = b"hello"
+            assert bytes(view[:5]) == b"hello"
+
+    def test_prefetch_records_location(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import CPU, RangeAttribute
+
+        area.prefetch(buf, 0)
+        area.runtime.synchronize()
+        assert area.range_attribute(buf, RangeAttribute.LAST_PREFETCH_LOCATION) == 0
+        area.prefetch(buf, "host")
+        area.runtime.synchronize()
+        assert area.range_attribute(buf, RangeAttribute.LAST_PREFETCH_LOCATION) == CPU
+
+    def test_read_mostly_advice(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import Advice, RangeAttribute
+
+        area.advise(buf, Advice.SET_READ_MOSTLY, 0)
+        assert area.range_attribute(buf, RangeAttribute.READ_MOSTLY) is True
+        area.advise(buf, Advice.UNSET_READ_MOSTLY, 0)
+        assert area.range_attribute(buf, RangeAttribute.READ_MOSTLY) is False
+
+    def test_preferred_location_advice(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import CPU, INVALID, Advice, RangeAttribute
+
+        area.advise(buf, Advice.SET_PREFERRED_LOCATION, 0)
+        assert area.range_attribute(buf, RangeAttribute.PREFERRED_LOCATION) == 0
+        area.advise(buf, Advice.SET_PREFERRED_LOCATION, "host")
+        assert area.range_attribute(buf, RangeAttribute.PREFERRED_LOCATION) == CPU
+        area.advise(buf, Advice.UNSET_PREFERRED_LOCATION, 0)
+        assert area.range_attribute(buf, RangeAttribute.PREFERRED_LOCATION) == INVALID
+
+    def test_accessed_by_advice(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import Advice, RangeAttribute
+
+        area.advise(buf, Advice.SET_ACCESSED_BY, 0)
+        assert 0 in area.range_attribute(buf, RangeAttribute.ACCESSED_BY)
+        area.advise(buf, Advice.UNSET_ACCESSED_BY, 0)
+        assert 0 not in area.range_attribute(buf, RangeAttribute.ACCESSED_BY)
+
+    def test_range_attributes_in_one_call(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import Advice, RangeAttribute
+
+        area.advise(buf, Advice.SET_READ_MOSTLY, 0)
+        got = area.range_attributes(buf, [RangeAttribute.READ_MOSTLY, RangeAttribute.ACCESSED_BY])
+        assert got[RangeAttribute.READ_MOSTLY] is True
+        assert isinstance(got[RangeAttribute.ACCESSED_BY], tuple)
+
+    def test_sub_range(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import Advice, RangeAttribute
+
+        half = self.size // 2
+        area.advise(buf, Advice.SET_READ_MOSTLY, 0, offset=0, size=half)
+        assert area.range_attribute(buf, RangeAttribute.READ_MOSTLY, offset=0, size=half) is True
+        assert area.range_attribute(buf, RangeAttribute.READ_MOSTLY, offset=half, size=half) is False
+
+    def test_bad_ranges_and_values(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import Advice, RangeAttribute
+
+        with pytest.raises(AMLValueError):
+            area.prefetch(buf, 0, offset=self.size + 1)
+        with pytest.raises(AMLValueError):
+            area.prefetch(buf, 0, offset=0, size=self.size + 4096)
+        with pytest.raises(AMLValueError):
+            area.advise(buf, 12345, 0)
+        with pytest.raises(AMLValueError):
+            area.range_attribute(buf, 12345)
+        with pytest.raises(AMLValueError):
+            area.prefetch(buf, 1 << 20)
+        with pytest.raises(AMLTypeError):
+            area.advise(buf, Advice.SET_READ_MOSTLY, 1.5)
+        with pytest.raises(AMLValueError):
+            area.range_attributes(buf, [])
+        area.munmap(buf)
+        with pytest.raises(AMLValueError):
+            area.range_attribute(buf, RangeAttribute.READ_MOSTLY)
+
+    def test_stream_attach(self, area: Any, buf: Buffer) -> None:
+        from ..gpu.managed import AttachFlags
+        from ..gpu.stream import Stream
+
+        with Stream(area.runtime) as stream:
+            area.attach(buf, stream, AttachFlags.SINGLE)
+            stream.synchronize()
+            area.attach(buf, stream, AttachFlags.GLOBAL)
+            stream.synchronize()
+        with pytest.raises(AMLValueError):
+            area.attach(buf, 0, 3)
+
+
+class VirtualMemoryConformance:
+    """Virtual memory (seed 003): needs a fixture ``vm`` yielding an open
+    :class:`~aml_core.gpu.vmm.VirtualMemory` of device 0."""
+
+    def test_granularity(self, vm: Any) -> None:
+        g = vm.granularity()
+        assert g > 0
+        assert g & (g - 1) == 0
+        assert vm.granularity(recommended=True) >= g
+
+    def test_reserve_create_map_access(self, vm: Any) -> None:
+        from ..gpu.vmm import Access
+
+        g = vm.granularity()
+        res = vm.reserve(4 * g)
+        phys = vm.create(2 * g)
+        vm.map(res.ptr + g, 2 * g, phys)
+        vm.set_access(res.ptr + g, 2 * g, Access.READWRITE)
+        assert vm.get_access(res.ptr + g) is Access.READWRITE
+        props = vm.properties(phys)
+        assert props.type == 1
+        assert props.location_device == 0
+        with pytest.raises(AMLBusyError):
+            vm.address_free(res)
+        vm.unmap(res.ptr + g, 2 * g)
+        vm.release(phys)
+        vm.address_free(res)
+
+    def test_retain(self, vm: Any) -> None:
+        g = vm.granularity()
+        res = vm.reserve(g)
+        phys = vm.create(g)
+        vm.map(res.ptr, g, phys)
+        again = vm.retain(res.ptr)
+        assert again is phys
+        vm.release(again)
+        vm.unmap(res.ptr, g)
+        vm.release(phys)
+        vm.address_free(res)
+
+    def test_bad_input(self, vm: Any) -> None:
+        g = vm.granularity()
+        with pytest.raises(AMLValueError, match="granularity"):
+            vm.reserve(g + 1)
+        with pytest.raises(AMLValueError):
+            vm.create(0)
+        res = vm.reserve(2 * g)
+        phys = vm.create(g)
+        with pytest.raises(AMLValueError, match="reservation"):
+            vm.map(res.ptr + 2 * g, g, phys)
+        vm.map(res.ptr, g, phys)
+        with pytest.raises(AMLValueError, match="overlaps"):
+            vm.map(res.ptr, g, phys)
+        with pytest.raises(AMLValueError):
+            vm.unmap(res.ptr + g, g)
+        with pytest.raises(AMLValueError):
+            vm.unmap(res.ptr, 2 * g)
+        vm.unmap(res.ptr, g)
+        vm.release(phys)
+        with pytest.raises(AMLValueError):
+            vm.release(phys)
+        vm.address_free(res)
+        with pytest.raises(AMLValueError):
+            vm.address_free(res)
+
+    def test_mmap_buffer(self, vm: Any) -> None:
+        buf = vm.mmap(12345)
+        assert buf.size == 12345
+        assert buf.ptr % vm.granularity() == 0
+        vm.munmap(buf)
+        assert buf.freed
+
+    def test_growable_keeps_address(self, vm: Any) -> None:
+        g = vm.granularity()
+        buf = vm.growable(8 * g, g)
+        ptr = buf.ptr
+        assert buf.capacity == 8 * g
+        buf.grow(3 * g + 1)
+        assert buf.ptr == ptr
+        assert buf.size == 3 * g + 1
+        assert buf.mapped == 4 * g
+        with pytest.raises(AMLValueError):
+            buf.grow(9 * g)
+        with pytest.raises(AMLValueError):
+            buf.grow(g)
+        vm.munmap(buf)
+
+    def test_export_import_in_process(self, vm: Any) -> None:
+        g = vm.granularity()
+        phys = vm.create(g, exportable=True)
+        try:
+            fd = vm.export_fd(phys)
+        except AMLNotSupported as exc:
+            vm.release(phys)
+            pytest.skip(f"shareable handles are not supported here: {exc}")
+        try:
+            other = vm.import_fd(fd, g)
+            vm.release(other)
+        finally:
+            os.close(fd)
+        if not phys.released:
+            vm.release(phys)

@@ -1,0 +1,1 @@
+pytest_plugins = ["aml_core.testing"]
