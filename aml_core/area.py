@@ -33,6 +33,7 @@ Writing a backend means subclassing :class:`Area` and implementing ``_allocate``
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 import warnings
 import weakref
@@ -297,10 +298,8 @@ class Area(abc.ABC):
     def __del__(self) -> None:
         if not getattr(self, "_closed", True) and self._live:
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
-            try:
+            with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()
-            except Exception:  # never raise from a finalizer
-                pass
 
     def __repr__(self) -> str:
         dev = "" if self.device is None else f" device={self.device}"

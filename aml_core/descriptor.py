@@ -21,6 +21,10 @@ __all__ = ["BackendDescriptor", "ProbeResult"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
+def _devices(devices: Any) -> tuple[DeviceInfo, ...]:
+    return tuple(devices)
+
+
 def _kinds(values: Any) -> frozenset[Kind]:
     if isinstance(values, (str, Kind)):
         values = [values]
@@ -33,7 +37,7 @@ class ProbeResult:
 
     available: bool
     reason: str = ""
-    devices: tuple[DeviceInfo, ...] = attrs.field(converter=tuple, factory=tuple)
+    devices: tuple[DeviceInfo, ...] = attrs.field(converter=_devices, factory=tuple)
     #: Capabilities found at probe time; combined with the descriptor's declared ones.
     capabilities: Capability = Capability.NONE
 

@@ -201,6 +201,10 @@ def make_error(code: int, message: str | None = None, *, native: NativeCause | N
     return error_class(code)(message, native=native)
 
 
+def _as_dict(mapping: Mapping[int, ErrorCode]) -> dict[int, ErrorCode]:
+    return dict(mapping)
+
+
 def _default_name(code: int) -> str:
     return f"error {code}"
 
@@ -225,7 +229,7 @@ class ErrorTable:
     """
 
     backend: str
-    mapping: Mapping[int, ErrorCode] = attrs.field(converter=lambda m: dict(m))
+    mapping: Mapping[int, ErrorCode] = attrs.field(converter=_as_dict)
     name: Callable[[int], str] = _default_name
     success: int = 0
 

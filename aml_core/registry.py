@@ -207,7 +207,9 @@ class Registry:
                 continue
             box: list[Any] = []
             boxes[name] = box
-            thread = threading.Thread(target=_run_probe, args=(desc, box), name=f"aml-probe-{name}", daemon=True)
+            thread = threading.Thread(
+                target=_run_probe, args=(desc, box), name=f"aml-probe-{name}", daemon=True
+            )
             threads[name] = thread
             thread.start()
         deadline = time.monotonic() + timeout
@@ -249,11 +251,12 @@ class Registry:
                 raise AMLNotSupported(f"unknown backend {name!r}; installed backends: {known}") from None
 
     def status(self, name: str) -> BackendStatus:
+        """The status of one backend (AMLNotSupported if unknown)."""
         for st in self.statuses():
             if st.name == name:
                 return st
-        self.descriptor(name)  # raises the "unknown backend" error
-        raise AssertionError("unreachable")  # pragma: no cover
+        known = ", ".join(sorted(s.name for s in self.statuses())) or "none"
+        raise AMLNotSupported(f"unknown backend {name!r}; installed backends: {known}")
 
     # -- selection ----------------------------------------------------------------------------
     def choose(self, kind: Kind | str, device: int | None = None, backend: str | None = None) -> Choice:
@@ -317,11 +320,11 @@ def _unfit(st: BackendStatus, spec: AreaSpec) -> str:
 
 def _run_probe(desc: BackendDescriptor, box: list[Any]) -> None:
     try:
-        result = desc.probe()
-        if not isinstance(result, ProbeResult):
-            result = ProbeResult.unavailable(
-                f"probe returned {type(result).__name__}, not ProbeResult"
-            )
+        found: object = desc.probe()
+        if isinstance(found, ProbeResult):
+            result = found
+        else:
+            result = ProbeResult.unavailable(f"probe returned {type(found).__name__}, not ProbeResult")
     except BaseException as exc:
         result = ProbeResult.unavailable(f"probe failed: {_describe(exc)}")
     box.append(result)

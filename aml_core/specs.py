@@ -143,6 +143,14 @@ def _capability(instance: object, attribute: attrs.Attribute[Any], value: object
         raise AMLTypeError(f"{attribute.name} must be a Capability, not {type(value).__name__}")
 
 
+def _frozen_mapping(mapping: Mapping[str, object]) -> Mapping[str, object]:
+    return MappingProxyType(dict(mapping))
+
+
+def _devices(devices: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
+    return tuple(devices)
+
+
 def _to_kinds(values: Iterable[Kind | str]) -> frozenset[Kind]:
     if isinstance(values, (str, Kind)):
         values = [values]
@@ -158,9 +166,7 @@ class DeviceInfo:
     total_memory: int = attrs.field(default=0, validator=_non_negative_int)
     capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
     #: Extra facts (driver version, PCI id, NUMA node...), as plain strings/ints.
-    details: Mapping[str, object] = attrs.field(
-        factory=dict, converter=lambda d: MappingProxyType(dict(d))
-    )
+    details: Mapping[str, object] = attrs.field(factory=dict, converter=_frozen_mapping)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -187,9 +193,7 @@ class AreaSpec:
     kind: Kind = attrs.field(converter=as_kind)
     device: int | None = attrs.field(default=None, validator=_device_request)
     backend: str | None = attrs.field(default=None)
-    options: Mapping[str, object] = attrs.field(
-        factory=dict, converter=lambda d: MappingProxyType(dict(d))
-    )
+    options: Mapping[str, object] = attrs.field(factory=dict, converter=_frozen_mapping)
 
     @backend.validator
     def _check_backend(self, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -208,7 +212,7 @@ class BackendStatus:
     available: bool
     reason: str
     kinds: frozenset[Kind] = attrs.field(converter=_to_kinds, factory=frozenset)
-    devices: tuple[DeviceInfo, ...] = attrs.field(converter=tuple, factory=tuple)
+    devices: tuple[DeviceInfo, ...] = attrs.field(converter=_devices, factory=tuple)
     capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
     description: str = ""
 

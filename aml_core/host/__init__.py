@@ -4,4 +4,12 @@ file mappings."""
 from .area import HostArea, HostMmapOptions
 from .numa import Policy, allowed_nodes, online_nodes, page_nodes, policy_of
 
-__all__ = ["HostArea", "HostMmapOptions", "Policy", "allowed_nodes", "online_nodes", "page_nodes", "policy_of"]
+__all__ = [
+    "HostArea",
+    "HostMmapOptions",
+    "Policy",
+    "allowed_nodes",
+    "online_nodes",
+    "page_nodes",
+    "policy_of",
+]

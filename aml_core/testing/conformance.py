@@ -20,6 +20,7 @@ override :meth:`AreaConformance.write` / :meth:`AreaConformance.read` if yours d
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Iterator
@@ -43,10 +44,14 @@ from ..specs import MAX_SIZE, AreaStats, Capability
 __all__ = ["AreaConformance", "ManagedConformance", "VirtualMemoryConformance"]
 
 
-def _pattern(n: int, seed: int = 0) -> bytes:
-    rnd = os.urandom(min(n, 4096)) if seed == 0 else bytes((i * 31 + seed) & 0xFF for i in range(min(n, 4096)))
-    reps = -(-n // len(rnd)) if rnd else 0
-    return (rnd * reps)[:n]
+def _pattern(n: int) -> bytes:
+    """``n`` random bytes (a random block repeated): never zeros, new on every call."""
+    block = os.urandom(min(n, 4096))
+    return (block * -(-n // len(block)))[:n] if n else b""
+
+
+def _is_freed(buf: Buffer) -> bool:
+    return buf.freed
 
 
 class AreaConformance:
@@ -95,7 +100,7 @@ class AreaConformance:
     def test_buffers_do_not_overlap(self, area: Area) -> None:
         bufs = [area.mmap(4096 + i) for i in range(16)]
         spans = sorted((b.ptr, b.ptr + b.size) for b in bufs)
-        for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+        for (_, end), (start, _) in itertools.pairwise(spans):
             assert end <= start
         for i, buf in enumerate(bufs):
             self.write(area, buf, bytes([i]) * 64)
@@ -140,7 +145,9 @@ class AreaConformance:
             (1 << 64, AMLDomainError, ValueError),
         ],
     )
-    def test_bad_size(self, area: Area, size: object, error: type[AMLError], builtin: type[Exception]) -> None:
+    def test_bad_size(
+        self, area: Area, size: object, error: type[AMLError], builtin: type[Exception]
+    ) -> None:
         with pytest.raises(error) as info:
             area.mmap(size)  # type: ignore[arg-type]
         assert isinstance(info.value, builtin)
@@ -215,8 +222,8 @@ class AreaConformance:
 
     def test_context_managers(self, area: Area) -> None:
         with area.mmap(4096) as buf:
-            assert not buf.freed
-        assert buf.freed
+            assert buf.exports == 0
+        assert _is_freed(buf)
         with area as same:
             assert same is area
         assert area.closed

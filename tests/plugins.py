@@ -1,0 +1,74 @@
+"""Plugin objects for registry tests: well-behaved and broken ones."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from aml_core import BackendDescriptor, Capability, DeviceInfo, Kind, ProbeResult, hookimpl
+from aml_core.errors import AMLNotSupported
+from aml_core.host import HostArea
+
+RELEASE_HANG = threading.Event()
+
+
+def _ok_probe() -> ProbeResult:
+    return ProbeResult(available=True, reason="fine", devices=(DeviceInfo(index=0, name="fake 0"),))
+
+
+def _host_area(kind: Kind, device: int | None = None, **options: Any) -> HostArea:
+    return HostArea(**options)
+
+
+def descriptor(name: str, priority: int, probe: Any = _ok_probe, create: Any = _host_area,
+               kinds: Any = (Kind.HOST,)) -> BackendDescriptor:
+    return BackendDescriptor(name=name, priority=priority, kinds=kinds, probe=probe, create_area=create,
+                             capabilities=Capability.BUFFER_PROTOCOL, description=f"test backend {name}")
+
+
+class Plugin:
+    """A plugin object providing the given descriptors."""
+
+    def __init__(self, *descs: BackendDescriptor) -> None:
+        self.descs = list(descs)
+
+    @hookimpl
+    def aml_backends(self) -> list[BackendDescriptor]:
+        return self.descs
+
+
+class RaisingHook:
+    @hookimpl
+    def aml_backends(self) -> list[BackendDescriptor]:
+        raise RuntimeError("the plugin's hook exploded")
+
+
+class WrongReturn:
+    @hookimpl
+    def aml_backends(self) -> Any:
+        return ["not a descriptor"]
+
+
+def raising_probe() -> ProbeResult:
+    raise OSError("driver crashed during probe")
+
+
+def hanging_probe() -> ProbeResult:
+    RELEASE_HANG.wait(30)
+    return ProbeResult(available=True)
+
+
+def wrong_probe() -> Any:
+    return True
+
+
+def unavailable_probe() -> ProbeResult:
+    return ProbeResult.unavailable("no such hardware here")
+
+
+def raising_create(kind: Kind, device: int | None = None, **options: Any) -> Any:
+    raise RuntimeError("area creation crashed")
+
+
+def unsupported_create(kind: Kind, device: int | None = None, **options: Any) -> Any:
+    raise AMLNotSupported("this configuration is not supported")

@@ -1,0 +1,241 @@
+"""The host backend: NUMA policy read back from the kernel, page placement, files,
+huge pages, alignment, read-only mappings and deferred frees."""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+import aml_core
+from aml_core import _os
+from aml_core.errors import AMLDomainError, AMLMemoryError, AMLValueError
+from aml_core.host import HostArea, Policy, allowed_nodes, online_nodes
+
+NODES = sorted(allowed_nodes())
+PAGE = mmap.PAGESIZE
+
+
+def _touch(buf: aml_core.Buffer) -> None:
+    with memoryview(buf) as view:
+        for off in range(0, buf.size, PAGE):
+            view[off] = 0xA5
+
+
+@pytest.mark.parametrize(
+    ("policy", "nodes"),
+    [(Policy.BIND, NODES[:1]), (Policy.PREFERRED, NODES[:1]), (Policy.INTERLEAVE, NODES),
+     (Policy.BIND, NODES)],
+)
+def test_policy_is_what_the_kernel_holds(policy: Policy, nodes: list[int]) -> None:
+    with HostArea(policy, nodes) as area:
+        buf = area.mmap(16 * PAGE)
+        mode, kernel_nodes = area.policy_of(buf)
+        assert mode is policy
+        assert list(kernel_nodes) == nodes
+        _touch(buf)
+        placed = area.page_nodes(buf)
+        assert len(placed) == 16
+        assert all(node in nodes for node in placed), placed
+
+
+def test_default_policy_has_no_nodes() -> None:
+    with HostArea() as area:
+        buf = area.mmap(PAGE)
+        assert area.policy_of(buf) == (Policy.DEFAULT, ())
+        _touch(buf)
+        assert area.page_nodes(buf)[0] in online_nodes()
+
+
+def test_untouched_pages_report_no_node() -> None:
+    with HostArea() as area:
+        buf = area.mmap(4 * PAGE)
+        assert all(n < 0 for n in area.page_nodes(buf))
+
+
+@pytest.mark.numa
+def test_interleave_spreads_pages_over_nodes() -> None:
+    if len(NODES) < 2:
+        pytest.skip(f"needs two NUMA nodes, this machine allows {NODES}")
+    with HostArea("interleave", NODES[:2]) as area:
+        buf = area.mmap(64 * PAGE)
+        _touch(buf)
+        placed = area.page_nodes(buf)
+        assert set(placed) == set(NODES[:2])
+
+
+@pytest.mark.numa
+def test_bind_to_each_node() -> None:
+    if len(NODES) < 2:
+        pytest.skip(f"needs two NUMA nodes, this machine allows {NODES}")
+    for node in NODES:
+        with HostArea("bind", [node]) as area:
+            buf = area.mmap(8 * PAGE)
+            _touch(buf)
+            assert set(area.page_nodes(buf)) == {node}
+
+
+def test_area_function_device_binds_to_that_node() -> None:
+    area = aml_core.area("host", device=NODES[0])
+    assert isinstance(area, HostArea)
+    assert area.policy is Policy.BIND
+    assert area.nodes == (NODES[0],)
+    area.close()
+    area = aml_core.area("host", policy="interleave", nodes=NODES)
+    assert isinstance(area, HostArea)
+    assert area.policy is Policy.INTERLEAVE
+    area.close()
+
+
+def test_node_outside_the_allowed_set_is_edom() -> None:
+    outside = max(NODES) + 1
+    with pytest.raises(AMLDomainError, match="outside"):
+        HostArea("bind", [outside])
+    with pytest.raises(AMLDomainError):
+        aml_core.area("host", nodes=[outside])
+    # As a device index, a node the backend does not list is "not supported here".
+    with pytest.raises(aml_core.AMLNotSupported, match=f"has no device {outside}"):
+        aml_core.area("host", device=outside)
+
+
+def test_shared_file_mapping(tmp_path: Path) -> None:
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"\0" * (3 * PAGE))
+    with open(path, "r+b") as f, HostArea() as area:
+        buf = area.mmap(PAGE, {"fd": f.fileno(), "offset": PAGE})
+        with memoryview(buf) as view:
+            view[:5] = b"hello"
+        area.munmap(buf)
+    assert path.read_bytes()[PAGE:PAGE + 5] == b"hello"
+    assert path.read_bytes()[:5] == b"\0" * 5
+
+
+def test_private_file_mapping_does_not_write_back(tmp_path: Path) -> None:
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"x" * PAGE)
+    with open(path, "r+b") as f, HostArea() as area:
+        buf = area.mmap(PAGE, {"fd": f.fileno(), "shared": False})
+        with memoryview(buf) as view:
+            assert bytes(view[:1]) == b"x"
+            view[:1] = b"y"
+        area.munmap(buf)
+    assert path.read_bytes()[:1] == b"x"
+
+
+def test_file_mapping_checks(tmp_path: Path) -> None:
+    path = tmp_path / "small.bin"
+    path.write_bytes(b"\0" * PAGE)
+    with open(path, "r+b") as f, HostArea() as area:
+        with pytest.raises(AMLValueError, match="pass its end"):
+            area.mmap(2 * PAGE, {"fd": f.fileno()})
+        with pytest.raises(AMLValueError, match="multiple of the page size"):
+            area.mmap(16, {"fd": f.fileno(), "offset": 3})
+    with HostArea() as area:
+        with pytest.raises(AMLValueError, match="not an open file descriptor"):
+            area.mmap(PAGE, {"fd": 987654})
+        with pytest.raises(AMLValueError, match="only meaningful with fd"):
+            area.mmap(PAGE, {"offset": PAGE})
+
+
+def _free_huge_pages() -> int:
+    try:
+        text = Path("/proc/meminfo").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("HugePages_Free:"):
+            return int(line.split()[1])
+    return 0
+
+
+def test_huge_pages() -> None:
+    area = HostArea(huge_pages=True)
+    if _free_huge_pages() == 0:
+        with pytest.raises(AMLMemoryError) as info:
+            area.mmap(1 << 20)
+        assert "nr_hugepages" in str(info.value)
+        assert info.value.native is not None
+        assert info.value.native.name in ("ENOMEM", "EINVAL")
+    else:
+        buf = area.mmap(1 << 20)
+        assert buf.ptr % area.huge_page_size == 0
+        _touch(buf)
+        area.munmap(buf)
+    area.close()
+
+
+def test_transparent_huge_page_advice_and_alignment() -> None:
+    with HostArea(alignment=1 << 21, transparent_huge_pages=True) as area:
+        bufs = [area.mmap(3 << 20) for _ in range(3)]
+        assert all(b.ptr % (1 << 21) == 0 for b in bufs)
+        buf = area.mmap(100, {"alignment": 1 << 16})
+        assert buf.ptr % (1 << 16) == 0
+
+
+def test_read_only_mapping() -> None:
+    np = pytest.importorskip("numpy")
+    with HostArea() as area:
+        buf = area.mmap(PAGE, {"prot": mmap.PROT_READ})
+        assert buf.readonly
+        view = memoryview(buf)
+        assert view.readonly
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        assert not arr.flags.writeable
+        assert arr[0] == 0
+        del view, arr
+
+
+def test_numpy_from_dlpack_on_host_memory() -> None:
+    np = pytest.importorskip("numpy")
+    with HostArea() as area:
+        buf = area.mmap(1024)
+        assert buf.__dlpack_device__() == (1, 0)
+        arr = np.from_dlpack(buf)
+        assert arr.ctypes.data == buf.ptr
+        arr[:] = 7
+        with memoryview(buf) as view:
+            assert bytes(view[:3]) == b"\x07\x07\x07"
+        del arr
+        area.munmap(buf)
+
+
+def test_close_defers_the_free_of_viewed_buffers() -> None:
+    area = HostArea()
+    buf = area.mmap(PAGE)
+    view = memoryview(buf)
+    view[0] = 9
+    ptr = buf.ptr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        area.close()
+    assert any(issubclass(w.category, ResourceWarning) for w in caught)
+    assert area.stats.live_mappings == 0
+    assert view[0] == 9  # still mapped: the view keeps it alive
+    assert ptr in area._orphans
+    del buf
+    view.release()
+    del view
+    gc.collect()
+    assert ptr not in area._orphans
+
+
+def test_unclosed_area_is_closed_by_the_collector() -> None:
+    area = HostArea()
+    area.mmap(PAGE)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del area
+        gc.collect()
+    assert any("unclosed" in str(w.message) for w in caught)
+
+
+def test_os_module_errors_are_oserrors() -> None:
+    with pytest.raises(OSError, match="munmap"):
+        _os.munmap(3, 5)
+    with pytest.raises(ValueError, match="outside"):
+        _os.mbind(0, PAGE, 2, [5000], 0)
+    assert os.sysconf("SC_PAGE_SIZE") == _os.PAGE_SIZE
