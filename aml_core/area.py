@@ -264,8 +264,7 @@ class Area(abc.ABC):
                     errors.append(exc)
             else:
                 warnings.warn(
-                    f"{buf!r} is still viewed while its area closes; it is freed when its last "
-                    "view is gone",
+                    f"{buf!r} is still viewed while its area closes; it is freed when its last view is gone",
                     ResourceWarning,
                     stacklevel=2,
                 )
@@ -286,8 +285,9 @@ class Area(abc.ABC):
         try:
             self._free(ghost)
         except Exception as exc:  # called by a finalizer: it must not raise
-            warnings.warn(f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning,
-                          stacklevel=1)
+            warnings.warn(
+                f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning, stacklevel=1
+            )
 
     def __enter__(self) -> Area:
         return self
@@ -305,4 +305,3 @@ class Area(abc.ABC):
         dev = "" if self.device is None else f" device={self.device}"
         state = "closed" if self._closed else f"{len(self._live)} live"
         return f"<aml {type(self).__name__} {self.backend}:{self.kind.value}{dev} {state}>"
-

@@ -137,8 +137,8 @@ class Registry:
             # Running from a source tree without installed metadata: register the
             # built-in host backend through the same hook anyway.
             plugins.insert(
-                0, _Plugin(_BUILTIN[0], "aml-core (not installed)", _core_version(),
-                           import_module(_BUILTIN[1]))
+                0,
+                _Plugin(_BUILTIN[0], "aml-core (not installed)", _core_version(), import_module(_BUILTIN[1])),
             )
         for plugin, name, dist, version in self._extra:
             plugins.append(_Plugin(name, dist or "(registered)", version or "?", plugin))  # type: ignore[arg-type]
@@ -177,8 +177,7 @@ class Registry:
                     broken.append(
                         _broken_status(
                             plugin,
-                            f"duplicate backend name {desc.name!r}, already provided by "
-                            f"{other.distribution}",
+                            f"duplicate backend name {desc.name!r}, already provided by {other.distribution}",
                             name=desc.name,
                         )
                     )

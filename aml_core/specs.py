@@ -62,9 +62,7 @@ def as_kind(value: Kind | str) -> Kind:
             return Kind(value.lower())
         except ValueError:
             pass
-        raise AMLValueError(
-            f"unknown memory kind {value!r}; allowed: " + ", ".join(k.value for k in Kind)
-        )
+        raise AMLValueError(f"unknown memory kind {value!r}; allowed: " + ", ".join(k.value for k in Kind))
     raise AMLTypeError(f"kind must be a Kind or a string, not {type(value).__name__}")
 
 

@@ -20,10 +20,18 @@ def _host_area(kind: Kind, device: int | None = None, **options: Any) -> HostAre
     return HostArea(**options)
 
 
-def descriptor(name: str, priority: int, probe: Any = _ok_probe, create: Any = _host_area,
-               kinds: Any = (Kind.HOST,)) -> BackendDescriptor:
-    return BackendDescriptor(name=name, priority=priority, kinds=kinds, probe=probe, create_area=create,
-                             capabilities=Capability.BUFFER_PROTOCOL, description=f"test backend {name}")
+def descriptor(
+    name: str, priority: int, probe: Any = _ok_probe, create: Any = _host_area, kinds: Any = (Kind.HOST,)
+) -> BackendDescriptor:
+    return BackendDescriptor(
+        name=name,
+        priority=priority,
+        kinds=kinds,
+        probe=probe,
+        create_area=create,
+        capabilities=Capability.BUFFER_PROTOCOL,
+        description=f"test backend {name}",
+    )
 
 
 class Plugin:

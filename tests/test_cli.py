@@ -36,8 +36,13 @@ def test_no_command_prints_help(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m_in_a_fresh_process() -> None:
-    out = subprocess.run([sys.executable, "-m", "aml_core", "info", "--json"], capture_output=True,
-                         text=True, check=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
     assert json.loads(out.stdout)["chosen"]["host"]["backend"] == "host"
 
 
@@ -45,7 +50,13 @@ def test_disabled_host_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     env = {"AML_DISABLE_BACKENDS": "host", "PATH": "/usr/bin:/bin"}
     import os
 
-    out = subprocess.run([sys.executable, "-m", "aml_core", "info"], capture_output=True, text=True,
-                         check=True, timeout=60, env={**os.environ, **env})
+    out = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
     assert "disabled by AML_DISABLE_BACKENDS" in out.stdout
     assert "host     -> none" in out.stdout

@@ -11,18 +11,32 @@ from aml_core import errors as E
 
 def test_codes_have_amls_values() -> None:
     assert [(c.name, int(c)) for c in E.ErrorCode] == [
-        ("SUCCESS", 0), ("FAILURE", 1), ("ENOMEM", 2), ("EINVAL", 3),
-        ("EDOM", 4), ("ENOTSUP", 5), ("EBUSY", 6), ("EPERM", 7),
+        ("SUCCESS", 0),
+        ("FAILURE", 1),
+        ("ENOMEM", 2),
+        ("EINVAL", 3),
+        ("EDOM", 4),
+        ("ENOTSUP", 5),
+        ("EBUSY", 6),
+        ("EPERM", 7),
     ]
 
 
 @pytest.mark.parametrize(
     ("code", "message"),
     [
-        (0, "Success"), (1, "Generic error"), (2, "Not enough memory"), (3, "Invalid argument"),
-        (4, "Value out of bound"), (5, "Operation not supported"),
-        (6, "Underlying resource is not available for operation"), (7, "Insufficient permissions"),
-        (-2, "Not enough memory"), (8, "Unknown error"), (1000, "Unknown error"), ("x", "Unknown error"),
+        (0, "Success"),
+        (1, "Generic error"),
+        (2, "Not enough memory"),
+        (3, "Invalid argument"),
+        (4, "Value out of bound"),
+        (5, "Operation not supported"),
+        (6, "Underlying resource is not available for operation"),
+        (7, "Insufficient permissions"),
+        (-2, "Not enough memory"),
+        (8, "Unknown error"),
+        (1000, "Unknown error"),
+        ("x", "Unknown error"),
     ],
 )
 def test_strerror(code: object, message: str) -> None:
@@ -52,8 +66,11 @@ def test_hierarchy(cls: type[E.AMLError], code: E.ErrorCode, builtins: tuple[typ
 
 
 def test_table_translates_and_never_reports_success() -> None:
-    table = E.ErrorTable("demo", {2: E.ErrorCode.ENOMEM, 101: E.ErrorCode.EINVAL},
-                         name=lambda c: {2: "demoOOM"}.get(c, f"demo{c}"))
+    table = E.ErrorTable(
+        "demo",
+        {2: E.ErrorCode.ENOMEM, 101: E.ErrorCode.EINVAL},
+        name=lambda c: {2: "demoOOM"}.get(c, f"demo{c}"),
+    )
     table.check("demoMalloc", 0)
     with pytest.raises(E.AMLMemoryError) as info:
         table.check("demoMalloc", 2)

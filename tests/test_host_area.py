@@ -28,8 +28,12 @@ def _touch(buf: aml_core.Buffer) -> None:
 
 @pytest.mark.parametrize(
     ("policy", "nodes"),
-    [(Policy.BIND, NODES[:1]), (Policy.PREFERRED, NODES[:1]), (Policy.INTERLEAVE, NODES),
-     (Policy.BIND, NODES)],
+    [
+        (Policy.BIND, NODES[:1]),
+        (Policy.PREFERRED, NODES[:1]),
+        (Policy.INTERLEAVE, NODES),
+        (Policy.BIND, NODES),
+    ],
 )
 def test_policy_is_what_the_kernel_holds(policy: Policy, nodes: list[int]) -> None:
     with HostArea(policy, nodes) as area:
@@ -110,7 +114,7 @@ def test_shared_file_mapping(tmp_path: Path) -> None:
         with memoryview(buf) as view:
             view[:5] = b"hello"
         area.munmap(buf)
-    assert path.read_bytes()[PAGE:PAGE + 5] == b"hello"
+    assert path.read_bytes()[PAGE : PAGE + 5] == b"hello"
     assert path.read_bytes()[:5] == b"\0" * 5
 
 

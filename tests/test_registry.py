@@ -32,24 +32,31 @@ def test_default_registry_lists_host_through_the_entry_point() -> None:
 
 
 def test_ranking_is_by_priority_then_name(aml_registry: Registry) -> None:
-    aml_registry.register(P.Plugin(P.descriptor("zeta", 5), P.descriptor("alpha", 5), P.descriptor("top", 9)),
-                          name="ranked")
+    aml_registry.register(
+        P.Plugin(P.descriptor("zeta", 5), P.descriptor("alpha", 5), P.descriptor("top", 9)), name="ranked"
+    )
     assert [s.name for s in aml_registry.statuses()] == ["top", "alpha", "zeta"]
     assert aml_registry.choose("host").backend == "top"
 
 
 def test_area_falls_through_not_supported(aml_registry: Registry) -> None:
-    aml_registry.register(P.Plugin(P.descriptor("picky", 9, create=P.unsupported_create),
-                                   P.descriptor("plain", 1)), name="p")
+    aml_registry.register(
+        P.Plugin(P.descriptor("picky", 9, create=P.unsupported_create), P.descriptor("plain", 1)), name="p"
+    )
     area = aml_registry.area(aml_core.AreaSpec("host"))
     assert isinstance(area, HostArea)
     area.close()
 
 
 def test_area_lists_every_candidate_when_none_fits(aml_registry: Registry) -> None:
-    aml_registry.register(P.Plugin(P.descriptor("gone", 9, probe=P.unavailable_probe),
-                                   P.descriptor("picky", 5, create=P.unsupported_create),
-                                   P.descriptor("hosty", 1)), name="p")
+    aml_registry.register(
+        P.Plugin(
+            P.descriptor("gone", 9, probe=P.unavailable_probe),
+            P.descriptor("picky", 5, create=P.unsupported_create),
+            P.descriptor("hosty", 1),
+        ),
+        name="p",
+    )
     with pytest.raises(AMLNotSupported) as info:
         aml_registry.area(aml_core.AreaSpec("device"))
     text = str(info.value)
@@ -58,15 +65,22 @@ def test_area_lists_every_candidate_when_none_fits(aml_registry: Registry) -> No
     assert "hosty: does not provide device memory" in text
 
 
-def test_broken_plugins_are_reported_not_fatal(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_broken_plugins_are_reported_not_fatal(
+    aml_registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AML_PROBE_TIMEOUT", "0.3")
     P.RELEASE_HANG.clear()
     aml_registry.register(P.RaisingHook(), name="raising_hook")
     aml_registry.register(P.WrongReturn(), name="wrong_return")
-    aml_registry.register(P.Plugin(P.descriptor("probe_raises", 5, probe=P.raising_probe),
-                                   P.descriptor("probe_hangs", 5, probe=P.hanging_probe),
-                                   P.descriptor("probe_wrong", 5, probe=P.wrong_probe),
-                                   P.descriptor("good", 1)), name="mixed")
+    aml_registry.register(
+        P.Plugin(
+            P.descriptor("probe_raises", 5, probe=P.raising_probe),
+            P.descriptor("probe_hangs", 5, probe=P.hanging_probe),
+            P.descriptor("probe_wrong", 5, probe=P.wrong_probe),
+            P.descriptor("good", 1),
+        ),
+        name="mixed",
+    )
     try:
         reasons = {s.name: s.reason for s in aml_registry.statuses()}
     finally:
@@ -96,8 +110,14 @@ def test_area_creation_crash_propagates_as_is(aml_registry: Registry) -> None:
 
 
 def test_forced_backend(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
-    aml_registry.register(P.Plugin(P.descriptor("best", 9), P.descriptor("other", 1),
-                                   P.descriptor("off", 5, probe=P.unavailable_probe)), name="p")
+    aml_registry.register(
+        P.Plugin(
+            P.descriptor("best", 9),
+            P.descriptor("other", 1),
+            P.descriptor("off", 5, probe=P.unavailable_probe),
+        ),
+        name="p",
+    )
     monkeypatch.setenv("AML_BACKEND", "other")
     assert aml_registry.choose("host").backend == "other"
     monkeypatch.setenv("AML_BACKEND", "off")
@@ -112,8 +132,9 @@ def test_forced_backend(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch)
 
 def test_disabled_backends(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AML_DISABLE_BACKENDS", "best, spare")
-    aml_registry.register(P.Plugin(P.descriptor("best", 9), P.descriptor("spare", 5), P.descriptor("last", 1)),
-                          name="p")
+    aml_registry.register(
+        P.Plugin(P.descriptor("best", 9), P.descriptor("spare", 5), P.descriptor("last", 1)), name="p"
+    )
     assert _status(aml_registry, "best").reason == "disabled by AML_DISABLE_BACKENDS"
     assert aml_registry.choose("host").backend == "last"
 
@@ -124,16 +145,19 @@ def test_bad_probe_timeout(aml_registry: Registry, monkeypatch: pytest.MonkeyPat
         aml_registry.statuses()
 
 
-def test_entry_points_including_one_that_fails_to_import(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "good_plugin_mod.py").write_text(textwrap.dedent("""
+def test_entry_points_including_one_that_fails_to_import(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "good_plugin_mod.py").write_text(
+        textwrap.dedent("""
         from tests.plugins import descriptor
         from aml_core import hookimpl
 
         @hookimpl
         def aml_backends():
             return [descriptor("from_entry_point", 3)]
-    """))
+    """)
+    )
     (tmp_path / "bad_plugin_mod.py").write_text("raise ImportError('missing native dependency')\n")
     dist = tmp_path / "fake_aml_plugins-1.2.3.dist-info"
     dist.mkdir()

@@ -195,8 +195,9 @@ class HostArea(Area):
         except OSError as exc:
             hint = None
             if self.huge_page_size and exc.errno in (12, 22):
-                hint = (f"no {self.huge_page_size >> 20} MiB huge pages available "
-                        "(see /proc/sys/vm/nr_hugepages)")
+                hint = (
+                    f"no {self.huge_page_size >> 20} MiB huge pages available (see /proc/sys/vm/nr_hugepages)"
+                )
             raise numa.os_error(exc, hint) from None
         try:
             if self.policy is not Policy.DEFAULT:
@@ -209,8 +210,14 @@ class HostArea(Area):
         except BaseException:
             _os.munmap(ptr, length)
             raise
-        return self._new_buffer(ptr, size, host_accessible=True, readonly=prot == _mmap.PROT_READ,
-                                dl_device=(DLDeviceType.CPU, 0), native=length)
+        return self._new_buffer(
+            ptr,
+            size,
+            host_accessible=True,
+            readonly=prot == _mmap.PROT_READ,
+            dl_device=(DLDeviceType.CPU, 0),
+            native=length,
+        )
 
     @staticmethod
     def _check_file(fd: int, offset: int, size: int) -> None:
@@ -248,4 +255,3 @@ class HostArea(Area):
     def __repr__(self) -> str:
         nodes = f" nodes={list(self.nodes)}" if self.nodes else ""
         return f"<aml HostArea {self.policy.name.lower()}{nodes} {len(self._live)} live>"
-

@@ -20,12 +20,20 @@ def probe() -> ProbeResult:
 
     allowed = sorted(numa.allowed_nodes())
     devices = tuple(
-        DeviceInfo(index=node, name=f"NUMA node {node}", total_memory=numa.node_memory(node),
-                   capabilities=CAPABILITIES)
+        DeviceInfo(
+            index=node,
+            name=f"NUMA node {node}",
+            total_memory=numa.node_memory(node),
+            capabilities=CAPABILITIES,
+        )
         for node in allowed
     )
-    return ProbeResult(available=True, reason=f"{len(devices)} NUMA node(s) allowed: {allowed}",
-                       devices=devices, capabilities=CAPABILITIES)
+    return ProbeResult(
+        available=True,
+        reason=f"{len(devices)} NUMA node(s) allowed: {allowed}",
+        devices=devices,
+        capabilities=CAPABILITIES,
+    )
 
 
 def create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
@@ -53,8 +61,11 @@ def aml_backends() -> list[BackendDescriptor]:
             kinds={Kind.HOST},
             probe=probe,
             create_area=create_area,
-            capabilities=Capability.NUMA | Capability.HUGE_PAGES | Capability.FILE_BACKED
-            | Capability.BUFFER_PROTOCOL | Capability.DLPACK,
+            capabilities=Capability.NUMA
+            | Capability.HUGE_PAGES
+            | Capability.FILE_BACKED
+            | Capability.BUFFER_PROTOCOL
+            | Capability.DLPACK,
             description="Linux mmap with NUMA policy (mbind), huge pages and file mappings",
         )
     ]
