@@ -6,7 +6,8 @@
 * ``"forward"``: every hip* call is forwarded to the CUDA runtime/driver (an NVIDIA machine).
 
 Builds are cached by a hash of the source, the mode, the emulated version and the toolchain
-paths, so that many tests (and pytest-xdist workers) share one library file.
+paths, so that many tests (and pytest-xdist workers) share one library file.  Extra compiler
+flags (e.g. ``-fsanitize=address``) can be added with ``HIPDOUBLE_EXTRA_CFLAGS``.
 
 ``DoubleControl`` wraps the exported ``hipdouble_*`` control functions.  Load it with the same
 path the code under test loads (``AML_HIP_LIBRARY``): the dynamic loader then hands both the
@@ -160,7 +161,8 @@ def _compiler() -> str:
 
 
 def _command(cc: str, mode: Mode, version: int | None, major: int, out: Path) -> tuple[list[str], str]:
-    cmd = [cc, *CFLAGS, f"-Wl,-soname,libamdhip64.so.{major}"]
+    cmd = [cc, *CFLAGS, *os.environ.get("HIPDOUBLE_EXTRA_CFLAGS", "").split()]
+    cmd.append(f"-Wl,-soname,libamdhip64.so.{major}")
     extra = ""
     if version is not None:
         cmd.append(f"-DHIPDOUBLE_BUILD_VERSION={version}")
