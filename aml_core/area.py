@@ -46,7 +46,7 @@ from ._buffer import HOST as _HOST_FLAG
 from ._buffer import READONLY as _READONLY_FLAG
 from .buffer import Buffer
 from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
-from .specs import AreaStats, Capability, Kind, as_size
+from .specs import MAX_SIZE, AreaStats, Capability, Kind, as_size
 
 __all__ = ["Area", "NoOptions"]
 
@@ -161,16 +161,18 @@ class Area(abc.ABC):
 
     def mmap(self, size: int, options: Any = None) -> Buffer:
         """Allocate ``size`` bytes; see the module documentation for errors."""
-        n = as_size(size)
-        self._check_open()
-        opts = self._coerce_options(options)
-        buf = self._allocate(n, opts)
+        # The common case (a plain positive int) skips the full validation.
+        n = size if type(size) is int and 0 < size <= MAX_SIZE else as_size(size)
+        if self._closed:
+            self._check_open()
+        buf = self._allocate(n, self._coerce_options(options))
         with self._lock:
             if not self._closed:
                 self._live[buf.ptr] = buf
                 self._bytes += n
                 self._maps += 1
-                self._peak = max(self._peak, self._bytes)
+                if self._bytes > self._peak:
+                    self._peak = self._bytes
                 return buf
         # The area was closed while we allocated: give the memory back.
         buf._release()
@@ -218,16 +220,17 @@ class Area(abc.ABC):
                     "release the views first"
                 )
             del self._live[buf.ptr]
+            self._bytes -= buf.size
+            self._unmaps += 1
         try:
             self._free(buf)
         except BaseException:
-            with self._lock:
+            with self._lock:  # the memory is still there: keep tracking it
                 buf._revive()
                 self._live[buf.ptr] = buf
+                self._bytes += buf.size
+                self._unmaps -= 1
             raise
-        with self._lock:
-            self._bytes -= buf.size
-            self._unmaps += 1
 
     @property
     def stats(self) -> AreaStats:

@@ -51,6 +51,7 @@ _EXTRA_MASK = 0
 for _bit in _EXTRA_FLAGS.values():
     _EXTRA_MASK |= _bit
 _PROT_RW = _mmap.PROT_READ | _mmap.PROT_WRITE
+_CPU = (int(DLDeviceType.CPU), 0)
 
 CAPABILITIES = (
     Capability.NUMA
@@ -155,6 +156,12 @@ class HostArea(Area):
         self.huge_page_size = _huge_page_size(huge_pages)
         self.transparent_huge_pages = transparent_huge_pages
         self.alignment = _alignment(alignment)
+        # mmap flags of the common case (default options, no policy, no huge pages):
+        # it skips the per-call option handling.
+        plain = pol is Policy.DEFAULT and not self.huge_page_size and not transparent_huge_pages
+        self._fast_flags = (
+            (_mmap.MAP_SHARED if shared else _mmap.MAP_PRIVATE) | _mmap.MAP_ANONYMOUS if plain else 0
+        )
         device = node_set[0] if len(node_set) == 1 else None
         super().__init__(backend="host", kind=Kind.HOST, device=device, capabilities=CAPABILITIES)
 
@@ -164,6 +171,12 @@ class HostArea(Area):
         return super()._coerce_options(options)
 
     def _allocate(self, size: int, options: HostMmapOptions) -> Buffer:
+        if options is _DEFAULT_OPTIONS and self._fast_flags:
+            try:
+                ptr = _os.mmap(size, _PROT_RW, self._fast_flags, -1, 0, self.alignment)
+            except OSError as exc:
+                raise numa.os_error(exc) from None
+            return self._new_buffer(ptr, size, host_accessible=True, dl_device=_CPU, native=size)
         prot = options.prot
         if prot not in (_mmap.PROT_READ, _PROT_RW):
             raise AMLValueError(f"prot must be PROT_READ or PROT_READ|PROT_WRITE, got {prot}")
