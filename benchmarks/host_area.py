@@ -170,10 +170,11 @@ def main() -> None:
     assert isinstance(imp, dict)
     lines += [
         "",
-        f"`import aml_core` + `aml_core.backends()` in a fresh process: {imp['import_plus_backends_ms']:.1f} ms "
-        f"(import {imp['import_ms']:.1f} ms, backends {imp['backends_ms']:.1f} ms; target ≤ 150 ms). "
-        f"Whole process {imp['process_total_ms']:.0f} ms against {imp['bare_interpreter_ms']:.0f} ms for a bare "
-        "interpreter.",
+        "`import aml_core` + `aml_core.backends()` in a fresh process: "
+        f"{imp['import_plus_backends_ms']:.1f} ms (import {imp['import_ms']:.1f} ms, "
+        f"backends {imp['backends_ms']:.1f} ms; target ≤ 150 ms). Whole process "
+        f"{imp['process_total_ms']:.0f} ms against {imp['bare_interpreter_ms']:.0f} ms "
+        "for a bare interpreter.",
     ]
     text = "\n".join(lines) + "\n"
     (args.out / f"{name}.md").write_text(text)
