@@ -124,6 +124,7 @@ enum {
     hipErrorInvalidMemcpyDirection = 21,
     hipErrorNoDevice = 100,
     hipErrorInvalidDevice = 101,
+    hipErrorInvalidContext = 201,
     hipErrorMapFailed = 205,
     hipErrorInvalidHandle = 400,
     hipErrorHostMemoryAlreadyRegistered = 712,
@@ -1066,9 +1067,11 @@ static hipError_t managed_range_attr(void *data, size_t data_size, int attribute
         break;
     case hipMemRangeAttributeAccessedBy: {
         size_t n = data_size / 4, k = 0;
-        for (int d = -1; d < HIPDOUBLE_MAX_DEVICES && k < n; d++)
+        for (int d = 0; d < HIPDOUBLE_MAX_DEVICES && k < n; d++) /* devices, then the CPU (CUDA) */
             if (acc & loc_bit(d))
                 out[k++] = d;
+        if (k < n && (acc & loc_bit(hipCpuDeviceId)))
+            out[k++] = hipCpuDeviceId;
         for (; k < n; k++)
             out[k] = hipInvalidDeviceId;
         break;
@@ -1440,8 +1443,8 @@ static hipError_t impl_hipHostRegister(void *ptr, size_t size, unsigned flags)
         return hipErrorInvalidValue;
     for (struct alloc *a = g_allocs; a; a = a->next) {
         if (lo < a->base + a->size && a->base < hi)
-            return (a->kind == K_HOST || a->kind == K_REGISTERED) ? hipErrorHostMemoryAlreadyRegistered
-                                                                  : hipErrorInvalidValue;
+            return a->kind == K_REGISTERED ? hipErrorHostMemoryAlreadyRegistered /* as CUDA */
+                                           : hipErrorInvalidValue;
     }
     for (struct vres *r = g_vres; r; r = r->next)
         if (lo < r->base + r->size && r->base < hi)
@@ -1463,8 +1466,10 @@ static hipError_t impl_hipHostUnregister(void *ptr)
     if (ptr == NULL)
         return hipErrorInvalidValue;
     struct alloc *a = alloc_find(ptr);
-    if (a == NULL || a->kind != K_REGISTERED || a->base != (uintptr_t)ptr)
+    if (a == NULL || a->kind != K_REGISTERED)
         return hipErrorHostMemoryNotRegistered;
+    if (a->base != (uintptr_t)ptr)
+        return hipErrorInvalidValue; /* interior pointer, as CUDA */
     alloc_release(a);
     return hipSuccess;
 }
@@ -1477,9 +1482,9 @@ static hipError_t impl_hipHostGetDevicePointer(void **dev, void *host, unsigned 
     struct alloc *a = alloc_find(host);
     if (a == NULL)
         return hipErrorInvalidValue;
-    if (!(a->kind == K_REGISTERED || (a->kind == K_HOST && (a->flags & hipHostMallocMapped))))
+    if (a->kind != K_REGISTERED && a->kind != K_HOST)
         return hipErrorInvalidValue;
-    *dev = host; /* unified addressing: same address */
+    *dev = host; /* unified addressing: same address (also without the Mapped flag, as CUDA) */
     return hipSuccess;
 }
 
@@ -1725,10 +1730,10 @@ static hipError_t impl_hipIpcOpenMemHandle(void **ptr, hipIpcMemHandle_t handle,
     memcpy(&w, &handle, sizeof w);
     if (memcmp(w.magic, g_ipc_magic, sizeof w.magic) != 0 || w.size == 0)
         return hipErrorInvalidValue;
-    /* Opening a handle in the process that exported it: CUDA and HIP refuse it; the double
-     * answers hipErrorInvalidValue. */
+    /* Opening a handle in the process that exported it: CUDA 13 answers 201
+     * (cudaErrorDeviceUninitialized, the number of hipErrorInvalidContext). */
     if (w.pid == (int32_t)getpid())
-        return hipErrorInvalidValue;
+        return hipErrorInvalidContext;
     for (struct alloc *a = g_allocs; a; a = a->next)
         if (a->kind == K_IPC && a->ipc_pid == w.pid && a->ipc_id == w.id) {
             a->refs++;
@@ -1825,6 +1830,7 @@ static hipError_t impl_hipPointerGetAttributes(hipPointerAttribute_t *attr, cons
             return hipErrorInvalidValue;
         r.type = 0;
         r.device = hipInvalidDeviceId;
+        r.hostPointer = p; /* as CUDA reports unregistered memory */
     }
     *attr = r;
     return hipSuccess;
@@ -1966,7 +1972,9 @@ static hipError_t impl_hipMemMap(void *ptr, size_t size, size_t offset, void *ha
     if (h == NULL)
         return hipErrorInvalidValue;
     uintptr_t a = (uintptr_t)ptr;
-    if (size == 0 || size % HIPDOUBLE_GRANULARITY || a % HIPDOUBLE_GRANULARITY || size > h->size)
+    if (size != h->size)
+        return hipErrorNotSupported; /* CUDA maps whole handles only (801 for a part) */
+    if (a % HIPDOUBLE_GRANULARITY)
         return hipErrorInvalidValue;
     struct vres *r = vres_find(ptr);
     if (r == NULL || size > r->base + r->size - a)
@@ -2000,16 +2008,13 @@ static hipError_t impl_hipMemUnmap(void *ptr, size_t size)
     struct vres *r = vres_find(ptr);
     if (r == NULL || size > r->base + r->size - a)
         return hipErrorInvalidValue;
-    int found = 0;
     for (struct vmap *m = g_vmaps; m; m = m->next) {
         if (!(a < m->addr + m->size && m->addr < e))
             continue;
         if (m->addr < a || m->addr + m->size > e)
             return hipErrorInvalidValue; /* would split a mapping */
-        found = 1;
     }
-    if (!found)
-        return hipErrorInvalidValue;
+    /* a reserved range with nothing mapped unmaps successfully, as in CUDA */
     for (struct vmap *m = g_vmaps, *n; m; m = n) {
         n = m->next;
         if (m->addr >= a && m->addr + m->size <= e) {
@@ -2021,24 +2026,6 @@ static hipError_t impl_hipMemUnmap(void *ptr, size_t size)
     }
     mmap(ptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
     return hipSuccess;
-}
-
-static int vmap_split(uintptr_t at)
-{
-    struct vmap *m = vmap_find((void *)at);
-    if (m == NULL || m->addr == at)
-        return 0;
-    struct vmap *n = malloc(sizeof *n);
-    if (n == NULL)
-        return -1;
-    *n = *m;
-    n->addr = at;
-    n->size = m->addr + m->size - at;
-    m->size = at - m->addr;
-    n->next = g_vmaps;
-    g_vmaps = n;
-    m->h->maps++;
-    return 0;
 }
 
 static hipError_t impl_hipMemSetAccess(void *ptr, size_t size, const hipMemAccessDesc *desc,
@@ -2056,14 +2043,13 @@ static hipError_t impl_hipMemSetAccess(void *ptr, size_t size, const hipMemAcces
             f != hipMemAccessFlagsProtReadWrite)
             return hipErrorInvalidValue;
     }
+    /* as CUDA: the range must be fully mapped and made of whole mappings */
     for (uintptr_t cur = a; cur < e;) {
         struct vmap *m = vmap_find((void *)cur);
-        if (m == NULL)
-            return hipErrorInvalidValue; /* not (fully) mapped */
+        if (m == NULL || m->addr != cur || m->size > e - cur)
+            return hipErrorInvalidValue;
         cur = m->addr + m->size;
     }
-    if (vmap_split(a) != 0 || vmap_split(e) != 0)
-        return hipErrorOutOfMemory;
     for (struct vmap *m = g_vmaps; m; m = m->next) {
         if (m->addr < a || m->addr + m->size > e)
             continue;
@@ -2105,10 +2091,9 @@ static hipError_t impl_hipMemExportToShareableHandle(void *sh, void *handle, int
     struct vhandle *h = vh_find(handle);
     if (h == NULL)
         return hipErrorInvalidValue;
-    if (type != hipMemHandleTypePosixFileDescriptor)
-        return hipErrorNotSupported;
-    if (h->htype != hipMemHandleTypePosixFileDescriptor)
-        return hipErrorInvalidValue; /* not created as exportable */
+    /* as CUDA: only the handle type requested at creation (POSIX fd here) can be exported */
+    if (type != hipMemHandleTypePosixFileDescriptor || h->htype != hipMemHandleTypePosixFileDescriptor)
+        return hipErrorInvalidValue;
     int fd = dup(h->fd);
     if (fd < 0)
         return hipErrorOutOfMemory;
@@ -2649,6 +2634,8 @@ static hipError_t impl_hipMemAdvise(const void *ptr, size_t count, int advice, i
     /* 100/101 (coarse grain) are AMD-only: HIP on NVIDIA rejects them */
     if (advice < hipMemAdviseSetReadMostly || advice > hipMemAdviseUnsetAccessedBy)
         return hipErrorInvalidValue;
+    if (device != hipCpuDeviceId && !devid_ok(device))
+        return hipErrorInvalidValue; /* as CLR (and host mode), whatever the advice */
     return CUDART(cudaMemAdvise(ptr, count, (enum cudaMemoryAdvise)advice, rt_location(device)));
 }
 
@@ -2770,6 +2757,12 @@ static hipError_t impl_hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *ptr)
 {
     if (handle == NULL)
         return hipErrorInvalidValue;
+    dbl_lock();
+    struct alloc *a = alloc_find(ptr);
+    int interior = a != NULL && a->kind == K_DEVICE && a->base != (uintptr_t)ptr;
+    dbl_unlock();
+    if (interior)
+        return hipErrorInvalidValue; /* HIP: the base pointer of a hipMalloc allocation */
     cudaIpcMemHandle_t ch;
     hipError_t e = CUDART(cudaIpcGetMemHandle(&ch, ptr));
     if (e == hipSuccess)
