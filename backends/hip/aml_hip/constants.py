@@ -291,34 +291,60 @@ class hipMemAllocationProp_v5_3(ctypes.Structure):
 
 #: Offsets (and sizes) the structures must have, from the reference (ref §1.5, §1.6,
 #: §1.8, §1.9). 5.2 entries are also compared against the Debian header by the probe.
-REFERENCE_LAYOUTS: Final[Mapping[str, Mapping[str, int]]] = MappingProxyType({
-    "hipMemLocation": MappingProxyType({"sizeof": 8, "type": 0, "id": 4}),
-    "hipMemAccessDesc": MappingProxyType({"sizeof": 12, "location": 0, "flags": 8}),
-    "hipIpcMemHandle_t": MappingProxyType({"sizeof": 64, "reserved": 0}),
-    "hipPointerAttribute_t": MappingProxyType({
-        "sizeof": 32, "type": 0, "device": 4, "devicePointer": 8, "hostPointer": 16,
-        "isManaged": 24, "allocationFlags": 28,
-    }),
-    "hipMemAllocationProp_v5_2": MappingProxyType({
-        "sizeof": 32, "compressionType": 0, "location": 4, "requestedHandleType": 12, "type": 16,
-        "usage": 20, "win32HandleMetaData": 24,
-    }),
-    "hipMemAllocationProp_v5_3": MappingProxyType({
-        "sizeof": 32, "type": 0, "requestedHandleType": 4, "location": 8, "win32HandleMetaData": 16,
-        "allocFlags": 24, "allocFlags.compressionType": 24, "allocFlags.gpuDirectRDMACapable": 25,
-        "allocFlags.usage": 26,
-    }),
-})
+REFERENCE_LAYOUTS: Final[Mapping[str, Mapping[str, int]]] = MappingProxyType(
+    {
+        "hipMemLocation": MappingProxyType({"sizeof": 8, "type": 0, "id": 4}),
+        "hipMemAccessDesc": MappingProxyType({"sizeof": 12, "location": 0, "flags": 8}),
+        "hipIpcMemHandle_t": MappingProxyType({"sizeof": 64, "reserved": 0}),
+        "hipPointerAttribute_t": MappingProxyType(
+            {
+                "sizeof": 32,
+                "type": 0,
+                "device": 4,
+                "devicePointer": 8,
+                "hostPointer": 16,
+                "isManaged": 24,
+                "allocationFlags": 28,
+            }
+        ),
+        "hipMemAllocationProp_v5_2": MappingProxyType(
+            {
+                "sizeof": 32,
+                "compressionType": 0,
+                "location": 4,
+                "requestedHandleType": 12,
+                "type": 16,
+                "usage": 20,
+                "win32HandleMetaData": 24,
+            }
+        ),
+        "hipMemAllocationProp_v5_3": MappingProxyType(
+            {
+                "sizeof": 32,
+                "type": 0,
+                "requestedHandleType": 4,
+                "location": 8,
+                "win32HandleMetaData": 16,
+                "allocFlags": 24,
+                "allocFlags.compressionType": 24,
+                "allocFlags.gpuDirectRDMACapable": 25,
+                "allocFlags.usage": 26,
+            }
+        ),
+    }
+)
 
 #: The ctypes structure of each layout name.
-STRUCTS: Final[Mapping[str, type[ctypes.Structure]]] = MappingProxyType({
-    "hipMemLocation": hipMemLocation,
-    "hipMemAccessDesc": hipMemAccessDesc,
-    "hipIpcMemHandle_t": hipIpcMemHandle_t,
-    "hipPointerAttribute_t": hipPointerAttribute_t,
-    "hipMemAllocationProp_v5_2": hipMemAllocationProp_v5_2,
-    "hipMemAllocationProp_v5_3": hipMemAllocationProp_v5_3,
-})
+STRUCTS: Final[Mapping[str, type[ctypes.Structure]]] = MappingProxyType(
+    {
+        "hipMemLocation": hipMemLocation,
+        "hipMemAccessDesc": hipMemAccessDesc,
+        "hipIpcMemHandle_t": hipIpcMemHandle_t,
+        "hipPointerAttribute_t": hipPointerAttribute_t,
+        "hipMemAllocationProp_v5_2": hipMemAllocationProp_v5_2,
+        "hipMemAllocationProp_v5_3": hipMemAllocationProp_v5_3,
+    }
+)
 
 
 def struct_layout(name: str) -> dict[str, int]:
@@ -332,9 +358,12 @@ def struct_layout(name: str) -> dict[str, int]:
             continue
         offset = int(getattr(cls, fname).offset)
         out[fname] = offset
-        if name.startswith("hipMemAllocationProp") and isinstance(ftype, type) and issubclass(
-            ftype, ctypes.Structure
-        ) and ftype is not hipMemLocation:
+        if (
+            name.startswith("hipMemAllocationProp")
+            and isinstance(ftype, type)
+            and issubclass(ftype, ctypes.Structure)
+            and ftype is not hipMemLocation
+        ):
             for sub in ftype._fields_:
                 out[f"{fname}.{sub[0]}"] = offset + int(getattr(ftype, sub[0]).offset)
     return out
@@ -394,7 +423,10 @@ class HipAbi:
 
 
 _OLD_TYPES = {
-    "hipMemoryTypeHost": 0, "hipMemoryTypeDevice": 1, "hipMemoryTypeArray": 2, "hipMemoryTypeUnified": 3,
+    "hipMemoryTypeHost": 0,
+    "hipMemoryTypeDevice": 1,
+    "hipMemoryTypeArray": 2,
+    "hipMemoryTypeUnified": 3,
 }
 # ref §1.6 table: 6.0 renumbered and added Unregistered; Managed was 4 in 5.3 .. 5.7.
 _NEW_TYPES = {
@@ -410,40 +442,81 @@ _NEW_TYPES = {
 ABIS: Final[tuple[HipAbi, ...]] = (
     # HIP 5.2 (Debian 12): compared one by one with the header by the ABI probe.
     HipAbi(
-        since=0, label="5.2", ipc_lazy_enable_peer_access=0, memory_types=_OLD_TYPES,
-        pointer_type_field="memoryType", allocation_prop=hipMemAllocationProp_v5_2,
-        shareable="pointer", host_alloc="hipHostMalloc", host_free="hipHostFree", attr_vmm_supported=None,
+        since=0,
+        label="5.2",
+        ipc_lazy_enable_peer_access=0,
+        memory_types=_OLD_TYPES,
+        pointer_type_field="memoryType",
+        allocation_prop=hipMemAllocationProp_v5_2,
+        shareable="pointer",
+        host_alloc="hipHostMalloc",
+        host_free="hipHostFree",
+        attr_vmm_supported=None,
     ),
     # 5.3 .. 5.7: new prop layout (ref §1.8), Managed = 4 (ref §1.6), lazy flag still 0 (ref §1.4).
     HipAbi(
-        since=hip_version(5, 3), label="5.3-5.7", ipc_lazy_enable_peer_access=0,
-        memory_types={**_OLD_TYPES, "hipMemoryTypeManaged": 4}, pointer_type_field="memoryType",
-        allocation_prop=hipMemAllocationProp_v5_3, shareable="pointer", host_alloc="hipHostMalloc",
-        host_free="hipHostFree", attr_vmm_supported=None,
+        since=hip_version(5, 3),
+        label="5.3-5.7",
+        ipc_lazy_enable_peer_access=0,
+        memory_types={**_OLD_TYPES, "hipMemoryTypeManaged": 4},
+        pointer_type_field="memoryType",
+        allocation_prop=hipMemAllocationProp_v5_3,
+        shareable="pointer",
+        host_alloc="hipHostMalloc",
+        host_free="hipHostFree",
+        attr_vmm_supported=None,
     ),
     # 6.0 / 6.1: lazy flag 1 (ref §1.4), new hipMemoryType (ref §1.6), VMM export NotSupported (ref §1.8).
     HipAbi(
-        since=hip_version(6, 0), label="6.0/6.1", ipc_lazy_enable_peer_access=1, memory_types=_NEW_TYPES,
-        pointer_type_field="type", allocation_prop=hipMemAllocationProp_v5_3, shareable="unsupported",
-        host_alloc="hipHostMalloc", host_free="hipHostFree", attr_vmm_supported=89,
+        since=hip_version(6, 0),
+        label="6.0/6.1",
+        ipc_lazy_enable_peer_access=1,
+        memory_types=_NEW_TYPES,
+        pointer_type_field="type",
+        allocation_prop=hipMemAllocationProp_v5_3,
+        shareable="unsupported",
+        host_alloc="hipHostMalloc",
+        host_free="hipHostFree",
+        attr_vmm_supported=89,
     ),
     # 6.2: dma-buf fd export, import dereferences osHandle as int* (ref §1.8).
     HipAbi(
-        since=hip_version(6, 2), label="6.2", ipc_lazy_enable_peer_access=1, memory_types=_NEW_TYPES,
-        pointer_type_field="type", allocation_prop=hipMemAllocationProp_v5_3, shareable="pointer",
-        host_alloc="hipHostMalloc", host_free="hipHostFree", attr_vmm_supported=89,
+        since=hip_version(6, 2),
+        label="6.2",
+        ipc_lazy_enable_peer_access=1,
+        memory_types=_NEW_TYPES,
+        pointer_type_field="type",
+        allocation_prop=hipMemAllocationProp_v5_3,
+        shareable="pointer",
+        host_alloc="hipHostMalloc",
+        host_free="hipHostFree",
+        attr_vmm_supported=89,
     ),
     # 6.3 .. 6.x: hipExtHostAlloc / hipFreeHost replace the deprecated hipHostMalloc / hipHostFree (ref §1.3).
     HipAbi(
-        since=hip_version(6, 3), label="6.3+", ipc_lazy_enable_peer_access=1, memory_types=_NEW_TYPES,
-        pointer_type_field="type", allocation_prop=hipMemAllocationProp_v5_3, shareable="pointer",
-        host_alloc="hipExtHostAlloc", host_free="hipFreeHost", attr_vmm_supported=89,
+        since=hip_version(6, 3),
+        label="6.3+",
+        ipc_lazy_enable_peer_access=1,
+        memory_types=_NEW_TYPES,
+        pointer_type_field="type",
+        allocation_prop=hipMemAllocationProp_v5_3,
+        shareable="pointer",
+        host_alloc="hipExtHostAlloc",
+        host_free="hipFreeHost",
+        attr_vmm_supported=89,
     ),
     # 7.x: import takes the fd by value, like CUDA (ref §1.8, §1.10).
     HipAbi(
-        since=hip_version(7, 0), label="7.x", ipc_lazy_enable_peer_access=1, memory_types=_NEW_TYPES,
-        pointer_type_field="type", allocation_prop=hipMemAllocationProp_v5_3, shareable="value",
-        host_alloc="hipExtHostAlloc", host_free="hipFreeHost", attr_vmm_supported=89,
+        since=hip_version(7, 0),
+        label="7.x",
+        ipc_lazy_enable_peer_access=1,
+        memory_types=_NEW_TYPES,
+        pointer_type_field="type",
+        allocation_prop=hipMemAllocationProp_v5_3,
+        shareable="value",
+        host_alloc="hipExtHostAlloc",
+        host_free="hipFreeHost",
+        attr_vmm_supported=89,
     ),
 )
 
@@ -472,7 +545,8 @@ def probe_expectations(version: int) -> dict[str, int]:
         "hipIpcMemHandle_t": ("hipIpcMemHandle_t", REFERENCE_LAYOUTS["hipIpcMemHandle_t"]),
         "hipPointerAttribute_t": ("hipPointerAttribute_t", REFERENCE_LAYOUTS["hipPointerAttribute_t"]),
         "hipMemAllocationProp": (
-            abi.allocation_prop.__name__, REFERENCE_LAYOUTS[abi.allocation_prop.__name__]
+            abi.allocation_prop.__name__,
+            REFERENCE_LAYOUTS[abi.allocation_prop.__name__],
         ),
     }
     for c_name, (_, layout) in layouts.items():
@@ -484,15 +558,17 @@ def probe_expectations(version: int) -> dict[str, int]:
             c_field = abi.pointer_type_field if renamed else field
             out[f"offsetof({c_name},{c_field})"] = value
     # enum and handle sizes the prototypes rely on (ref: "All C enums ... 4 bytes; handles 8")
-    out.update({
-        "sizeof(hipError_t)": 4,
-        "sizeof(hipDeviceAttribute_t)": 4,
-        "sizeof(hipMemoryAdvise)": 4,
-        "sizeof(hipMemRangeAttribute)": 4,
-        "sizeof(hipMemcpyKind)": 4,
-        "sizeof(hipMemAllocationHandleType)": 4,
-        "sizeof(hipMemAllocationGranularity_flags)": 4,
-        "sizeof(hipStream_t)": 8,
-        "sizeof(hipMemGenericAllocationHandle_t)": 8,
-    })
+    out.update(
+        {
+            "sizeof(hipError_t)": 4,
+            "sizeof(hipDeviceAttribute_t)": 4,
+            "sizeof(hipMemoryAdvise)": 4,
+            "sizeof(hipMemRangeAttribute)": 4,
+            "sizeof(hipMemcpyKind)": 4,
+            "sizeof(hipMemAllocationHandleType)": 4,
+            "sizeof(hipMemAllocationGranularity_flags)": 4,
+            "sizeof(hipStream_t)": 8,
+            "sizeof(hipMemGenericAllocationHandle_t)": 8,
+        }
+    )
     return out

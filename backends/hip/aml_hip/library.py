@@ -55,7 +55,8 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipMemPrefetchAsync": (_err, (c_void_p, c_size_t, c_int, c_void_p)),
     "hipMemRangeGetAttribute": (_err, (c_void_p, c_size_t, c_int, c_void_p, c_size_t)),
     "hipMemRangeGetAttributes": (
-        _err, (_PV, POINTER(c_size_t), POINTER(c_int), c_size_t, c_void_p, c_size_t)
+        _err,
+        (_PV, POINTER(c_size_t), POINTER(c_int), c_size_t, c_void_p, c_size_t),
     ),
     "hipStreamAttachMemAsync": (_err, (c_void_p, c_void_p, c_size_t, c_uint)),
     "hipStreamCreateWithFlags": (_err, (_PV, c_uint)),

@@ -31,20 +31,35 @@ DL_ROCM_HOST = 11
 
 _U64 = (1 << 64) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
-_ADVICES = frozenset({
-    C.hipMemAdviseSetReadMostly, C.hipMemAdviseUnsetReadMostly, C.hipMemAdviseSetPreferredLocation,
-    C.hipMemAdviseUnsetPreferredLocation, C.hipMemAdviseSetAccessedBy, C.hipMemAdviseUnsetAccessedBy,
-    C.hipMemAdviseSetCoarseGrain, C.hipMemAdviseUnsetCoarseGrain,
-})
-_RANGE_ATTRIBUTES = frozenset({
-    C.hipMemRangeAttributeReadMostly, C.hipMemRangeAttributePreferredLocation,
-    C.hipMemRangeAttributeAccessedBy, C.hipMemRangeAttributeLastPrefetchLocation,
-    C.hipMemRangeAttributeCoherencyMode,
-})
+_ADVICES = frozenset(
+    {
+        C.hipMemAdviseSetReadMostly,
+        C.hipMemAdviseUnsetReadMostly,
+        C.hipMemAdviseSetPreferredLocation,
+        C.hipMemAdviseUnsetPreferredLocation,
+        C.hipMemAdviseSetAccessedBy,
+        C.hipMemAdviseUnsetAccessedBy,
+        C.hipMemAdviseSetCoarseGrain,
+        C.hipMemAdviseUnsetCoarseGrain,
+    }
+)
+_RANGE_ATTRIBUTES = frozenset(
+    {
+        C.hipMemRangeAttributeReadMostly,
+        C.hipMemRangeAttributePreferredLocation,
+        C.hipMemRangeAttributeAccessedBy,
+        C.hipMemRangeAttributeLastPrefetchLocation,
+        C.hipMemRangeAttributeCoherencyMode,
+    }
+)
 _ATTACH = frozenset({C.hipMemAttachGlobal, C.hipMemAttachHost, C.hipMemAttachSingle})
-_ACCESS = frozenset({
-    C.hipMemAccessFlagsProtNone, C.hipMemAccessFlagsProtRead, C.hipMemAccessFlagsProtReadWrite,
-})
+_ACCESS = frozenset(
+    {
+        C.hipMemAccessFlagsProtNone,
+        C.hipMemAccessFlagsProtRead,
+        C.hipMemAccessFlagsProtReadWrite,
+    }
+)
 _COUNT_MESSAGES = {
     C.hipErrorNoDevice: "no HIP device found (no AMD GPU, or /dev/kfd is not accessible)",
     C.hipErrorInsufficientDriver: "the AMD GPU driver is missing or older than this HIP runtime",
@@ -175,8 +190,11 @@ class HipRuntime:
             name=name.value.decode("utf-8", "replace") or f"HIP device {d}",
             total_memory=int(total.value),
             capabilities=device_capabilities(
-                managed=bool(managed), concurrent=bool(concurrent), pageable=bool(pageable),
-                vmm=bool(vmm), ipc=True,
+                managed=bool(managed),
+                concurrent=bool(concurrent),
+                pageable=bool(pageable),
+                vmm=bool(vmm),
+                ipc=True,
             ),
             details={
                 "hip_version": C.version_string(self.version),
@@ -248,8 +266,9 @@ class HipRuntime:
         )
 
     def memcpy(self, dst: int, src: int, size: int) -> None:
-        self.lib.call("hipMemcpy", _vp(_ptr(dst, "dst")), _vp(_ptr(src, "src")), _size(size),
-                      C.hipMemcpyDefault)
+        self.lib.call(
+            "hipMemcpy", _vp(_ptr(dst, "dst")), _vp(_ptr(src, "src")), _size(size), C.hipMemcpyDefault
+        )
 
     def memset(self, ptr: int, value: int, size: int) -> None:
         v = _int(value, "value")
@@ -259,8 +278,13 @@ class HipRuntime:
 
     # -- managed memory (seed 002) -----------------------------------------------------------
     def mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
-        self.lib.call("hipMemPrefetchAsync", _vp(_ptr(ptr)), _size(size),
-                      self._device(device, host=True), _vp(_ptr(stream, "stream", null=True)))
+        self.lib.call(
+            "hipMemPrefetchAsync",
+            _vp(_ptr(ptr)),
+            _size(size),
+            self._device(device, host=True),
+            _vp(_ptr(stream, "stream", null=True)),
+        )
 
     def mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None:
         adv = _cint(advice, "advice")
@@ -286,8 +310,14 @@ class HipRuntime:
             attributes.append(a)
         if len(buffers) == 1:
             buf = buffers[0]
-            self.lib.call("hipMemRangeGetAttribute", ctypes.cast(buf, c_void_p), ctypes.sizeof(buf),
-                          attributes[0], _vp(p), n)
+            self.lib.call(
+                "hipMemRangeGetAttribute",
+                ctypes.cast(buf, c_void_p),
+                ctypes.sizeof(buf),
+                attributes[0],
+                _vp(p),
+                n,
+            )
         else:
             count = len(buffers)
             data = (c_void_p * count)(*(ctypes.cast(b, c_void_p) for b in buffers))
@@ -300,8 +330,13 @@ class HipRuntime:
         f = _int(flags, "flags")
         if f not in _ATTACH:
             raise AMLValueError(f"attach flags must be hipMemAttachGlobal 1, Host 2 or Single 4, got {f}")
-        self.lib.call("hipStreamAttachMemAsync", _vp(_ptr(stream, "stream", null=True)), _vp(_ptr(ptr)),
-                      _size(size, zero=True), f)
+        self.lib.call(
+            "hipStreamAttachMemAsync",
+            _vp(_ptr(stream, "stream", null=True)),
+            _vp(_ptr(ptr)),
+            _size(size, zero=True),
+            f,
+        )
 
     # -- streams -----------------------------------------------------------------------------
     def stream_create(self, non_blocking: bool) -> int:
@@ -357,8 +392,13 @@ class HipRuntime:
 
     def vmm_reserve(self, size: int, alignment: int, address: int) -> int:
         self._require("hipMemAddressReserve")
-        return self._out_ptr("hipMemAddressReserve", _size(size), _size(alignment, "alignment", zero=True),
-                             _vp(_ptr(address, "address", null=True)), 0)
+        return self._out_ptr(
+            "hipMemAddressReserve",
+            _size(size),
+            _size(alignment, "alignment", zero=True),
+            _vp(_ptr(address, "address", null=True)),
+            0,
+        )
 
     def vmm_address_free(self, ptr: int, size: int) -> None:
         self._require("hipMemAddressFree")
@@ -375,8 +415,14 @@ class HipRuntime:
 
     def vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
         self._require("hipMemMap")
-        self.lib.call("hipMemMap", _vp(_ptr(ptr)), _size(size), _size(offset, "offset", zero=True),
-                      _vp(_ptr(handle, "handle")), 0)
+        self.lib.call(
+            "hipMemMap",
+            _vp(_ptr(ptr)),
+            _size(size),
+            _size(offset, "offset", zero=True),
+            _vp(_ptr(handle, "handle")),
+            0,
+        )
 
     def vmm_unmap(self, ptr: int, size: int) -> None:
         self._require("hipMemUnmap")
@@ -415,8 +461,13 @@ class HipRuntime:
         self._require("hipMemExportToShareableHandle")
         self._shareable()
         fd = c_int(-1)
-        self.lib.call("hipMemExportToShareableHandle", byref(fd), _vp(_ptr(handle, "handle")),
-                      C.hipMemHandleTypePosixFileDescriptor, 0)
+        self.lib.call(
+            "hipMemExportToShareableHandle",
+            byref(fd),
+            _vp(_ptr(handle, "handle")),
+            C.hipMemHandleTypePosixFileDescriptor,
+            0,
+        )
         return fd.value
 
     def vmm_import_fd(self, fd: int) -> int:
@@ -427,12 +478,16 @@ class HipRuntime:
             raise AMLValueError(f"fd must be an open file descriptor, got {value}")
         if self.abi.shareable == "value":
             # HIP >= 7.0: the fd cast to void*, like CUDA (ref §1.8).
-            return self._out_ptr("hipMemImportFromShareableHandle", c_void_p(value),
-                                 C.hipMemHandleTypePosixFileDescriptor)
+            return self._out_ptr(
+                "hipMemImportFromShareableHandle", c_void_p(value), C.hipMemHandleTypePosixFileDescriptor
+            )
         # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (ref §1.8).
         boxed = c_int(value)
-        return self._out_ptr("hipMemImportFromShareableHandle", c_void_p(ctypes.addressof(boxed)),
-                             C.hipMemHandleTypePosixFileDescriptor)
+        return self._out_ptr(
+            "hipMemImportFromShareableHandle",
+            c_void_p(ctypes.addressof(boxed)),
+            C.hipMemHandleTypePosixFileDescriptor,
+        )
 
     def vmm_retain(self, ptr: int) -> int:
         self._require("hipMemRetainAllocationHandle")

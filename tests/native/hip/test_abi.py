@@ -63,8 +63,17 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
     if not cc or not shutil.which(cc):
         pytest.skip("gcc is needed to compile the ABI probe (Debian: apt-get install gcc)")
     exe = tmp_path_factory.mktemp("abi") / "abi_probe"
-    cmd = [cc, "-D__HIP_PLATFORM_AMD__", "-std=gnu11", "-Wall", "-Werror", f"-I{incs[0]}",
-           "-o", str(exe), str(PROBE)]
+    cmd = [
+        cc,
+        "-D__HIP_PLATFORM_AMD__",
+        "-std=gnu11",
+        "-Wall",
+        "-Werror",
+        f"-I{incs[0]}",
+        "-o",
+        str(exe),
+        str(PROBE),
+    ]
     built = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert built.returncode == 0, f"{' '.join(cmd)}\n{built.stdout}{built.stderr}"
     ran = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=60)
@@ -139,15 +148,35 @@ def test_struct_layouts_match_the_reference() -> None:
         "hipMemLocation": {"sizeof": 8, "type": 0, "id": 4},
         "hipMemAccessDesc": {"sizeof": 12, "location": 0, "flags": 8},
         "hipIpcMemHandle_t": {"sizeof": 64, "reserved": 0},
-        "hipPointerAttribute_t": {"sizeof": 32, "type": 0, "device": 4, "devicePointer": 8,
-                                  "hostPointer": 16, "isManaged": 24, "allocationFlags": 28},
-        "hipMemAllocationProp_v5_2": {"sizeof": 32, "compressionType": 0, "location": 4,
-                                      "requestedHandleType": 12, "type": 16, "usage": 20,
-                                      "win32HandleMetaData": 24},
-        "hipMemAllocationProp_v5_3": {"sizeof": 32, "type": 0, "requestedHandleType": 4, "location": 8,
-                                      "win32HandleMetaData": 16, "allocFlags": 24,
-                                      "allocFlags.compressionType": 24,
-                                      "allocFlags.gpuDirectRDMACapable": 25, "allocFlags.usage": 26},
+        "hipPointerAttribute_t": {
+            "sizeof": 32,
+            "type": 0,
+            "device": 4,
+            "devicePointer": 8,
+            "hostPointer": 16,
+            "isManaged": 24,
+            "allocationFlags": 28,
+        },
+        "hipMemAllocationProp_v5_2": {
+            "sizeof": 32,
+            "compressionType": 0,
+            "location": 4,
+            "requestedHandleType": 12,
+            "type": 16,
+            "usage": 20,
+            "win32HandleMetaData": 24,
+        },
+        "hipMemAllocationProp_v5_3": {
+            "sizeof": 32,
+            "type": 0,
+            "requestedHandleType": 4,
+            "location": 8,
+            "win32HandleMetaData": 16,
+            "allocFlags": 24,
+            "allocFlags.compressionType": 24,
+            "allocFlags.gpuDirectRDMACapable": 25,
+            "allocFlags.usage": 26,
+        },
     }
     assert {k: dict(v) for k, v in C.REFERENCE_LAYOUTS.items()} == reference
     for name in C.STRUCTS:
@@ -175,7 +204,13 @@ P52, P53 = "hipMemAllocationProp_v5_2", "hipMemAllocationProp_v5_3"
     ],
 )
 def test_version_table(
-    version: int, label: str, lazy: int, prop: str, shareable: str, host_alloc: str, host_free: str,
+    version: int,
+    label: str,
+    lazy: int,
+    prop: str,
+    shareable: str,
+    host_alloc: str,
+    host_free: str,
     vmm_attr: int | None,
 ) -> None:
     abi = C.abi_for(version)
