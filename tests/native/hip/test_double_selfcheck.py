@@ -923,7 +923,67 @@ def test_threads_share_the_tables_safely(hip: Hip, ctl: DoubleControl) -> None:
     assert_no_leaks(ctl)
 
 
+def test_null_out_pointers_are_invalid_value(hip: Hip, ctl: DoubleControl) -> None:
+    d = hip.malloc(64)
+    m = hip.managed(8192)
+    h = VOIDP()
+    assert hip.hipMemCreate(ctypes.byref(h), GRAN, alloc_prop(V62), 0) == SUCCESS
+    prop = alloc_prop(V62)
+    calls = {
+        "hipGetDevice": (None,),
+        "hipRuntimeGetVersion": (None,),
+        "hipDriverGetVersion": (None,),
+        "hipDeviceGetAttribute": (None, 24, 0),
+        "hipDeviceTotalMem": (None, 0),
+        "hipMemGetInfo": (None, None),
+        "hipMalloc": (None, 64),
+        "hipHostMalloc": (None, 64, 0),
+        "hipHostAlloc": (None, 64, 0),
+        "hipExtHostAlloc": (None, 64, 0),
+        "hipMallocManaged": (None, 64, 1),
+        "hipHostGetDevicePointer": (None, d, 0),
+        "hipHostGetFlags": (None, d),
+        "hipHostRegister": (None, 64, 0),
+        "hipHostUnregister": (None,),
+        "hipMemAdvise": (None, 4096, 1, 0),
+        "hipMemPrefetchAsync": (None, 4096, 0, None),
+        "hipMemRangeGetAttribute": (None, 4, 1, m, 4096),
+        "hipMemRangeGetAttributes": (None, None, None, 1, m, 4096),
+        "hipStreamAttachMemAsync": (None, None, 0, 1),
+        "hipStreamCreate": (None,),
+        "hipStreamCreateWithFlags": (None, 0),
+        "hipMemcpy": (None, d, 8, 4),
+        "hipMemset": (None, 0, 8),
+        "hipIpcGetMemHandle": (None, d),
+        "hipIpcCloseMemHandle": (None,),
+        "hipPointerGetAttributes": (None, d),
+        "hipMemAddressReserve": (None, GRAN, 0, None, 0),
+        "hipMemAddressFree": (None, GRAN),
+        "hipMemCreate": (None, GRAN, prop, 0),
+        "hipMemMap": (None, GRAN, 0, h, 0),
+        "hipMemUnmap": (None, GRAN),
+        "hipMemSetAccess": (None, GRAN, None, 1),
+        "hipMemGetAccess": (None, None, d),
+        "hipMemExportToShareableHandle": (None, h, 1, 0),
+        "hipMemImportFromShareableHandle": (None, None, 1),
+        "hipMemRetainAllocationHandle": (None, d),
+        "hipMemGetAllocationPropertiesFromHandle": (None, h),
+        "hipMemGetAllocationGranularity": (None, prop, 0),
+    }
+    for name, args in calls.items():
+        assert getattr(hip, name)(*args) == INVALID_VALUE, name
+    p = VOIDP()
+    assert hip.hipIpcOpenMemHandle(None, IpcHandle(), 1) == INVALID_VALUE
+    assert hip.hipIpcOpenMemHandle(ctypes.byref(p), IpcHandle(), 1) == INVALID_VALUE  # not a handle
+    assert hip.hipMemCreate(ctypes.byref(p), GRAN, None, 0) == INVALID_VALUE
+    assert hip.hipMemGetAllocationGranularity(ctypes.byref(SIZE()), None, 0) == INVALID_VALUE
+    assert hip.hipMemRelease(h) == SUCCESS
+    assert hip.hipFree(d) == SUCCESS
+    assert hip.hipFree(m) == SUCCESS
+
+
 def test_reset_frees_everything(hip: Hip, ctl: DoubleControl) -> None:
+    fds_before = len(os.listdir("/proc/self/fd"))
     hip.malloc(64)
     hip.host_malloc(64)
     hip.managed(64)
@@ -933,8 +993,10 @@ def test_reset_frees_everything(hip: Hip, ctl: DoubleControl) -> None:
     assert hip.hipMemCreate(ctypes.byref(h), GRAN, alloc_prop(V62), 0) == SUCCESS
     assert hip.hipMemMap(va, GRAN, 0, h, 0) == SUCCESS
     assert ctl.live("vmm_mapping") == 1
+    assert len(os.listdir("/proc/self/fd")) == fds_before + 2  # two memfds
     ctl.reset()
     assert_no_leaks(ctl)
+    assert len(os.listdir("/proc/self/fd")) == fds_before  # and no descriptor is left open
 
 
 # ------------------------------------------------------------------------------------------
