@@ -1139,6 +1139,11 @@ static void vh_destroy(struct vhandle *h)
         g_dev_used[h->device] -= h->size;
 }
 
+static size_t dev_free(int d) /* budget left on device d (0 if the budget was lowered below use) */
+{
+    return g_dev_used[d] >= g_devmem ? 0 : g_devmem - g_dev_used[d];
+}
+
 static void alloc_release(struct alloc *a)
 {
     if (a->base && a->maplen)
@@ -1295,7 +1300,7 @@ static hipError_t impl_hipMemGetInfo(size_t *freeb, size_t *total)
         return hipErrorInvalidValue;
     int d = cur_dev();
     *total = g_devmem;
-    *freeb = g_devmem - g_dev_used[d];
+    *freeb = dev_free(d);
     return hipSuccess;
 }
 
@@ -1317,7 +1322,7 @@ static hipError_t device_alloc(void **ptr, size_t size, unsigned flags)
         return hipSuccess;
     }
     int d = cur_dev();
-    if (size > g_devmem - g_dev_used[d])
+    if (size > dev_free(d))
         return hipErrorOutOfMemory;
     uint64_t id = g_next_id;
     char name[64];
@@ -1920,7 +1925,7 @@ static hipError_t impl_hipMemCreate(void **handle, size_t size, const void *prop
         return hipErrorNotSupported;
     if (size == 0 || size % HIPDOUBLE_GRANULARITY != 0)
         return hipErrorInvalidValue;
-    if (size > g_devmem - g_dev_used[pp.loc_id])
+    if (size > dev_free(pp.loc_id))
         return hipErrorOutOfMemory;
     uint64_t id = g_next_id++;
     char name[80];

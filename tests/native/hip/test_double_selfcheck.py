@@ -370,6 +370,11 @@ def test_malloc_free_budget_and_bad_pointers(hip: Hip, ctl: DoubleControl) -> No
     assert hip.hipMalloc(ctypes.byref(p), 3 * MiB) == OUT_OF_MEMORY
     b = hip.malloc(2 * MiB)
     assert ctl.live("device") == 2
+    ctl.set_devices(1, 4 * MiB)  # budget lowered below what is in use
+    free, total = SIZE(), SIZE()
+    assert hip.hipMemGetInfo(ctypes.byref(free), ctypes.byref(total)) == SUCCESS
+    assert (free.value, total.value) == (0, 4 * MiB)
+    assert hip.hipMalloc(ctypes.byref(p), 1) == OUT_OF_MEMORY
     assert hip.hipFree(a + 16) == INVALID_VALUE  # interior
     assert hip.hipFree(0xDEAD000) == INVALID_VALUE  # unknown
     assert hip.hipFree(None) == SUCCESS
