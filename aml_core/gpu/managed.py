@@ -220,8 +220,9 @@ def range_attributes(
     if not attrs_:
         raise AMLValueError("range_attributes needs at least one attribute")
     ptr, n = _range(buffer, offset, size)
-    ndev = max(1, runtime.device_count())
-    requests = [(a.value, ndev if a is RangeAttribute.ACCESSED_BY else 1) for a in attrs_]
+    # ACCESSED_BY may name every device and the host (CPU, -1): one slot each.
+    slots = max(1, runtime.device_count()) + 1
+    requests = [(a.value, slots if a is RangeAttribute.ACCESSED_BY else 1) for a in attrs_]
     data = runtime.mem_range_attributes(ptr, n, requests)
     return {a: _convert(a, d) for a, d in zip(attrs_, data, strict=True)}
 
