@@ -96,6 +96,10 @@ class GpuArea(Area):
                 caps |= Capability.MAPPED
         super().__init__(backend=runtime.traits.name, kind=kind, device=device, capabilities=caps)
         self._exports: dict[int, list[IpcExport]] = {}
+        # The hot path reads these instead of testing flag bits on every mmap.
+        self._mode = _mode_of(checked)
+        self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
+        self._default_options = GpuMmapOptions()
 
     def _device_count(self) -> int:
         try:
@@ -130,48 +134,79 @@ class GpuArea(Area):
             rt.set_device(current)
 
     # -- allocation -----------------------------------------------------------------------
+    def _coerce_options(self, options: Any) -> Any:
+        if options is None:
+            return self._default_options  # frozen: one instance serves every mmap
+        return super()._coerce_options(options)
+
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
+        # The same logic as ``with self._selected(device)``, written out: this is the
+        # hot path of every GPU allocation.
         device = self.device if options.device is None else options.device
         assert device is not None
-        # As in AML, options.ptr is only read by ALLOC_MAPPED areas without ALLOC_HOST.
         rt = self.runtime
-        flags = self.flags
-        glob = bool(flags & GpuFlags.ALLOC_GLOBAL)
-        with self._selected(device) as used:
-            if flags & GpuFlags.ALLOC_UNIFIED:
-                g = rt.traits.managed_granule
-                n = -(-size // g) * g
-                ptr = rt.malloc_managed(n, attach_global=glob)
-                return self._wrap(ptr, size, used, GpuAllocation("managed", n), rt.traits.dl_managed, True)
-            if flags & GpuFlags.ALLOC_MAPPED:
-                if flags & GpuFlags.ALLOC_HOST:
-                    ptr = rt.host_alloc(size, portable=glob, mapped=True)
-                    try:
-                        dptr = rt.host_device_pointer(ptr)
-                    except BaseException:
-                        rt.free_host(ptr)
-                        raise
-                    return self._wrap(ptr, size, used, GpuAllocation("host", size), rt.traits.dl_host, True,
-                                      device_ptr=dptr)
-                if options.ptr is None:
-                    raise AMLValueError(
-                        "an ALLOC_MAPPED area without ALLOC_HOST maps the caller's memory: "
-                        "pass options.ptr (an address or a writable buffer)"
-                    )
-                host, keep = _host_memory(options.ptr, size)
-                rt.host_register(host, size, portable=glob, mapped=True)
-                try:
-                    dptr = rt.host_device_pointer(host)
-                except BaseException:
-                    rt.host_unregister(host)
-                    raise
-                return self._wrap(host, size, used, GpuAllocation("registered", size, keep), rt.traits.dl_host,
-                                  True, device_ptr=dptr)
-            if flags & GpuFlags.ALLOC_HOST:
-                ptr = rt.host_alloc(size, portable=glob, mapped=False)
-                return self._wrap(ptr, size, used, GpuAllocation("host", size), rt.traits.dl_host, True)
+        if device < 0:
+            return self._allocate_on(size, options, rt.get_device())
+        if device >= self._count:
+            raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
+        try:
+            current = rt.get_device()
+        except AMLError as exc:
+            raise AMLFailure("could not read the current device", native=exc.native) from exc
+        if current == device:
+            return self._allocate_on(size, options, device)
+        rt.set_device(device)
+        try:
+            return self._allocate_on(size, options, device)
+        finally:
+            rt.set_device(current)
+
+    def _allocate_on(self, size: int, options: GpuMmapOptions, used: int) -> Buffer:
+        """Allocate on the selected device ``used`` (see the module doc for the flags)."""
+        rt = self.runtime
+        traits = rt.traits
+        mode = self._mode
+        if mode == "device":
             ptr = rt.malloc(size)
-            return self._wrap(ptr, size, used, GpuAllocation("device", size), rt.traits.dl_device, False)
+            return self._new_buffer(ptr, size, host_accessible=False, dl_device=(traits.dl_device, used),
+                                    native=_allocation("device", size), device=used)
+        if mode == "managed":
+            g = traits.managed_granule
+            n = -(-size // g) * g
+            ptr = rt.malloc_managed(n, attach_global=self._global)
+            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_managed, used),
+                                    native=_allocation("managed", n), device=used)
+        if mode == "host":
+            ptr = rt.host_alloc(size, portable=self._global, mapped=False)
+            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_host, 0),
+                                    native=_allocation("host", size), device=used)
+        if mode == "host_mapped":
+            ptr = rt.host_alloc(size, portable=self._global, mapped=True)
+            try:
+                dptr = rt.host_device_pointer(ptr)
+            except BaseException:
+                rt.free_host(ptr)
+                raise
+            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_host, 0),
+                                    device_ptr=dptr, native=_allocation("host", size), device=used)
+        # "registered": ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
+        # As in AML, options.ptr is only read by these areas.
+        if options.ptr is None:
+            raise AMLValueError(
+                "an ALLOC_MAPPED area without ALLOC_HOST maps the caller's memory: "
+                "pass options.ptr (an address or a writable buffer)"
+            )
+        host, keep = _host_memory(options.ptr, size)
+        rt.host_register(host, size, portable=self._global, mapped=True)
+        try:
+            dptr = rt.host_device_pointer(host)
+        except BaseException:
+            rt.host_unregister(host)
+            if isinstance(keep, memoryview):
+                keep.release()
+            raise
+        return self._new_buffer(host, size, host_accessible=True, dl_device=(traits.dl_host, 0),
+                                device_ptr=dptr, native=GpuAllocation("registered", size, keep), device=used)
 
     def _wrap(
         self,
@@ -193,8 +228,9 @@ class GpuArea(Area):
     def _free(self, buffer: Buffer) -> None:
         native: GpuAllocation = buffer.native
         rt = self.runtime
-        for export in self._exports.pop(buffer.ptr, []):
-            export.close()
+        if self._exports:
+            for export in self._exports.pop(buffer.ptr, ()):
+                export.close()
         if native.tag in ("device", "managed"):
             rt.free(buffer.ptr)
         elif native.tag == "host":
@@ -244,8 +280,9 @@ class GpuArea(Area):
         self._managed(buffer)
         return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)
 
-    def attach(self, buffer: Buffer, stream: Any, flags: managed.AttachFlags | int = managed.AttachFlags.SINGLE
-               ) -> None:
+    def attach(
+        self, buffer: Buffer, stream: Any, flags: managed.AttachFlags | int = managed.AttachFlags.SINGLE
+    ) -> None:
         """Attach a managed buffer to a stream."""
         self._managed(buffer)
         managed.stream_attach(self.runtime, buffer, stream, flags)
@@ -314,3 +351,30 @@ def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
         raise AMLValueError(f"options.ptr holds {n} bytes, fewer than the {size} to map")
     addr, _, _ = address_of(view)
     return addr, view
+
+
+def _mode_of(flags: GpuFlags) -> str:
+    """What an area of these flags allocates (seed 000's precedence)."""
+    if flags & GpuFlags.ALLOC_UNIFIED:
+        return "managed"
+    if flags & GpuFlags.ALLOC_MAPPED:
+        return "host_mapped" if flags & GpuFlags.ALLOC_HOST else "registered"
+    if flags & GpuFlags.ALLOC_HOST:
+        return "host"
+    return "device"
+
+
+_ALLOCATIONS: dict[tuple[str, int], GpuAllocation] = {}
+_ALLOCATIONS_MAX = 4096
+
+
+def _allocation(tag: str, size: int) -> GpuAllocation:
+    """A shared (frozen) GpuAllocation for the usual sizes: building an attrs instance
+    costs more than the rest of the Python side of an mmap."""
+    key = (tag, size)
+    found = _ALLOCATIONS.get(key)
+    if found is None:
+        found = GpuAllocation(tag, size)
+        if len(_ALLOCATIONS) < _ALLOCATIONS_MAX:
+            _ALLOCATIONS[key] = found
+    return found
