@@ -66,10 +66,11 @@ class IpcExport:
     @property
     def handle(self) -> IpcHandle:
         """The picklable handle; raises once the export was closed or its buffer freed."""
-        if self._closed:
-            raise AMLValueError("this IPC export was closed")
+        # Freeing a buffer also closes its exports: say the more useful thing first.
         if self._buffer.freed:
             raise AMLValueError(f"the exported buffer was freed ({self._buffer!r}); export a live buffer")
+        if self._closed:
+            raise AMLValueError("this IPC export was closed")
         return self._handle
 
     @property
