@@ -1,0 +1,146 @@
+"""Child processes of the IPC and virtual-memory tests (and of the benchmark): run as
+``python children.py ipc|vmm|ipc-raw ...``; each prints one JSON line."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pickle
+import random
+import socket
+import sys
+import time
+from typing import Any
+
+
+def pattern(seed: int, n: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+def host_address(data: bytearray) -> int:
+    return ctypes.addressof((ctypes.c_char * len(data)).from_buffer(data))
+
+
+def read_device(rt: Any, ptr: int, n: int) -> bytes:
+    out = bytearray(n)
+    rt.memcpy(host_address(out), ptr, n)
+    return bytes(out)
+
+
+def write_device(rt: Any, ptr: int, data: bytes) -> None:
+    src = bytearray(data)
+    rt.memcpy(ptr, host_address(src), len(src))
+
+
+def ipc(handle_hex: str, seed: int, reply_seed: int, opens: int) -> dict[str, Any]:
+    """Open a handle (cold, then cached), check the exporter's bytes, write a reply,
+    close as many times as opened."""
+    import aml_cuda
+
+    handle = pickle.loads(bytes.fromhex(handle_hex))
+    rt = aml_cuda.get_runtime()
+    rt.set_device(handle.device)
+    rt.synchronize()  # the context exists before the clock starts
+    t0 = time.perf_counter_ns()
+    buf = aml_cuda.ipc_open(handle)
+    cold = time.perf_counter_ns() - t0
+    cached = []
+    for _ in range(opens - 1):
+        t0 = time.perf_counter_ns()
+        again = aml_cuda.ipc_open(handle)
+        cached.append(time.perf_counter_ns() - t0)
+        assert again is buf
+    area = buf.area
+    assert area.open_count(buf) == opens
+    assert buf.size == handle.size
+    ok = read_device(rt, buf.ptr, handle.size) == pattern(seed, handle.size)
+    write_device(rt, buf.ptr, pattern(reply_seed, handle.size))
+    rt.synchronize()
+    try:
+        aml_cuda.ipc_open(pickle.loads(pickle.dumps(handle)))  # equal handle: cached too
+        opens += 1
+    finally:
+        for i in range(opens):
+            assert not buf.freed, i
+            aml_cuda.ipc_close(buf)
+    assert buf.freed
+    cached.sort()
+    return {
+        "ok": ok,
+        "cold_us": cold / 1000,
+        "cached_us": cached[len(cached) // 2] / 1000 if cached else None,
+        "pid": os.getpid(),
+    }
+
+
+def ipc_raw(handle_hex: str) -> dict[str, Any]:
+    """cudaIpcOpenMemHandle directly, for the benchmark's reference."""
+    import aml_cuda
+    from cuda.bindings import runtime as rt_
+
+    handle = pickle.loads(bytes.fromhex(handle_hex))
+    rt = aml_cuda.get_runtime()
+    rt.set_device(handle.device)
+    rt.synchronize()
+    raw = ctypes.create_string_buffer(handle.data, 64)
+    native = rt_.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
+    t0 = time.perf_counter_ns()
+    err, ptr = rt_.cudaIpcOpenMemHandle(native, rt_.cudaIpcMemLazyEnablePeerAccess)
+    cold = time.perf_counter_ns() - t0
+    assert int(err) == 0, err
+    (err,) = rt_.cudaIpcCloseMemHandle(ptr)
+    assert int(err) == 0, err
+    return {"ok": True, "cold_us": cold / 1000}
+
+
+def vmm(sock_fd: int) -> dict[str, Any]:
+    """Receive a POSIX fd over a UNIX socket (SCM_RIGHTS), import it, map it, check
+    the exporter's bytes and write a reply."""
+    import aml_cuda
+    from aml_cuda import Access
+
+    sock = socket.socket(fileno=sock_fd)
+    msg, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)
+    info = json.loads(msg)
+    (fd,) = fds
+    size, seed, reply_seed = info["size"], info["seed"], info["reply_seed"]
+    rt = aml_cuda.get_runtime()
+    with aml_cuda.virtual_memory(0) as vm:
+        phys = vm.import_fd(fd, size)
+        os.close(fd)
+        props = vm.properties(phys)
+        res = vm.reserve(size)
+        vm.map(res.ptr, size, phys)
+        vm.set_access(res.ptr, size, Access.READWRITE)
+        ok = read_device(rt, res.ptr, size) == pattern(seed, size)
+        write_device(rt, res.ptr, pattern(reply_seed, size))
+        rt.synchronize()
+        vm.unmap(res.ptr, size)
+        vm.release(phys)
+        vm.address_free(res)
+    sock.sendall(b"done")
+    sock.close()
+    return {
+        "ok": ok,
+        "type": props.type,
+        "location_device": props.location_device,
+        "handle_types": props.handle_types,
+    }
+
+
+def main(argv: list[str]) -> None:
+    cmd = argv[1]
+    if cmd == "ipc":
+        out = ipc(argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
+    elif cmd == "ipc-raw":
+        out = ipc_raw(argv[2])
+    elif cmd == "vmm":
+        out = vmm(int(argv[2]))
+    else:
+        raise SystemExit(f"unknown command {cmd!r}")
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

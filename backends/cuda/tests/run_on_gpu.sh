@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install aml-core and aml-cuda, run the CUDA tests (GPU tests included) and the
+# benchmark on a GPU machine. Logs and results go to $OUT (default /tmp/aml-cuda-out).
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all] [pytest args...]
+set -uo pipefail
+what=${1:-all}
+shift || true
+OUT=${OUT:-/tmp/aml-cuda-out}
+mkdir -p "$OUT"
+repo=$(cd "$(dirname "$0")/../../.." && pwd)
+export PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
+    $py -c 'import sys, cuda.bindings, numpy; print(sys.version.split()[0], "cuda-bindings", cuda.bindings.__version__, "numpy", numpy.__version__)'
+    $py -c 'import cupy, torch; print("cupy", cupy.__version__, "torch", torch.__version__)'
+    $py -m pip install --no-deps --no-build-isolation "$repo" "$repo/backends/cuda" 2>&1 | tail -2
+    (cd /tmp && $py -m aml_core info)
+} 2>&1 | tee "$OUT/cuda-gpu-env.log"
+rc=0
+if [ "$what" = all ] || [ "$what" = tests ]; then
+    (cd /tmp && timeout 330 $py -m pytest "$repo/backends/cuda/tests" -q -rfEs -p no:cacheprovider \
+        --timeout=150 --junitxml="$OUT/cuda-gpu-tests.xml" "$@") 2>&1 | tee "$OUT/cuda-gpu-tests.log"
+    rc=${PIPESTATUS[0]}
+fi
+if [ "$what" = all ] || [ "$what" = bench ]; then
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/cuda_bench.py" --out "$OUT") 2>&1 | tee "$OUT/cuda-bench.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+exit "$rc"

@@ -1,0 +1,460 @@
+"""CPU-only tests of aml-cuda (they run in CI, where cuda-bindings is installed and
+there is no driver): the plugin and the registry, the unavailable paths of the probe,
+the error tables, the public API and the shared device-selection logic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+import aml_cuda
+import pytest
+from conftest import child_env, gpu_available
+
+import aml_core
+from aml_core.errors import (
+    AMLBusyError,
+    AMLFailure,
+    AMLMemoryError,
+    AMLNotSupported,
+    AMLPermissionError,
+    AMLTypeError,
+    AMLValueError,
+    ErrorCode,
+)
+from aml_core.gpu import GpuBackend, GpuFlags
+from aml_core.specs import Capability, Kind
+
+rt_mod = pytest.importorskip("cuda.bindings.runtime")
+drv_mod = pytest.importorskip("cuda.bindings.driver")
+
+from aml_cuda import errors as cuda_errors  # noqa: E402  (after the importorskip)
+
+E = rt_mod.cudaError_t
+R = drv_mod.CUresult
+
+
+def _installed() -> bool:
+    try:
+        metadata.distribution("aml-cuda")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+# -- plugin and registry -------------------------------------------------------------------
+def test_plugin_import_is_cheap() -> None:
+    code = (
+        "import sys, aml_cuda.plugin\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('cuda', 'aml_core.gpu', 'aml_cuda'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        check=True,
+    )
+    loaded = json.loads(out.stdout.strip().replace("'", '"'))
+    assert "aml_cuda.plugin" in loaded
+    assert not [m for m in loaded if m.startswith("cuda")], loaded
+    assert not [m for m in loaded if m.startswith("aml_core.gpu")], loaded
+    assert "aml_cuda._api" not in loaded
+    # Self time of aml-cuda's own modules (the rest is aml_core, imported anyway).
+    own = 0
+    for line in out.stderr.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) == 3 and parts[2].strip().startswith("aml_cuda"):
+            own += int(parts[0].split(":")[-1])
+    assert own < 20_000, f"aml_cuda modules took {own} us to import"
+
+
+def test_plugin_descriptor() -> None:
+    from aml_cuda import plugin
+
+    (desc,) = plugin.aml_backends()
+    assert desc.name == "cuda"
+    assert desc.priority == 100
+    assert desc.kinds == frozenset(Kind)
+    for cap in (Capability.MANAGED, Capability.VIRTUAL_MEMORY, Capability.IPC, Capability.DLPACK):
+        assert cap in desc.capabilities
+    assert desc.ipc_open is not None
+
+
+@pytest.mark.skipif(not _installed(), reason="aml-cuda is not installed (entry points need a distribution)")
+def test_registry_lists_cuda() -> None:
+    aml_core.registry.reset()
+    statuses = {s.name: s for s in aml_core.backends()}
+    st = statuses["cuda"]
+    assert st.distribution == "aml-cuda"
+    assert st.priority == 100
+    assert st.reason
+    if not st.available:
+        assert not st.devices
+
+
+@pytest.mark.skipif(not _installed(), reason="aml-cuda is not installed (entry points need a distribution)")
+def test_aml_info_lists_cuda() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info", "--json"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        check=True,
+    )
+    data = json.loads(out.stdout)
+    (cuda,) = [b for b in data["backends"] if b["name"] == "cuda"]
+    assert cuda["distribution"] == "aml-cuda"
+    assert cuda["priority"] == 100
+    assert cuda["reason"]
+    if gpu_available():
+        assert cuda["available"] is True
+        assert cuda["devices"][0]["details"]["compute_capability"]
+        assert data["chosen"]["device"]["backend"] == "cuda"
+    else:
+        assert cuda["available"] is False
+    text = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        check=True,
+    ).stdout
+    assert "cuda  (aml-cuda" in text
+
+
+# -- the probe's unavailable paths ------------------------------------------------------------
+@pytest.mark.skipif(gpu_available(), reason="a CUDA GPU is present: the no-driver path is not reachable")
+def test_probe_without_driver() -> None:
+    """This machine (and CI) has cuda-bindings and no NVIDIA driver."""
+    result = aml_cuda.probe()
+    assert result.available is False
+    assert "cudaErrorInsufficientDriver" in result.reason or "cudaErrorNoDevice" in result.reason
+    assert "driver" in result.reason or "device" in result.reason
+    assert result.devices == ()
+    # Creating an area says why; it never crashes.
+    with pytest.raises(AMLFailure) as info:
+        aml_cuda.create(0)
+    assert info.value.native is not None
+    assert info.value.native.function == "cudaGetDeviceCount"
+    with pytest.raises(AMLNotSupported):
+        aml_cuda.virtual_memory(0)
+    with pytest.raises(AMLNotSupported):
+        aml_core.area(kind="device", backend="cuda")
+
+
+@pytest.mark.skipif(gpu_available(), reason="a CUDA GPU is present: the no-driver path is not reachable")
+def test_driver_api_without_driver() -> None:
+    """cuda.bindings.driver raises a cuda.pathfinder error on its first call when
+    libcuda.so.1 is missing: aml turns it into ENOTSUP."""
+    from aml_cuda.runtime import CudaRuntime
+
+    rt = CudaRuntime()
+    with pytest.raises(AMLNotSupported, match=r"libcuda\.so\.1"):
+        rt.device_info(0)
+    with pytest.raises(AMLNotSupported):
+        rt.vmm_granularity(0, False)
+
+
+class _Proxy:
+    """A module stand-in: the named functions replaced, the rest from the real one."""
+
+    def __init__(self, real: Any, **replaced: Any) -> None:
+        self._real = real
+        self.__dict__.update(replaced)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+
+@pytest.mark.parametrize(
+    ("code", "words"),
+    [
+        (E.cudaErrorInsufficientDriver, "no usable NVIDIA driver"),
+        (E.cudaErrorNoDevice, "no CUDA device"),
+        (E.cudaErrorUnknown, "cudaErrorUnknown"),
+    ],
+)
+def test_probe_reasons(monkeypatch: pytest.MonkeyPatch, code: Any, words: str) -> None:
+    from aml_cuda import runtime as runtime_mod
+
+    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (code, None)))
+    backend = GpuBackend("cuda", aml_cuda.load_runtime)
+    result = backend.probe()
+    assert result.available is False
+    assert words in result.reason
+    assert code.name in result.reason
+
+
+def test_probe_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aml_cuda import runtime as runtime_mod
+
+    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 0)))
+    result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
+    assert result.available is False
+    assert "no cuda device" in result.reason
+
+
+def test_probe_missing_driver_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver library missing while the runtime reports devices (the driver API's
+    own failure mode): device_info is ENOTSUP and the probe says why."""
+    from aml_cuda import runtime as runtime_mod
+
+    class DynamicLibNotFoundError(RuntimeError):
+        pass
+
+    def no_lib(*args: Any) -> Any:
+        raise DynamicLibNotFoundError(
+            '"cuda" is an NVIDIA driver library and can only be found via system search'
+        )
+
+    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 1)))
+    monkeypatch.setattr(runtime_mod, "_drv", _Proxy(drv_mod, cuInit=no_lib))
+    result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
+    assert result.available is False
+    assert "libcuda.so.1" in result.reason
+    assert "DynamicLibNotFoundError" in result.reason
+
+
+def test_probe_without_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
+    assert result.available is False
+    assert "cuda-bindings is not installed" in result.reason
+
+
+def test_probe_with_old_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
+    import cuda.bindings
+
+    monkeypatch.setattr(cuda.bindings, "__version__", "12.9.2")
+    result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
+    assert result.available is False
+    assert "cuda-bindings>=13" in result.reason
+    assert "12.9.2" in result.reason
+
+
+def test_probe_without_cuda_bindings_in_a_fresh_process() -> None:
+    code = (
+        "import sys; sys.modules['cuda.bindings'] = None\n"
+        "import aml_core, aml_cuda\n"
+        "r = aml_cuda.probe(); print(r.available, r.reason)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True
+    )
+    assert out.stdout.startswith("False cuda-bindings is not installed")
+
+
+# -- error tables ----------------------------------------------------------------------------
+RUNTIME_ROWS = [
+    (E.cudaErrorInsufficientDriver, ErrorCode.ENOTSUP, AMLNotSupported),
+    (E.cudaErrorNoDevice, ErrorCode.ENOTSUP, AMLNotSupported),
+    (E.cudaErrorMemoryAllocation, ErrorCode.ENOMEM, AMLMemoryError),
+    (E.cudaErrorInvalidValue, ErrorCode.EINVAL, AMLValueError),
+    (E.cudaErrorInvalidDevice, ErrorCode.EINVAL, AMLValueError),
+    (E.cudaErrorDeviceAlreadyInUse, ErrorCode.EBUSY, AMLBusyError),
+    (E.cudaErrorDevicesUnavailable, ErrorCode.EBUSY, AMLBusyError),
+    (E.cudaErrorInitializationError, ErrorCode.FAILURE, AMLFailure),
+    (E.cudaErrorNotSupported, ErrorCode.ENOTSUP, AMLNotSupported),
+    (E.cudaErrorNotPermitted, ErrorCode.EPERM, AMLPermissionError),
+    (E.cudaErrorUnknown, ErrorCode.FAILURE, AMLFailure),
+    (E.cudaErrorIllegalAddress, ErrorCode.FAILURE, AMLFailure),
+    (E.cudaErrorInvalidResourceHandle, ErrorCode.FAILURE, AMLFailure),
+]
+
+
+@pytest.mark.parametrize(("native", "code", "cls"), RUNTIME_ROWS, ids=lambda v: getattr(v, "name", None))
+def test_runtime_table(native: Any, code: ErrorCode, cls: type[Exception]) -> None:
+    table = cuda_errors.RUNTIME_ERRORS
+    assert table.translate(int(native)) is code
+    err = table.error("cudaMalloc", int(native))
+    assert type(err) is cls
+    assert err.code is code
+    assert err.native is not None
+    assert err.native.backend == "cuda"
+    assert err.native.function == "cudaMalloc"
+    assert err.native.code == int(native)
+    assert err.native.name == native.name  # from cudaGetErrorName
+    with pytest.raises(cls):
+        table.check("cudaMalloc", int(native))
+    table.check("cudaMalloc", 0)  # success does not raise
+
+
+def test_runtime_table_numbers() -> None:
+    """The seed's rows, by number as well as by name (the bindings' enum values)."""
+    assert {k: v.name for k, v in cuda_errors.RUNTIME_MAPPING.items()} == {
+        35: "ENOTSUP",
+        100: "ENOTSUP",
+        2: "ENOMEM",
+        1: "EINVAL",
+        101: "EINVAL",
+        216: "EBUSY",
+        46: "EBUSY",
+        3: "FAILURE",
+        801: "ENOTSUP",
+        800: "EPERM",
+    }
+
+
+DRIVER_ROWS = [
+    (R.CUDA_ERROR_NO_DEVICE, ErrorCode.ENOTSUP),
+    (R.CUDA_ERROR_STUB_LIBRARY, ErrorCode.ENOTSUP),
+    (R.CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, ErrorCode.ENOTSUP),
+    (R.CUDA_ERROR_OUT_OF_MEMORY, ErrorCode.ENOMEM),
+    (R.CUDA_ERROR_INVALID_VALUE, ErrorCode.EINVAL),
+    (R.CUDA_ERROR_INVALID_DEVICE, ErrorCode.EINVAL),
+    (R.CUDA_ERROR_CONTEXT_ALREADY_IN_USE, ErrorCode.EBUSY),
+    (R.CUDA_ERROR_DEVICE_UNAVAILABLE, ErrorCode.EBUSY),
+    (R.CUDA_ERROR_NOT_INITIALIZED, ErrorCode.FAILURE),
+    (R.CUDA_ERROR_NOT_SUPPORTED, ErrorCode.ENOTSUP),
+    (R.CUDA_ERROR_NOT_PERMITTED, ErrorCode.EPERM),
+    (R.CUDA_ERROR_NOT_MAPPED, ErrorCode.FAILURE),
+    (R.CUDA_ERROR_UNKNOWN, ErrorCode.FAILURE),
+]
+
+
+@pytest.mark.parametrize(("native", "code"), DRIVER_ROWS, ids=lambda v: getattr(v, "name", None))
+def test_driver_table(native: Any, code: ErrorCode) -> None:
+    table = cuda_errors.DRIVER_ERRORS
+    assert table.translate(int(native)) is code
+    err = table.error("cuMemCreate", int(native))
+    assert err.code is code
+    assert err.native is not None
+    assert err.native.name == native.name  # cuGetErrorName, or the enum's name without a driver
+
+
+@pytest.mark.parametrize(
+    "table", [cuda_errors.RUNTIME_ERRORS, cuda_errors.DRIVER_ERRORS], ids=["runtime", "driver"]
+)
+@pytest.mark.parametrize("code", [12345, 999_999, -7, 1 << 40])
+def test_unknown_code_is_failure(table: Any, code: int) -> None:
+    assert table.translate(code) is ErrorCode.FAILURE
+    err = table.error("cudaSomething", code)
+    assert isinstance(err, AMLFailure)
+    assert err.native is not None
+    assert isinstance(err.native.name, str)  # a name, never an exception
+
+
+def test_error_names_never_raise() -> None:
+    for name_of in (cuda_errors.runtime_error_name, cuda_errors.driver_error_name):
+        for code in (0, 2, 35, 12345, -1, 1 << 40):
+            assert isinstance(name_of(code), str)
+    assert cuda_errors.runtime_error_name(2) == "cudaErrorMemoryAllocation"
+    assert cuda_errors.driver_error_name(2) == "CUDA_ERROR_OUT_OF_MEMORY"
+
+
+def test_no_native_code_maps_to_success() -> None:
+    for table in (cuda_errors.RUNTIME_ERRORS, cuda_errors.DRIVER_ERRORS):
+        assert ErrorCode.SUCCESS not in set(table.mapping.values())
+
+
+# -- public API ------------------------------------------------------------------------------
+def test_public_api() -> None:
+    for name in aml_cuda.__all__:
+        assert getattr(aml_cuda, name) is not None, name
+    assert set(aml_cuda.__all__) <= set(dir(aml_cuda))
+    assert aml_cuda.CudaFlags is GpuFlags
+    F = aml_cuda.CudaFlags
+    assert (F.DEFAULT, F.ALLOC_HOST, F.ALLOC_UNIFIED, F.ALLOC_MAPPED, F.ALLOC_GLOBAL) == (0, 1, 2, 4, 8)
+    assert aml_cuda.BACKEND.name == "cuda"
+    assert isinstance(aml_cuda.BACKEND, GpuBackend)
+    with pytest.raises(AttributeError):
+        aml_cuda.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("flags", [16, 1 << 10, -1, 0x1F])
+def test_bad_flags_are_einval(flags: int) -> None:
+    """Flags are checked before anything native: EINVAL with or without a GPU."""
+    with pytest.raises(AMLValueError, match="flag"):
+        aml_cuda.create(0, flags)
+
+
+@pytest.mark.parametrize("flags", [1.5, "0", None, True])
+def test_flags_of_the_wrong_type(flags: Any) -> None:
+    with pytest.raises(AMLTypeError):
+        aml_cuda.create(0, flags)
+
+
+@pytest.mark.parametrize("device", [1.0, "0", None, True])
+def test_device_of_the_wrong_type(device: Any) -> None:
+    with pytest.raises(AMLTypeError):
+        aml_cuda.create(device, 0)
+
+
+def test_runtime_traits() -> None:
+    from aml_cuda.runtime import CudaRuntime
+
+    rt = CudaRuntime()
+    t = rt.traits
+    assert (t.name, t.dl_device, t.dl_host, t.dl_managed) == ("cuda", 2, 3, 13)
+    assert t.advices == frozenset(range(1, 7))
+    assert t.range_attributes == frozenset(range(1, 9))
+    assert "cuda-bindings" in t.version
+    assert isinstance(rt, aml_core.gpu.GpuRuntime)
+
+
+# -- the shared device-selection logic, over a recording runtime --------------------------------
+class _Recorder:
+    """A runtime double over CudaRuntime's interface: two devices, the caller on
+    device 1, an allocation that fails on demand."""
+
+    def __init__(self, fail: bool) -> None:
+        from aml_cuda.runtime import CudaRuntime
+
+        real = CudaRuntime()
+        self.traits = real.traits
+        self.errors = real.errors
+        self.current = 1
+        self.calls: list[tuple[str, int]] = []
+        self.fail = fail
+
+    def device_count(self) -> int:
+        return 2
+
+    def get_device(self) -> int:
+        return self.current
+
+    def set_device(self, device: int) -> None:
+        self.calls.append(("set_device", device))
+        self.current = device
+
+    def malloc(self, size: int) -> int:
+        self.calls.append(("malloc", self.current))
+        if self.fail:
+            raise self.errors.error("cudaMalloc", int(E.cudaErrorMemoryAllocation))
+        return 0x7000_0000
+
+    def free(self, ptr: int) -> None:
+        self.calls.append(("free", self.current))
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["ok", "oom"])
+def test_device_selection_is_restored(fail: bool) -> None:
+    from aml_core.gpu import GpuArea
+
+    rec = _Recorder(fail)
+    area = GpuArea(rec, 0, GpuFlags.DEFAULT)  # type: ignore[arg-type]
+    if fail:
+        with pytest.raises(AMLMemoryError) as info:
+            area.mmap(1 << 20)
+        assert isinstance(info.value, MemoryError)
+        assert info.value.native is not None
+        assert info.value.native.name == "cudaErrorMemoryAllocation"
+    else:
+        buf = area.mmap(1 << 20)
+        assert buf.device == 0
+        assert buf.__dlpack_device__() == (2, 0)
+    assert rec.calls[:3] == [("set_device", 0), ("malloc", 0), ("set_device", 1)]
+    assert rec.current == 1
+    # options.device overrides the area's device; -1 means the current one.
+    rec.calls.clear()
+    rec.fail = False
+    buf2 = area.mmap(4096, {"device": -1})
+    assert buf2.device == 1
+    assert rec.calls == [("malloc", 1)]
+    with pytest.raises(AMLValueError):
+        area.mmap(4096, {"device": 2})
+    area.close()
