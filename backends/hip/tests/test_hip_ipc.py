@@ -1,0 +1,192 @@
+"""Seed 004 on the driver double: IPC between two real processes (the double shares
+"device" memory through memfd in host mode, CUDA IPC in forward mode), the importer's
+cache, the lazy-peer flag per HIP version, handles of freed and re-allocated memory,
+and the error paths."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import aml_hip
+import pytest
+from aml_hip import HipFlags, IpcHandle
+from aml_hip.constants import hip_version
+from conftest import HipDouble
+
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
+
+CHILD = Path(__file__).resolve().parent / "_ipc_child.py"
+V52, V62, V70 = hip_version(5, 2, 21153), hip_version(6, 2), hip_version(7, 0)
+
+
+def run_child(hip: HipDouble, handle: IpcHandle, **request: Any) -> dict[str, Any]:
+    request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
+    env = hip.env(**request.pop("env", {}))
+    proc = subprocess.run(
+        [sys.executable, str(CHILD)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.fixture
+def device_area(areas: Callable[..., aml_hip.HipArea]) -> aml_hip.HipArea:
+    return areas(0, HipFlags.DEFAULT)
+
+
+@pytest.mark.parametrize(("version", "flag"), [(V52, 0), (hip_version(5, 7), 0), (V62, 1), (V70, 1)])
+def test_share_between_processes(
+    hip: HipDouble, device_area: aml_hip.HipArea, version: int, flag: int
+) -> None:
+    """hipIpcMemLazyEnablePeerAccess is 0 up to HIP 5.7 and 1 from 6.0 (ref §1.4): the
+    importer passes the value of the version it runs on."""
+    hip.use_version(version)
+    area = aml_hip.create(0, HipFlags.DEFAULT)
+    try:
+        buf = area.mmap(1 << 16)
+        area.write(buf, b"exported by the parent")
+        export = area.ipc_export(buf)
+        assert hip.last("hipIpcGetMemHandle")[1] == buf.ptr  # type: ignore[index]
+        handle = export.handle
+        assert (handle.backend, handle.device, handle.size, handle.pid) == ("hip", 0, 1 << 16, os.getpid())
+        assert pickle.loads(pickle.dumps(handle)) == handle
+        report = run_child(hip, handle, read=22, write=b"written by the child".hex())
+        assert "error" not in report, report
+        assert bytes.fromhex(report["read"]) == b"exported by the parent"
+        assert report["open_args"][2] == flag
+        assert report["size"] == 1 << 16
+        assert area.read(buf, 20) == b"written by the child"
+        assert report["live_ipc"] == 0
+        area.munmap(buf)
+    finally:
+        area.close()
+
+
+def test_importer_cache(hip: HipDouble, device_area: aml_hip.HipArea) -> None:
+    buf = device_area.mmap(4096)
+    handle = device_area.ipc_export(buf).handle
+    report = run_child(hip, handle, opens=3)
+    assert report["same_buffer"] is True
+    assert report["open_calls"] == 1  # opened once, cached
+    assert report["close_calls"] == 1  # the last of three closes unmaps
+    assert report["closed"] is True
+    assert report["live_ipc"] == 0
+    device_area.munmap(buf)
+
+
+def test_freed_export_raises_and_reallocation_gets_a_new_handle(
+    hip: HipDouble, device_area: aml_hip.HipArea
+) -> None:
+    buf = device_area.mmap(8192)
+    export = device_area.ipc_export(buf)
+    old = export.handle
+    device_area.munmap(buf)
+    assert export.closed
+    with pytest.raises(AMLValueError):
+        _ = export.handle
+    again = device_area.mmap(8192)
+    new = device_area.ipc_export(again).handle
+    assert new.data != old.data
+    report = run_child(hip, old)  # the stale handle of freed memory
+    if hip.mode == "host":  # the double refuses it; what CUDA does is up to CUDA
+        assert report["error"]["class"] == "AMLValueError"
+        assert report["error"]["code"] == ErrorCode.EINVAL
+    assert run_child(hip, new).get("error") is None
+    device_area.munmap(again)
+
+
+def test_export_closed(hip: HipDouble, device_area: aml_hip.HipArea) -> None:
+    buf = device_area.mmap(4096)
+    with device_area.ipc_export(buf) as export:
+        assert export.handle.size == 4096
+    with pytest.raises(AMLValueError, match="closed"):
+        _ = export.handle
+    device_area.munmap(buf)
+
+
+def test_open_in_the_exporting_process_is_refused(hip: HipDouble, device_area: aml_hip.HipArea) -> None:
+    buf = device_area.mmap(4096)
+    handle = device_area.ipc_export(buf).handle
+    with pytest.raises(AMLValueError, match="exported"):
+        aml_hip.ipc_open(handle)
+    assert hip.calls("hipIpcOpenMemHandle") == 0
+    device_area.munmap(buf)
+
+
+def test_export_only_device_buffers(hip: HipDouble, areas: Callable[..., aml_hip.HipArea]) -> None:
+    for flags in (HipFlags.ALLOC_HOST, HipFlags.ALLOC_UNIFIED, HipFlags.ALLOC_MAPPED | HipFlags.ALLOC_HOST):
+        area = areas(0, flags)
+        buf = area.mmap(4096)
+        with pytest.raises(AMLNotSupported):
+            area.ipc_export(buf)
+        area.munmap(buf)
+    device = areas(0, HipFlags.DEFAULT)
+    buf = device.mmap(8192)
+    with pytest.raises(AMLValueError, match="inside the mapping"):
+        device.ipc_export(buf.ptr + 4096)
+    assert hip.calls("hipIpcGetMemHandle") == 0
+    device.munmap(buf)
+
+
+@pytest.mark.parametrize(("error", "cls"), [(1, AMLValueError), (801, AMLNotSupported), (999, AMLFailure)])
+def test_get_handle_errors(
+    hip: HipDouble, device_area: aml_hip.HipArea, error: int, cls: type[AMLError]
+) -> None:
+    buf = device_area.mmap(4096)
+    hip.inject("hipIpcGetMemHandle", error)
+    with pytest.raises(cls):
+        device_area.ipc_export(buf)
+    device_area.munmap(buf)
+
+
+@pytest.mark.parametrize(
+    ("error", "cls", "code"),
+    [
+        (1, "AMLValueError", 3),
+        (205, "AMLFailure", 1),
+        (217, "AMLFailure", 1),
+        (2, "AMLMemoryError", 2),
+        (101, "AMLValueError", 3),
+        (12345, "AMLFailure", 1),
+    ],
+)
+def test_open_errors_in_the_importer(
+    hip: HipDouble, device_area: aml_hip.HipArea, error: int, cls: str, code: int
+) -> None:
+    """hipErrorMapFailed (205) and hipErrorPeerAccessUnsupported (217) are not in the
+    seed's table: FAILURE."""
+    buf = device_area.mmap(4096)
+    handle = device_area.ipc_export(buf).handle
+    report = run_child(hip, handle, env={"HIPDOUBLE_FAULTS": f"hipIpcOpenMemHandle:{error}"})
+    assert report["error"] == {"class": cls, "code": code, "function": "hipIpcOpenMemHandle", "native": error}
+    device_area.munmap(buf)
+
+
+def test_handles_are_checked_before_the_call(hip: HipDouble) -> None:
+    rt = aml_hip.get_runtime()
+    for bad in (b"", b"x" * 63, b"x" * 65):
+        with pytest.raises(AMLValueError):
+            rt.ipc_open_handle(bad)
+    with pytest.raises(AMLError):
+        rt.ipc_open_handle("x" * 64)  # type: ignore[arg-type]
+    with pytest.raises(AMLError):
+        aml_hip.ipc_open(object())  # type: ignore[arg-type]
+    foreign = IpcHandle(backend="cuda", device=0, size=4096, data=b"\0" * 64, pid=1)
+    with pytest.raises(AMLValueError, match="cuda"):
+        aml_hip.ipc_open(foreign)
+    assert hip.calls("hipIpcOpenMemHandle") == 0

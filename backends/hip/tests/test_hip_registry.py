@@ -1,0 +1,203 @@
+"""The plugin, the registry and ``aml info``: with Debian's real ``libamdhip64.so.5`` and
+no AMD GPU the backend is reported unavailable cleanly (ref §1.11); with the driver
+double it is available and chosen for device memory."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import aml_hip
+import pytest
+from aml_hip import plugin
+from conftest import BACKEND_ROOT, HipDouble, child_env
+
+import aml_core
+import aml_core.registry
+from aml_core.errors import AMLFailure, AMLNotSupported
+from aml_core.specs import Kind
+
+
+def _installed() -> bool:
+    try:
+        dist = importlib.metadata.distribution("aml-hip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return any(ep.group == "aml.backends" and ep.name == "hip" for ep in dist.entry_points)
+
+
+@pytest.fixture(scope="module")
+def entry_point_path(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """A directory to put on sys.path that registers aml-hip's entry point when aml-hip
+    is not installed (the test then runs from a checkout); None when it is installed."""
+    if _installed():
+        return None
+    site = tmp_path_factory.mktemp("site")
+    info = site / "aml_hip-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: aml-hip\nVersion: 0.1.0\n")
+    entry = BACKEND_ROOT / "pyproject.toml"
+    assert 'hip = "aml_hip.plugin"' in entry.read_text()
+    (info / "entry_points.txt").write_text("[aml.backends]\nhip = aml_hip.plugin\n")
+    return site
+
+
+@pytest.fixture
+def registry(entry_point_path: Path | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    if entry_point_path is not None:
+        monkeypatch.syspath_prepend(str(entry_point_path))
+    for var in ("AML_BACKEND", "AML_DISABLE_BACKENDS"):
+        monkeypatch.delenv(var, raising=False)
+    aml_core.registry.reset()
+    aml_hip.BACKEND.reset()
+    yield
+    aml_core.registry.reset()
+    aml_hip.BACKEND.reset()
+
+
+def _cli(entry_point_path: Path | None, **env: str) -> dict[str, object]:
+    extra = [str(entry_point_path)] if entry_point_path else []
+    environment = child_env(**env)
+    environment["PYTHONPATH"] = ":".join([*extra, environment["PYTHONPATH"]])
+    proc = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info", "--json"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data: dict[str, object] = json.loads(proc.stdout)
+    return data
+
+
+def _hip_entry(data: dict[str, object]) -> dict[str, object]:
+    backends = data["backends"]
+    assert isinstance(backends, list)
+    found = [b for b in backends if b["name"] == "hip"]
+    assert len(found) == 1, backends
+    entry: dict[str, object] = found[0]
+    return entry
+
+
+# -- plugin ----------------------------------------------------------------------------------
+def test_plugin_is_cheap() -> None:
+    """Importing the plugin and running its hook loads no native library."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import aml_hip.plugin as p
+        [d] = p.aml_backends()
+        import aml_hip
+        assert aml_hip.BACKEND._runtime is None
+        assert "aml_hip.library" not in sys.modules and "aml_hip.runtime" not in sys.modules
+        maps = open("/proc/self/maps").read()
+        assert "libamdhip64" not in maps, "a HIP library was loaded"
+        print(d.name, d.priority, sorted(k.value for k in d.kinds))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["hip", "100", "['device',", "'host',", "'managed',", "'mapped']"]
+
+
+def test_descriptor() -> None:
+    [desc] = plugin.aml_backends()
+    assert (desc.name, desc.priority) == ("hip", 100)
+    assert desc.kinds == frozenset(Kind)
+    assert desc.capabilities == plugin.CAPABILITIES
+    assert desc.ipc_open is not None
+
+
+# -- (b) the real Debian library, no device ---------------------------------------------------------
+@pytest.fixture
+def debian_hip(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    try:
+        ctypes.CDLL("libamdhip64.so.5")
+    except OSError as exc:
+        pytest.skip(f"Debian's libamdhip64.so.5 is not installed (apt-get install libamdhip64-5): {exc}")
+    if Path("/dev/kfd").exists():
+        pytest.skip("/dev/kfd exists: this machine may have an AMD GPU")
+    monkeypatch.setenv("AML_HIP_LIBRARY", "libamdhip64.so.5")
+    aml_hip.BACKEND.reset()
+    yield
+    aml_hip.BACKEND.reset()
+
+
+def test_real_library_without_device(debian_hip: None) -> None:
+    rt = aml_hip.get_runtime()
+    assert rt.version == 50221153
+    assert rt.abi.label == "5.2"
+    result = aml_hip.probe()
+    assert not result.available
+    assert result.reason.startswith("no HIP device found")
+    assert "hipGetDeviceCount returned hipErrorNoDevice (100)" in result.reason
+    with pytest.raises(AMLFailure, match="number of devices"):  # seed 000: FAILURE
+        aml_hip.create(0)
+    with pytest.raises(AMLNotSupported):  # hipGetDeviceCount: hipErrorNoDevice
+        aml_hip.virtual_memory(0)
+
+
+def test_real_library_calls_fail_cleanly(debian_hip: None) -> None:
+    """Direct runtime calls on the GPU-less machine raise; they never crash (ref §1.11:
+    hipMalloc -> hipErrorInvalidDevice)."""
+    rt = aml_hip.get_runtime()
+    with pytest.raises(aml_core.AMLError) as info:
+        rt.malloc(4096)
+    assert info.value.native is not None
+    assert info.value.native.name == "hipErrorInvalidDevice"
+    with pytest.raises(aml_core.AMLError):
+        rt.get_device()
+
+
+def test_registry_reports_hip_unavailable(debian_hip: None, registry: None) -> None:
+    statuses = {s.name: s for s in aml_core.backends()}
+    assert "hip" in statuses, [s.name for s in statuses.values()]
+    hip = statuses["hip"]
+    assert not hip.available
+    assert "no HIP device found" in hip.reason
+    assert hip.distribution == "aml-hip"
+    assert aml_core.choose(Kind.DEVICE).backend != "hip"
+
+
+def test_aml_info_reports_hip_unavailable(debian_hip: None, entry_point_path: Path | None) -> None:
+    data = _cli(entry_point_path, AML_HIP_LIBRARY="libamdhip64.so.5")
+    hip = _hip_entry(data)
+    assert hip["available"] is False
+    assert "no HIP device found" in str(hip["reason"])
+    assert hip["priority"] == 100
+
+
+# -- the double: available and chosen ------------------------------------------------------------------
+def test_registry_chooses_hip_on_the_double(hip: HipDouble, registry: None) -> None:
+    statuses = {s.name: s for s in aml_core.backends()}
+    assert statuses["hip"].available, statuses["hip"].reason
+    assert aml_core.choose(Kind.DEVICE).backend == "hip"
+    with aml_core.area(kind="device") as area:
+        buf = area.mmap(4096)
+        assert area.backend == "hip"
+        area.munmap(buf)
+    with aml_core.area(kind="managed", all_devices=True) as area:
+        buf = area.mmap(100)
+        assert hip.last("hipMallocManaged")[2] == 1  # type: ignore[index]
+        area.munmap(buf)
+
+
+def test_aml_info_on_the_double(hip: HipDouble, entry_point_path: Path | None) -> None:
+    data = _cli(entry_point_path, **hip.env())
+    entry = _hip_entry(data)
+    assert entry["available"] is True, entry
+    devices = entry["devices"]
+    assert isinstance(devices, list)
+    assert len(devices) >= 1
+    chosen = data["chosen"]
+    assert isinstance(chosen, dict)
+    assert chosen["device"]["backend"] == "hip"
