@@ -120,10 +120,7 @@ class GpuArea(Area):
             return
         if device >= self._count:
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
-        try:
-            current = rt.get_device()
-        except AMLError as exc:
-            raise AMLFailure("could not read the current device", native=exc.native) from exc
+        current = rt.get_device()  # its failure is translated like any call (seed 000)
         if current == device:
             yield device
             return
@@ -149,17 +146,30 @@ class GpuArea(Area):
             return self._allocate_on(size, options, rt.get_device())
         if device >= self._count:
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
-        try:
-            current = rt.get_device()
-        except AMLError as exc:
-            raise AMLFailure("could not read the current device", native=exc.native) from exc
+        # A failing hipGetDevice/cudaGetDevice is translated like any call (seed 000: no
+        # device or driver -> ENOTSUP, initialization error -> FAILURE...).
+        current = rt.get_device()
         if current == device:
             return self._allocate_on(size, options, device)
         rt.set_device(device)
         try:
-            return self._allocate_on(size, options, device)
-        finally:
+            buf = self._allocate_on(size, options, device)
+        except BaseException as exc:
+            try:
+                rt.set_device(current)
+            except AMLError as restore:
+                exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
+            raise
+        try:
             rt.set_device(current)
+        except BaseException:
+            # The allocation succeeded but the caller's device could not be restored. AML's
+            # C area returns the pointer with aml_errno set; Python cannot both return and
+            # raise, so the memory is given back and the restore error raised: nothing leaks.
+            buf._release()
+            self._free(buf)
+            raise
+        return buf
 
     def _allocate_on(self, size: int, options: GpuMmapOptions, used: int) -> Buffer:
         """Allocate on the selected device ``used`` (see the module doc for the flags)."""
