@@ -162,6 +162,10 @@ class CudaRuntime:
         self._primary: dict[int, Any] = {}
         self._locations: dict[int, Any] = {}
         self._granularity: dict[tuple[int, bool], int] = {}
+        # Bindings structs the driver calls only read, built once.
+        self._props: dict[tuple[int, bool], Any] = {}
+        self._access: dict[tuple[tuple[int, int], ...], list[Any]] = {}
+        self._devlocs: dict[int, Any] = {}
         self._libcuda: ctypes.CDLL | None = None
 
     def __repr__(self) -> str:
@@ -513,11 +517,17 @@ class CudaRuntime:
             self._dfail("cuCtxSetCurrent", err)
 
     def _prop(self, device: int, exportable: bool) -> Any:
-        prop = _drv.CUmemAllocationProp()
-        prop.type = _PINNED
-        prop.location.type = _LOC_DEVICE
-        prop.location.id = device
-        prop.requestedHandleTypes = _POSIX_FD if exportable else _NO_HANDLE
+        """The ``CUmemAllocationProp`` of pinned device memory (cached: building a
+        bindings struct costs more than the driver call; the bindings only read it)."""
+        key = (device, exportable)
+        prop = self._props.get(key)
+        if prop is None:
+            prop = _drv.CUmemAllocationProp()
+            prop.type = _PINNED
+            prop.location.type = _LOC_DEVICE
+            prop.location.id = device
+            prop.requestedHandleTypes = _POSIX_FD if exportable else _NO_HANDLE
+            self._props[key] = prop
         return prop
 
     def vmm_granularity(self, device: int, recommended: bool) -> int:
@@ -574,22 +584,30 @@ class CudaRuntime:
 
     def vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
         self._context()
-        descs = []
-        for device, flags in access:
-            desc = _drv.CUmemAccessDesc()
-            desc.location.type = _LOC_DEVICE
-            desc.location.id = device
-            desc.flags = _drv.CUmemAccess_flags(flags)
-            descs.append(desc)
+        key = tuple(access)
+        descs = self._access.get(key)
+        if descs is None:
+            descs = []
+            for device, flags in key:
+                desc = _drv.CUmemAccessDesc()
+                desc.location.type = _LOC_DEVICE
+                desc.location.id = device
+                desc.flags = _drv.CUmemAccess_flags(flags)
+                descs.append(desc)
+            if len(self._access) < 64:
+                self._access[key] = descs
         (err,) = _drv.cuMemSetAccess(ptr, size, descs, len(descs))
         if err:
             self._dfail("cuMemSetAccess", err)
 
     def vmm_get_access(self, ptr: int, device: int) -> int:
         self._context()
-        loc = _drv.CUmemLocation()
-        loc.type = _LOC_DEVICE
-        loc.id = device
+        loc = self._devlocs.get(device)
+        if loc is None:
+            loc = _drv.CUmemLocation()
+            loc.type = _LOC_DEVICE
+            loc.id = device
+            self._devlocs[device] = loc
         err, flags = _drv.cuMemGetAccess(loc, ptr)
         if err:
             self._dfail("cuMemGetAccess", err)
