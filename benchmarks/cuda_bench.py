@@ -176,7 +176,7 @@ def main() -> None:
         if quick:
             return 5 if n >= 64 * MiB and kind in ("host (pinned)", "mapped") else 20
         if kind in ("host (pinned)", "mapped"):
-            return {256: 150, 65536: 150, MiB: 100, 64 * MiB: 15, GiB: 5}[n]
+            return {256: 150, 65536: 150, MiB: 100, 64 * MiB: 25, GiB: 9}[n]
         if kind == "device":
             return {256: 1000, 65536: 1000, MiB: 1000, 64 * MiB: 300, GiB: 40}[n]
         return {256: 1000, 65536: 1000, MiB: 1000, 64 * MiB: 500, GiB: 200}[n]
@@ -220,6 +220,8 @@ def main() -> None:
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(14)
     results["hot_path_profile"] = text.getvalue().splitlines()
+    results["hot_path_breakdown"] = hot_path_breakdown(rt)
+    print("breakdown", json.dumps(results["hot_path_breakdown"]), flush=True)
 
     # -- 2. copy bandwidth (pinned, mapped) ---------------------------------------------------------
     N = GiB
@@ -400,6 +402,12 @@ if sys.argv[2] == "raw":
     assert int(err) == 0, err
     rt_.cudaIpcCloseMemHandle(p)
     print(json.dumps({"cold_us": cold / 1e3})); sys.exit()
+native = []
+real_open = r.ipc_open_handle
+def timed_open(data):
+    t = time.perf_counter_ns(); p = real_open(data); native.append(time.perf_counter_ns() - t); return p
+r.ipc_open_handle = timed_open
+aml_cuda.ipc_open  # resolve the lazy attribute before the clock starts
 t0 = time.perf_counter_ns(); buf = aml_cuda.ipc_open(handle); cold = time.perf_counter_ns() - t0
 cached = []
 for _ in range(200):
@@ -409,7 +417,8 @@ for _ in range(201):
     aml_cuda.ipc_close(buf)
 assert buf.freed
 cached.sort()
-print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] / 1e3}))
+print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] / 1e3,
+                  "native_us": native[0] / 1e3}))
 """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
@@ -418,8 +427,9 @@ print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] /
     hexh = pickle.dumps(ipc_area.ipc_export(ibuf).handle).hex()
     colds: list[float] = []
     cacheds: list[float] = []
+    natives: list[float] = []
     raws: list[float] = []
-    for _ in range(2 if quick else 5):
+    for _ in range(2 if quick else 8):
         for mode in ("aml", "raw"):
             out = subprocess.run(
                 [sys.executable, "-c", child, hexh, mode],
@@ -437,10 +447,15 @@ print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] /
             else:
                 colds.append(got["cold_us"])
                 cacheds.append(got["cached_us"])
+                natives.append(got["native_us"])
     ipc = {
         "aml_cold_open_us": statistics.median(colds),
         "aml_cached_open_us": statistics.median(cacheds),
+        "aml_cold_native_call_us": statistics.median(natives),
+        "aml_cold_python_us": statistics.median(c - n for c, n in zip(colds, natives, strict=True)),
         "raw_cold_open_us": statistics.median(raws),
+        "all_aml_cold_us": colds,
+        "all_raw_cold_us": raws,
         "cold_over_cached": statistics.median(colds) / statistics.median(cacheds),
         "aml_cold_over_raw_cold": statistics.median(colds) / statistics.median(raws),
         "children": len(colds),
@@ -458,6 +473,75 @@ print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] /
         f.write(md)
     print()
     print(md, flush=True)
+
+
+def _median_us(fn: Callable[[], None], n: int = 20000) -> float:
+    for _ in range(n // 10):
+        fn()
+    blocks = []
+    for _ in range(10):
+        t0 = time.perf_counter_ns()
+        for _ in range(n // 10):
+            fn()
+        blocks.append((time.perf_counter_ns() - t0) / (n // 10))
+    return statistics.median(blocks) / 1e3
+
+
+def hot_path_breakdown(rt: Any) -> dict[str, float]:
+    """Where aml's extra microseconds on device alloc+free come from, on this CPU:
+    the Python of aml_core.area.Area alone (a do-nothing area), GpuArea over a runtime
+    that does nothing, and the one native call aml adds (cudaGetDevice)."""
+    import itertools
+
+    from aml_core.area import Area
+    from aml_core.gpu import GpuArea, RuntimeTraits
+    from aml_core.specs import Kind
+
+    counter = itertools.count(1 << 40, 1 << 20)
+
+    class Bare(Area):
+        def _allocate(self, size: int, options: Any) -> Any:
+            return self._new_buffer(next(counter), size, host_accessible=False, dl_device=(2, 0), device=0)
+
+        def _free(self, buffer: Any) -> None:
+            pass
+
+    class NoOpRuntime:
+        traits = RuntimeTraits(name="noop", dl_device=2, dl_host=3, dl_managed=13)
+
+        def device_count(self) -> int:
+            return 1
+
+        def get_device(self) -> int:
+            return 0
+
+        def set_device(self, device: int) -> None:
+            pass
+
+        def malloc(self, size: int) -> int:
+            return next(counter)
+
+        def free(self, ptr: int) -> None:
+            pass
+
+    bare = Bare(backend="noop", kind=Kind.DEVICE)
+    gpu = GpuArea(NoOpRuntime(), 0, 0)  # type: ignore[arg-type]
+    noop = NoOpRuntime()
+
+    def get_device() -> None:
+        err, _dev = rt.cudaGetDevice()
+        if err:
+            raise RuntimeError(err)
+
+    out = {
+        "python_call_pair_us": _median_us(lambda: noop.free(noop.malloc(256))),
+        "area_base_mmap_munmap_us": _median_us(lambda: bare.munmap(bare.mmap(256))),
+        "gpu_area_mmap_munmap_noop_runtime_us": _median_us(lambda: gpu.munmap(gpu.mmap(256))),
+        "cudaGetDevice_us": _median_us(get_device),
+    }
+    bare.close()
+    gpu.close()
+    return out
 
 
 def render(r: dict[str, Any]) -> str:
@@ -482,6 +566,17 @@ def render(r: dict[str, Any]) -> str:
             f"| {row['kind']} | {human(row['size'])} | {row['raw_us']:.2f} | {row['aml_us']:.2f} | "
             f"{row['overhead_us']:+.2f} | {row['ratio']:.3f} | {row['reps']} |"
         )
+    b = r.get("hot_path_breakdown")
+    if b:
+        lines += [
+            "",
+            "Where aml's extra time on device alloc+free goes (this CPU, no-op runtimes, "
+            "µs per mmap+munmap): "
+            f"aml_core Area base class {b['area_base_mmap_munmap_us']:.2f}, GpuArea over a no-op runtime "
+            f"{b['gpu_area_mmap_munmap_noop_runtime_us']:.2f} (a bare Python malloc/free pair "
+            f"{b['python_call_pair_us']:.2f}), plus the cudaGetDevice call aml makes to record and restore "
+            f"the device {b['cudaGetDevice_us']:.2f}.",
+        ]
     lines += [
         "",
         "## copy bandwidth, 1 GiB cudaMemcpy (GB/s): aml buffers vs raw cudaMallocHost memory (the ceiling)",
@@ -524,6 +619,8 @@ def render(r: dict[str, Any]) -> str:
         "| --- | ---: | --- |",
         f"| aml first open (cold) | {i['aml_cold_open_us']:.1f} | "
         f"aml / raw {i['aml_cold_over_raw_cold']:.3f} |",
+        f"| of which the cudaIpcOpenMemHandle call inside aml | {i['aml_cold_native_call_us']:.1f} | "
+        f"aml's Python {i['aml_cold_python_us']:.1f} |",
         f"| raw cudaIpcOpenMemHandle (cold) | {i['raw_cold_open_us']:.1f} | |",
         f"| aml second open (cached) | {i['aml_cached_open_us']:.2f} | "
         f"cold / cached {i['cold_over_cached']:.0f}x |",
