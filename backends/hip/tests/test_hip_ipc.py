@@ -17,9 +17,9 @@ from typing import Any
 
 import aml_hip
 import pytest
+from _hip_helpers import HipDouble
 from aml_hip import HipFlags, IpcHandle
 from aml_hip.constants import hip_version
-from conftest import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 

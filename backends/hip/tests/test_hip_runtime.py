@@ -13,10 +13,10 @@ from typing import Any
 
 import aml_hip
 import pytest
+from _hip_helpers import HipDouble, child_env
 from aml_hip import library
 from aml_hip.constants import hip_version
 from aml_hip.errors import HIP_ERROR_CODES, HipErrorNames, make_error_table
-from conftest import HipDouble, child_env
 
 from aml_core.errors import (
     AMLBusyError,

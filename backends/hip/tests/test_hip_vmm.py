@@ -16,9 +16,9 @@ from pathlib import Path
 
 import aml_hip
 import pytest
+from _hip_helpers import HipDouble
 from aml_hip import Access
 from aml_hip.constants import abi_for, hip_version
-from conftest import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.gpu.vmm import VirtualMemory
