@@ -48,12 +48,19 @@ def entry_point_path(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     return site
 
 
+def _others() -> str:
+    """Other installed backends (aml-cuda ties with hip at priority 100 and wins by name):
+    disabled, so that these tests see host and hip only."""
+    names = {ep.name for ep in importlib.metadata.entry_points(group="aml.backends")}
+    return ",".join(sorted(names - {"host", "hip"}))
+
+
 @pytest.fixture
 def registry(entry_point_path: Path | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     if entry_point_path is not None:
         monkeypatch.syspath_prepend(str(entry_point_path))
-    for var in ("AML_BACKEND", "AML_DISABLE_BACKENDS"):
-        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("AML_BACKEND", raising=False)
+    monkeypatch.setenv("AML_DISABLE_BACKENDS", _others())
     aml_core.registry.reset()
     aml_hip.BACKEND.reset()
     yield
@@ -63,7 +70,8 @@ def registry(entry_point_path: Path | None, monkeypatch: pytest.MonkeyPatch) -> 
 
 def _cli(entry_point_path: Path | None, **env: str) -> dict[str, object]:
     extra = [str(entry_point_path)] if entry_point_path else []
-    environment = child_env(**env)
+    environment = child_env(AML_DISABLE_BACKENDS=_others(), **env)
+    environment.pop("AML_BACKEND", None)
     environment["PYTHONPATH"] = ":".join([*extra, environment["PYTHONPATH"]])
     proc = subprocess.run(
         [sys.executable, "-m", "aml_core", "info", "--json"],
