@@ -101,7 +101,8 @@ def test_import_passes_the_fd_as_the_version_wants(hip: HipDouble, version: int)
             else:
                 assert os_handle > 4096  # the address of an int holding the fd
                 assert os_handle != fd
-            assert vm.properties(other).handle_types == 1
+            if hip.mode == "host":  # CUDA reports no requested handle types on an imported handle
+                assert vm.properties(other).handle_types == 1
             vm.release(other)
         finally:
             os.close(fd)
