@@ -42,6 +42,13 @@ if [ "${AML_HIP_SKIP_INSTALL:-0}" != "1" ]; then
     }
 fi
 
+# pytest runs from the root, where the source tree shadows the installed aml_core: build
+# its C extensions in place too.
+"$PYTHON" setup.py -q build_ext --inplace >"$OUT/build_ext.txt" 2>&1 || {
+    echo "building aml_core's C extensions failed: see $OUT/build_ext.txt" >&2
+    exit 2
+}
+
 # Build the forward double once (the tests reuse the cached file) and record where it is.
 "$PYTHON" - >"$OUT/build.txt" 2>&1 <<'EOF'
 import importlib.util, sys
