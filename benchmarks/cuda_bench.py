@@ -13,8 +13,8 @@ interleaved repetition by repetition, medians after warm-up):
 4. growing a buffer from 1 GiB to 2 GiB: aml's growable VMM buffer (maps 1 GiB more at
    the same address) against cudaMalloc(2 GiB) + copy of 1 GiB + cudaFree, and against
    the raw driver calls of the same VMM grow (cuMemCreate + cuMemMap + cuMemSetAccess);
-5. IPC open in a child process: the first (cold) open against the cached second open,
-   and against a raw cudaIpcOpenMemHandle in a child.
+5. IPC open in a child process: the first open of the process, the cold open of a
+   second handle and the cached re-open, against raw cudaIpcOpenMemHandle in a child.
 
 Usage on the GPU machine: ``python benchmarks/cuda_bench.py`` (writes cuda_bench.json
 and cuda_bench.md to $OUT, or to --out; prints the table last). ``--quick`` runs fewer
@@ -225,7 +225,7 @@ def main() -> None:
 
     # -- 2. copy bandwidth (pinned, mapped) ---------------------------------------------------------
     N = GiB
-    copy_reps = 3 if quick else 10
+    copy_reps = 3 if quick else 15
     h2d = rt.cudaMemcpyKind.cudaMemcpyHostToDevice
     d2h = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
     dev_area = aml_cuda.create(0)
@@ -294,7 +294,7 @@ def main() -> None:
         managed_area.prefetch(mbuf2, where, stream=stream)
         stream.synchronize()
 
-    pf_reps = 3 if quick else 7
+    pf_reps = 3 if quick else 9
     prefetch: dict[str, Any] = {}
     for name, (raw_to, raw_back, aml_to, aml_back) in {
         "host->device": (dev_loc, host_loc, 0, "host"),
@@ -331,6 +331,7 @@ def main() -> None:
     t_aml: list[float] = []
     t_copy: list[float] = []
     t_vmm: list[float] = []
+    t_vmm_rel: list[float] = []
     prop = drv.CUmemAllocationProp()
     prop.type = drv.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
     prop.location.type = drv.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
@@ -367,72 +368,91 @@ def main() -> None:
         ck(drv.cuMemMap(int(va) + GiB, GiB, 0, h2, 0))
         ck(drv.cuMemSetAccess(int(va) + GiB, GiB, [acc], 1))
         dt_vmm = (time.perf_counter_ns() - t0) / 1e3
+        # Like aml: the creation reference is dropped once mapped (the mapping keeps it).
+        t0 = time.perf_counter_ns()
+        h3 = ck(drv.cuMemCreate(GiB, prop, 0))
+        ck(drv.cuMemMap(int(va) + 2 * GiB, GiB, 0, h3, 0))
+        ck(drv.cuMemSetAccess(int(va) + 2 * GiB, GiB, [acc], 1))
+        ck(drv.cuMemRelease(h3))
+        dt_vmm_rel = (time.perf_counter_ns() - t0) / 1e3
         for h, off in ((h1, 0), (h2, GiB)):
             ck(drv.cuMemUnmap(int(va) + off, GiB))
             ck(drv.cuMemRelease(h))
+        ck(drv.cuMemUnmap(int(va) + 2 * GiB, GiB))
         ck(drv.cuMemAddressFree(va, 4 * GiB))
         if i:
             t_aml.append(dt_aml)
             t_copy.append(dt_copy)
             t_vmm.append(dt_vmm)
+            t_vmm_rel.append(dt_vmm_rel)
     vm.close()
     grow = {
         "aml_grow_us": statistics.median(t_aml),
         "raw_vmm_grow_us": statistics.median(t_vmm),
+        "raw_vmm_grow_and_release_us": statistics.median(t_vmm_rel),
         "malloc_copy_free_us": statistics.median(t_copy),
         "speedup_vs_malloc_copy": statistics.median(t_copy) / statistics.median(t_aml),
-        "ratio_vs_raw_vmm": statistics.median(t_aml) / statistics.median(t_vmm),
+        "ratio_vs_raw_vmm": statistics.median(t_aml) / statistics.median(t_vmm_rel),
     }
     results["growable_1GiB_to_2GiB"] = grow
     print("grow", json.dumps(grow), flush=True)
 
     # -- 5. IPC open: cold vs cached ---------------------------------------------------------------------
+    # Each child opens two handles exported by this process: A is the first open of the
+    # process (it also builds aml's import area), B the first open of another handle
+    # in a process already set up; then A again, cached. The raw child opens A and B
+    # with cudaIpcOpenMemHandle. gc.collect() first, so no collection falls in a timing.
     child = r"""
-import json, pickle, sys, time
+import ctypes, gc, json, pickle, sys, time
 import aml_cuda
 from cuda.bindings import runtime as rt_
-import ctypes
-handle = pickle.loads(bytes.fromhex(sys.argv[1]))
-r = aml_cuda.get_runtime(); r.set_device(handle.device); r.synchronize()
-if sys.argv[2] == "raw":
-    raw = ctypes.create_string_buffer(handle.data, 64)
-    h = rt_.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
-    t0 = time.perf_counter_ns(); err, p = rt_.cudaIpcOpenMemHandle(h, rt_.cudaIpcMemLazyEnablePeerAccess)
-    cold = time.perf_counter_ns() - t0
-    assert int(err) == 0, err
-    rt_.cudaIpcCloseMemHandle(p)
-    print(json.dumps({"cold_us": cold / 1e3})); sys.exit()
+a, b = (pickle.loads(bytes.fromhex(x)) for x in sys.argv[1:3])
+r = aml_cuda.get_runtime(); r.set_device(a.device); r.synchronize()
+clock = time.perf_counter_ns
+if sys.argv[3] == "raw":
+    out = {}
+    for name, handle in (("a", a), ("b", b)):
+        raw = ctypes.create_string_buffer(handle.data, 64)
+        h = rt_.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
+        gc.collect()
+        lazy = rt_.cudaIpcMemLazyEnablePeerAccess
+        t0 = clock(); err, p = rt_.cudaIpcOpenMemHandle(h, lazy); dt = clock() - t0
+        assert int(err) == 0, err
+        out[name] = dt / 1e3
+        rt_.cudaIpcCloseMemHandle(p)
+    print(json.dumps(out)); sys.exit()
 native = []
 real_open = r.ipc_open_handle
 def timed_open(data):
-    t = time.perf_counter_ns(); p = real_open(data); native.append(time.perf_counter_ns() - t); return p
+    t = clock(); p = real_open(data); native.append(clock() - t); return p
 r.ipc_open_handle = timed_open
-aml_cuda.ipc_open  # resolve the lazy attribute before the clock starts
-t0 = time.perf_counter_ns(); buf = aml_cuda.ipc_open(handle); cold = time.perf_counter_ns() - t0
+open_ = aml_cuda.ipc_open
+gc.collect()
+t0 = clock(); buf_a = open_(a); dt_a = clock() - t0
+gc.collect()
+t0 = clock(); buf_b = open_(b); dt_b = clock() - t0
 cached = []
 for _ in range(200):
-    t0 = time.perf_counter_ns(); b2 = aml_cuda.ipc_open(handle); cached.append(time.perf_counter_ns() - t0)
-    assert b2 is buf
+    t0 = clock(); again = open_(a); cached.append(clock() - t0)
+    assert again is buf_a
 for _ in range(201):
-    aml_cuda.ipc_close(buf)
-assert buf.freed
+    aml_cuda.ipc_close(buf_a)
+aml_cuda.ipc_close(buf_b)
+assert buf_a.freed and buf_b.freed
 cached.sort()
-print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] / 1e3,
-                  "native_us": native[0] / 1e3}))
+print(json.dumps({"a": dt_a / 1e3, "b": dt_b / 1e3, "cached": cached[len(cached) // 2] / 1e3,
+                  "native_a": native[0] / 1e3, "native_b": native[1] / 1e3}))
 """
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     ipc_area = aml_cuda.create(0)
-    ibuf = ipc_area.mmap(64 * MiB)
-    hexh = pickle.dumps(ipc_area.ipc_export(ibuf).handle).hex()
-    colds: list[float] = []
-    cacheds: list[float] = []
-    natives: list[float] = []
-    raws: list[float] = []
+    hexes = [pickle.dumps(ipc_area.ipc_export(ipc_area.mmap(64 * MiB)).handle).hex() for _ in range(2)]
+    got_aml: list[dict[str, float]] = []
+    got_raw: list[dict[str, float]] = []
     for _ in range(2 if quick else 8):
         for mode in ("aml", "raw"):
             out = subprocess.run(
-                [sys.executable, "-c", child, hexh, mode],
+                [sys.executable, "-c", child, *hexes, mode],
                 check=False,
                 capture_output=True,
                 text=True,
@@ -441,27 +461,27 @@ print(json.dumps({"cold_us": cold / 1e3, "cached_us": cached[len(cached) // 2] /
             )
             if out.returncode:
                 raise RuntimeError(out.stderr[-3000:])
-            got = json.loads(out.stdout.strip().splitlines()[-1])
-            if mode == "raw":
-                raws.append(got["cold_us"])
-            else:
-                colds.append(got["cold_us"])
-                cacheds.append(got["cached_us"])
-                natives.append(got["native_us"])
+            (got_aml if mode == "aml" else got_raw).append(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    def med(rows: list[dict[str, float]], key: str) -> float:
+        return statistics.median(row[key] for row in rows)
+
     ipc = {
-        "aml_cold_open_us": statistics.median(colds),
-        "aml_cached_open_us": statistics.median(cacheds),
-        "aml_cold_native_call_us": statistics.median(natives),
-        "aml_cold_python_us": statistics.median(c - n for c, n in zip(colds, natives, strict=True)),
-        "raw_cold_open_us": statistics.median(raws),
-        "all_aml_cold_us": colds,
-        "all_raw_cold_us": raws,
-        "cold_over_cached": statistics.median(colds) / statistics.median(cacheds),
-        "aml_cold_over_raw_cold": statistics.median(colds) / statistics.median(raws),
-        "children": len(colds),
+        "aml_first_open_us": med(got_aml, "a"),
+        "aml_first_open_native_us": med(got_aml, "native_a"),
+        "raw_first_open_us": med(got_raw, "a"),
+        "aml_cold_open_us": med(got_aml, "b"),
+        "aml_cold_open_native_us": med(got_aml, "native_b"),
+        "raw_cold_open_us": med(got_raw, "b"),
+        "aml_cached_open_us": med(got_aml, "cached"),
+        "cold_over_cached": med(got_aml, "b") / med(got_aml, "cached"),
+        "aml_cold_over_raw_cold": med(got_aml, "b") / med(got_raw, "b"),
+        "children": len(got_aml),
+        "aml_children": got_aml,
+        "raw_children": got_raw,
     }
     results["ipc_open"] = ipc
-    print("ipc", json.dumps(ipc), flush=True)
+    print("ipc", json.dumps({k: v for k, v in ipc.items() if not k.endswith("children")}), flush=True)
     ipc_area.close()
 
     # -- output -----------------------------------------------------------------------------------------
@@ -533,7 +553,15 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
         if err:
             raise RuntimeError(err)
 
+    from cuda.bindings import driver as drv
+
+    def ctx_current() -> None:
+        err, _ctx = drv.cuCtxGetCurrent()
+        if err:
+            raise RuntimeError(err)
+
     out = {
+        "cuCtxGetCurrent_us": _median_us(ctx_current),
         "python_call_pair_us": _median_us(lambda: noop.free(noop.malloc(256))),
         "area_base_mmap_munmap_us": _median_us(lambda: bare.munmap(bare.mmap(256))),
         "gpu_area_mmap_munmap_noop_runtime_us": _median_us(lambda: gpu.munmap(gpu.mmap(256))),
@@ -575,7 +603,9 @@ def render(r: dict[str, Any]) -> str:
             f"aml_core Area base class {b['area_base_mmap_munmap_us']:.2f}, GpuArea over a no-op runtime "
             f"{b['gpu_area_mmap_munmap_noop_runtime_us']:.2f} (a bare Python malloc/free pair "
             f"{b['python_call_pair_us']:.2f}), plus the cudaGetDevice call aml makes to record and restore "
-            f"the device {b['cudaGetDevice_us']:.2f}.",
+            f"the device {b['cudaGetDevice_us']:.2f} (cuCtxGetCurrent, which aml's VMM calls make, "
+            f"{b['cuCtxGetCurrent_us']:.2f}). Hot loops: in the interleaved measurement above the "
+            "Python runs with caches cooled by the driver's work, so it costs more there.",
         ]
     lines += [
         "",
@@ -605,24 +635,26 @@ def render(r: dict[str, Any]) -> str:
         "| method | µs | |",
         "| --- | ---: | --- |",
         f"| aml growable `grow(2 GiB)` (address kept) | {g['aml_grow_us']:.0f} | |",
-        f"| raw cuMemCreate+cuMemMap+cuMemSetAccess of 1 GiB | {g['raw_vmm_grow_us']:.0f} | "
-        f"aml / raw {g['ratio_vs_raw_vmm']:.3f} |",
+        f"| raw cuMemCreate+cuMemMap+cuMemSetAccess+cuMemRelease of 1 GiB (what aml does) | "
+        f"{g['raw_vmm_grow_and_release_us']:.0f} | aml / raw {g['ratio_vs_raw_vmm']:.3f} |",
+        f"| raw cuMemCreate+cuMemMap+cuMemSetAccess of 1 GiB (handle kept) | {g['raw_vmm_grow_us']:.0f} | |",
         f"| cudaMalloc(2 GiB) + copy 1 GiB + cudaFree | {g['malloc_copy_free_us']:.0f} | "
         f"aml is {g['speedup_vs_malloc_copy']:.1f}x faster |",
     ]
     i = r["ipc_open"]
     lines += [
         "",
-        f"## IPC open in a child process (µs, median of {i['children']} children)",
+        f"## IPC open in a child process (µs, medians of {i['children']} children each way)",
         "",
-        "| open | µs | |",
-        "| --- | ---: | --- |",
-        f"| aml first open (cold) | {i['aml_cold_open_us']:.1f} | "
-        f"aml / raw {i['aml_cold_over_raw_cold']:.3f} |",
-        f"| of which the cudaIpcOpenMemHandle call inside aml | {i['aml_cold_native_call_us']:.1f} | "
-        f"aml's Python {i['aml_cold_python_us']:.1f} |",
-        f"| raw cudaIpcOpenMemHandle (cold) | {i['raw_cold_open_us']:.1f} | |",
-        f"| aml second open (cached) | {i['aml_cached_open_us']:.2f} | "
+        "| open | aml µs | of which cudaIpcOpenMemHandle | raw µs | aml / raw |",
+        "| --- | ---: | ---: | ---: | ---: |",
+        f"| first open of the process (aml also builds its import area) | {i['aml_first_open_us']:.1f} | "
+        f"{i['aml_first_open_native_us']:.1f} | {i['raw_first_open_us']:.1f} | "
+        f"{i['aml_first_open_us'] / i['raw_first_open_us']:.2f} |",
+        f"| cold open of a second handle | {i['aml_cold_open_us']:.1f} | "
+        f"{i['aml_cold_open_native_us']:.1f} | "
+        f"{i['raw_cold_open_us']:.1f} | {i['aml_cold_over_raw_cold']:.2f} |",
+        f"| cached open (the same handle again) | {i['aml_cached_open_us']:.2f} | - | - | "
         f"cold / cached {i['cold_over_cached']:.0f}x |",
         "",
     ]
