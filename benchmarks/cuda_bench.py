@@ -410,8 +410,8 @@ a, b = (pickle.loads(bytes.fromhex(x)) for x in sys.argv[1:3])
 r = aml_cuda.get_runtime(); r.set_device(a.device); r.synchronize()
 clock = time.perf_counter_ns
 if sys.argv[3] == "raw":
-    out = {}
-    for name, handle in (("a", a), ("b", b)):
+    out, opened = {}, []
+    for name, handle in (("a", a), ("b", b)):  # A stays open while B opens, as in aml
         raw = ctypes.create_string_buffer(handle.data, 64)
         h = rt_.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
         gc.collect()
@@ -419,6 +419,8 @@ if sys.argv[3] == "raw":
         t0 = clock(); err, p = rt_.cudaIpcOpenMemHandle(h, lazy); dt = clock() - t0
         assert int(err) == 0, err
         out[name] = dt / 1e3
+        opened.append(p)
+    for p in opened:
         rt_.cudaIpcCloseMemHandle(p)
     print(json.dumps(out)); sys.exit()
 native = []
