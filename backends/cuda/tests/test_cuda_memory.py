@@ -12,7 +12,7 @@ from typing import Any
 
 import aml_cuda
 import pytest
-from flagsets import ALL_FLAGS, KIND_OF_MODE, flag_name, make_area, mode
+from cuda_flagsets import ALL_FLAGS, KIND_OF_MODE, flag_name, make_area, mode
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError, ErrorCode

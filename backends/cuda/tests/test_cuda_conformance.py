@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flagsets import ALL_FLAGS, flag_name, make_area
+from cuda_flagsets import ALL_FLAGS, flag_name, make_area
 
 from aml_core.testing import AreaConformance, ManagedConformance, VirtualMemoryConformance
 

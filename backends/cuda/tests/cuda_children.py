@@ -1,5 +1,5 @@
 """Child processes of the IPC and virtual-memory tests (and of the benchmark): run as
-``python children.py ipc|vmm|ipc-raw ...``; each prints one JSON line."""
+``python cuda_children.py ipc|vmm|ipc-raw ...``; each prints one JSON line."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import aml_cuda
 import pytest
-from conftest import child_env, gpu_available
+from cuda_helpers import child_env, gpu_available
 
 import aml_core
 from aml_core.errors import (

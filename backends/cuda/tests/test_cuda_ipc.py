@@ -13,14 +13,14 @@ from typing import Any
 
 import aml_cuda
 import pytest
-from children import pattern, read_device, write_device
-from conftest import HERE, child_env
+from cuda_children import pattern, read_device, write_device
+from cuda_helpers import HERE, child_env
 
 from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 
 pytestmark = pytest.mark.gpu
 
-CHILD = os.path.join(HERE, "children.py")
+CHILD = os.path.join(HERE, "cuda_children.py")
 
 
 def run_child(*args: str, pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
