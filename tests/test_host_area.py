@@ -84,12 +84,12 @@ def test_bind_to_each_node() -> None:
 
 
 def test_area_function_device_binds_to_that_node() -> None:
-    area = aml_core.area("host", device=NODES[0])
+    area = aml_core.area("host", device=NODES[0], backend="host")
     assert isinstance(area, HostArea)
     assert area.policy is Policy.BIND
     assert area.nodes == (NODES[0],)
     area.close()
-    area = aml_core.area("host", policy="interleave", nodes=NODES)
+    area = aml_core.area("host", policy="interleave", nodes=NODES, backend="host")
     assert isinstance(area, HostArea)
     assert area.policy is Policy.INTERLEAVE
     area.close()
@@ -100,10 +100,10 @@ def test_node_outside_the_allowed_set_is_edom() -> None:
     with pytest.raises(AMLDomainError, match="outside"):
         HostArea("bind", [outside])
     with pytest.raises(AMLDomainError):
-        aml_core.area("host", nodes=[outside])
+        aml_core.area("host", nodes=[outside], backend="host")
     # As a device index, a node the backend does not list is "not supported here".
     with pytest.raises(aml_core.AMLNotSupported, match=f"has no device {outside}"):
-        aml_core.area("host", device=outside)
+        aml_core.area("host", device=outside, backend="host")
 
 
 def test_shared_file_mapping(tmp_path: Path) -> None:

@@ -28,7 +28,10 @@ def test_default_registry_lists_host_through_the_entry_point() -> None:
     assert host.distribution.startswith("aml-core")
     assert Kind.HOST in host.kinds
     assert host.devices
-    assert aml_core.choose("host").backend == "host"
+    assert aml_core.choose("host", backend="host").backend == "host"
+    best = aml_core.choose("host").backend
+    assert best is not None
+    assert next(s for s in statuses if s.name == best).available
 
 
 def test_ranking_is_by_priority_then_name(aml_registry: Registry) -> None:
