@@ -38,7 +38,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import attrs
 
@@ -292,7 +292,7 @@ class Area(abc.ABC):
                 f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning, stacklevel=1
             )
 
-    def __enter__(self) -> Area:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,7 +17,7 @@ memory is never reachable from Python.
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ._buffer import BufferBase
 from .errors import AMLValueError
@@ -80,7 +80,7 @@ class Buffer(BufferBase):
         """Unmap this buffer (``self.area.munmap(self)``)."""
         self.area.munmap(self)
 
-    def __enter__(self) -> Buffer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
