@@ -178,18 +178,36 @@ class GpuArea(Area):
         mode = self._mode
         if mode == "device":
             ptr = rt.malloc(size)
-            return self._new_buffer(ptr, size, host_accessible=False, dl_device=(traits.dl_device, used),
-                                    native=_allocation("device", size), device=used)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=False,
+                dl_device=(traits.dl_device, used),
+                native=_allocation("device", size),
+                device=used,
+            )
         if mode == "managed":
             g = traits.managed_granule
             n = -(-size // g) * g
             ptr = rt.malloc_managed(n, attach_global=self._global)
-            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_managed, used),
-                                    native=_allocation("managed", n), device=used)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=True,
+                dl_device=(traits.dl_managed, used),
+                native=_allocation("managed", n),
+                device=used,
+            )
         if mode == "host":
             ptr = rt.host_alloc(size, portable=self._global, mapped=False)
-            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_host, 0),
-                                    native=_allocation("host", size), device=used)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=True,
+                dl_device=(traits.dl_host, 0),
+                native=_allocation("host", size),
+                device=used,
+            )
         if mode == "host_mapped":
             ptr = rt.host_alloc(size, portable=self._global, mapped=True)
             try:
@@ -197,8 +215,15 @@ class GpuArea(Area):
             except BaseException:
                 rt.free_host(ptr)
                 raise
-            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(traits.dl_host, 0),
-                                    device_ptr=dptr, native=_allocation("host", size), device=used)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=True,
+                dl_device=(traits.dl_host, 0),
+                device_ptr=dptr,
+                native=_allocation("host", size),
+                device=used,
+            )
         # "registered": ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
         # As in AML, options.ptr is only read by these areas.
         if options.ptr is None:
@@ -215,8 +240,15 @@ class GpuArea(Area):
             if isinstance(keep, memoryview):
                 keep.release()
             raise
-        return self._new_buffer(host, size, host_accessible=True, dl_device=(traits.dl_host, 0),
-                                device_ptr=dptr, native=GpuAllocation("registered", size, keep), device=used)
+        return self._new_buffer(
+            host,
+            size,
+            host_accessible=True,
+            dl_device=(traits.dl_host, 0),
+            device_ptr=dptr,
+            native=GpuAllocation("registered", size, keep),
+            device=used,
+        )
 
     def _wrap(
         self,
@@ -231,8 +263,13 @@ class GpuArea(Area):
     ) -> Buffer:
         dl_id = device if dl_type == self.runtime.traits.dl_device or native.tag == "managed" else 0
         return self._new_buffer(
-            ptr, size, host_accessible=host, dl_device=(dl_type, dl_id), device_ptr=device_ptr,
-            native=native, device=device,
+            ptr,
+            size,
+            host_accessible=host,
+            dl_device=(dl_type, dl_id),
+            device_ptr=device_ptr,
+            native=native,
+            device=device,
         )
 
     def _free(self, buffer: Buffer) -> None:
@@ -266,26 +303,52 @@ class GpuArea(Area):
             raise AMLNotSupported(f"this {self.kind.value} area has no managed memory (needs ALLOC_UNIFIED)")
         self._lookup(buffer, None)
 
-    def prefetch(self, buffer: Buffer, location: int | str, *, offset: int = 0, size: int | None = None,
-                 stream: Any = None) -> None:
+    def prefetch(
+        self,
+        buffer: Buffer,
+        location: int | str,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+        stream: Any = None,
+    ) -> None:
         """Migrate (part of) a managed buffer to a device or ``"host"`` on a stream."""
         self._managed(buffer)
         managed.prefetch(self.runtime, buffer, location, offset=offset, size=size, stream=stream)
 
-    def advise(self, buffer: Buffer, advice: managed.Advice | int, location: int | str, *, offset: int = 0,
-               size: int | None = None) -> None:
+    def advise(
+        self,
+        buffer: Buffer,
+        advice: managed.Advice | int,
+        location: int | str,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> None:
         """Advise the runtime about (part of) a managed buffer."""
         self._managed(buffer)
         managed.advise(self.runtime, buffer, advice, location, offset=offset, size=size)
 
-    def range_attribute(self, buffer: Buffer, attribute: managed.RangeAttribute | int, *, offset: int = 0,
-                        size: int | None = None) -> object:
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: managed.RangeAttribute | int,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> object:
         """One attribute of a managed range, as a Python value."""
         self._managed(buffer)
         return managed.range_attribute(self.runtime, buffer, attribute, offset=offset, size=size)
 
-    def range_attributes(self, buffer: Buffer, attributes: Iterable[managed.RangeAttribute | int], *,
-                         offset: int = 0, size: int | None = None) -> dict[managed.RangeAttribute, object]:
+    def range_attributes(
+        self,
+        buffer: Buffer,
+        attributes: Iterable[managed.RangeAttribute | int],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> dict[managed.RangeAttribute, object]:
         """Several attributes of a managed range, in one native call."""
         self._managed(buffer)
         return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)
@@ -306,8 +369,9 @@ class GpuArea(Area):
             self._check_open()
             buf = self._lookup(buffer, None)
             data = self.runtime.ipc_get_handle(buf.ptr)
-            handle = IpcHandle(backend=self.backend, device=buf.device or 0, size=buf.size, data=data,
-                               pid=os.getpid())
+            handle = IpcHandle(
+                backend=self.backend, device=buf.device or 0, size=buf.size, data=data, pid=os.getpid()
+            )
             export = IpcExport(buf, handle)
             self._exports.setdefault(buf.ptr, []).append(export)
             return export

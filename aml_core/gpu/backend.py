@@ -119,11 +119,16 @@ class GpuBackend:
         caps = Capability.NONE
         for dev in devices:
             caps |= dev.capabilities
-        return ProbeResult(available=True, reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
-                           devices=devices, capabilities=caps)
+        return ProbeResult(
+            available=True,
+            reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
+            devices=devices,
+            capabilities=caps,
+        )
 
-    def create_area(self, kind: Kind, device: int | None = None, *, all_devices: bool = False,
-                    **options: object) -> GpuArea:
+    def create_area(
+        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: object
+    ) -> GpuArea:
         """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
         MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
         adds ALLOC_GLOBAL."""
@@ -146,7 +151,9 @@ class GpuBackend:
         )
 
 
-def device_capabilities(*, managed: bool, concurrent: bool, pageable: bool, vmm: bool, ipc: bool) -> Capability:
+def device_capabilities(
+    *, managed: bool, concurrent: bool, pageable: bool, vmm: bool, ipc: bool
+) -> Capability:
     """Capability flags of a device from its attributes."""
     caps = Capability.PINNED | Capability.MAPPED | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
     caps |= Capability.BUFFER_PROTOCOL
@@ -161,4 +168,3 @@ def device_capabilities(*, managed: bool, concurrent: bool, pageable: bool, vmm:
     if ipc:
         caps |= Capability.IPC
     return caps
-

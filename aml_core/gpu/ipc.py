@@ -5,8 +5,10 @@ Exporter side: ``area.ipc_export(buffer)`` returns an :class:`IpcExport`; its
 of a live device allocation can be exported; once the buffer is freed (or the export
 closed) the export raises, and a new allocation gets a new handle.
 
-Importer side: ``backend.ipc_open(handle)`` maps the memory (with lazy peer access) and
-returns a :class:`~aml_core.buffer.Buffer` of the backend's import area. Opening the
+Importer side: ``backend.ipc_open(handle)`` maps the memory into the caller's current
+device, as the seed says (with lazy peer access: another device's memory is reached by
+peer access), and returns a :class:`~aml_core.buffer.Buffer` of the backend's import
+area whose ``device`` is the exporter's device index. Opening the
 same handle twice in one process maps it once (an importer-side cache, as UMF has): the
 same Buffer comes back and must be closed as many times as it was opened. Importers must
 close before the exporter frees (the seed: freeing first is undefined behaviour).
@@ -188,4 +190,3 @@ class IpcImportArea(Area):
             self._opens.clear()
             self._by_key.clear()
         super().close()
-

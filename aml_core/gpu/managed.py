@@ -106,9 +106,7 @@ def _range(buffer: Buffer, offset: int, size: int | None) -> tuple[int, int]:
         raise AMLValueError(f"offset {offset} is outside the buffer (0..{buffer.size})")
     n = buffer.size - offset if size is None else size
     if n <= 0 or offset + n > buffer.size:
-        raise AMLValueError(
-            f"range offset={offset} size={n} is not inside the buffer of {buffer.size} bytes"
-        )
+        raise AMLValueError(f"range offset={offset} size={n} is not inside the buffer of {buffer.size} bytes")
     return buffer.ptr + offset, n
 
 

@@ -110,6 +110,7 @@ class GpuRuntime(Protocol):
     ) -> list[list[int]]:
         """For each (attribute, count) request, ``count`` ints of data."""
         ...
+
     def stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None: ...
 
     # -- streams
@@ -122,6 +123,7 @@ class GpuRuntime(Protocol):
     def ipc_open_handle(self, handle: bytes) -> int:
         """Open with lazy peer access (the runtime's own flag value)."""
         ...
+
     def ipc_close_handle(self, ptr: int) -> None: ...
 
     # -- virtual memory (seed 003 semantics on CUDA/HIP VMM)

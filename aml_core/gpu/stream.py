@@ -4,6 +4,7 @@ hold (an int handle, an aml Stream, a CuPy or PyTorch stream, any object with th
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -61,10 +62,8 @@ class Stream:
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
-            try:
+            with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()
-            except Exception:  # never raise from a finalizer
-                pass
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"0x{self.handle:x}"

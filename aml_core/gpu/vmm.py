@@ -263,7 +263,9 @@ class VirtualMemory(Area):
             try:
                 pairs.append((dev, Access(flags).value))
             except ValueError:
-                raise AMLValueError(f"unknown access {flags!r}; allowed: NONE 0, READ 1, READWRITE 3") from None
+                raise AMLValueError(
+                    f"unknown access {flags!r}; allowed: NONE 0, READ 1, READWRITE 3"
+                ) from None
         self._runtime.vmm_set_access(ptr, size, pairs)
 
     def get_access(self, ptr: int, device: int | None = None) -> Access:
