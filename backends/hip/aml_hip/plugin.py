@@ -6,29 +6,34 @@ descriptor's probe loads ``libamdhip64`` when the registry probes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aml_core.descriptor import BackendDescriptor
+from aml_core.gpu.plugin import GPU_CAPABILITIES, GPU_PRIORITY, lazy_descriptor
 from aml_core.hookspecs import hookimpl
-from aml_core.specs import Capability
+
+if TYPE_CHECKING:
+    from aml_core.gpu.backend import GpuBackend
 
 __all__ = ["CAPABILITIES", "PRIORITY", "aml_backends"]
 
-#: Above the host backend (0): a node with an AMD GPU gets HIP for device memory.
-PRIORITY = 100
-#: What the HIP backend can offer (each device's probe says what it really has).
-CAPABILITIES = (
-    Capability.MANAGED
-    | Capability.VIRTUAL_MEMORY
-    | Capability.IPC
-    | Capability.PINNED
-    | Capability.MAPPED
-    | Capability.BUFFER_PROTOCOL
-    | Capability.DLPACK
-    | Capability.CUDA_ARRAY_INTERFACE
-)
+PRIORITY = GPU_PRIORITY
+CAPABILITIES = GPU_CAPABILITIES
+
+
+def _backend() -> GpuBackend:
+    from . import BACKEND
+
+    return BACKEND
 
 
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
-    from . import BACKEND
-
-    return [BACKEND.descriptor(priority=PRIORITY, capabilities=CAPABILITIES)]
+    return [
+        lazy_descriptor(
+            "hip",
+            "AMD GPUs through HIP (libamdhip64 5.2-7.x, ctypes): device, pinned, managed and "
+            "mapped memory, managed advice and prefetch, IPC, virtual memory",
+            _backend,
+        )
+    ]
