@@ -38,7 +38,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 import attrs
 
@@ -49,6 +49,8 @@ from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
 from .specs import MAX_SIZE, AreaStats, Capability, Kind, as_size
 
 __all__ = ["Area", "NoOptions"]
+
+_B = TypeVar("_B", bound=Buffer)
 
 
 @attrs.frozen
@@ -178,6 +180,30 @@ class Area(abc.ABC):
         buf._release()
         self._free(buf)
         raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during mmap")
+
+    def _track(self, buf: _B, during: str = "mmap") -> _B:
+        """Track a new buffer (made by a subclass outside mmap): if the area was closed
+        meanwhile, give the memory back and raise."""
+        with self._lock:
+            if not self._closed:
+                self._live[buf.ptr] = buf
+                self._bytes += buf.size
+                self._maps += 1
+                if self._bytes > self._peak:
+                    self._peak = self._bytes
+                return buf
+        buf._release()
+        self._free(buf)
+        raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during {during}")
+
+    def _resized(self, buf: Buffer, old_size: int) -> None:
+        """Count the new size of a buffer a subclass re-bound (a growable buffer), if it
+        is still live."""
+        with self._lock:
+            if self._live.get(buf.ptr) is buf:
+                self._bytes += buf.size - old_size
+                if self._bytes > self._peak:
+                    self._peak = self._bytes
 
     def _lookup(self, target: Buffer | int, size: int | None) -> Buffer:
         if isinstance(target, Buffer):
