@@ -381,12 +381,7 @@ class VirtualMemory(Area):
         buf.device = self.device
         buf.device_ptr = res.ptr
         buf.native = _VmmBuffer("vmm", res, [chunk])
-        with self._lock:
-            self._live[buf.ptr] = buf
-            self._bytes += first
-            self._maps += 1
-            self._peak = max(self._peak, self._bytes)
-        return buf
+        return self._track(buf, "growable")
 
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:
         n = as_size(size)
@@ -404,9 +399,7 @@ class VirtualMemory(Area):
                 state.chunks.append(self._map_chunk(mapped_end, need, False))
             old = buffer.size
             buffer._bind(buffer.ptr, n, 0, self._runtime.traits.dl_device, self.device or 0)
-            with self._lock:
-                self._bytes += n - old
-                self._peak = max(self._peak, self._bytes)
+            self._resized(buffer, old)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
