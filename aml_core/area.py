@@ -26,6 +26,12 @@ is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
 safely: close() detaches it instead, and its memory is released when the last view
 and the buffer object itself are gone. Areas are thread-safe.
 
+The bookkeeping is a :class:`~aml_core._buffer.LiveTable` (C): each of its methods is
+atomic under the GIL, so the common mmap and munmap take no Python lock. ``_lock`` is
+still a re-entrant lock for the rare paths and for subclasses: while a thread holds it,
+the table is pinned, the lock-free paths step aside and wait for the lock, so holding
+``_lock`` excludes every change to the live mappings, as it always did.
+
 Writing a backend means subclassing :class:`Area` and implementing ``_allocate`` and
 ``_free`` (see docs/backend-authoring.md).
 """
@@ -38,12 +44,11 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
 import attrs
 
-from ._buffer import HOST as _HOST_FLAG
-from ._buffer import READONLY as _READONLY_FLAG
+from ._buffer import AreaBase, LiveTable
 from .buffer import Buffer
 from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
 from .specs import MAX_SIZE, AreaStats, Capability, Kind, as_size
@@ -58,11 +63,42 @@ class NoOptions:
     """The options of an area whose mmap takes none."""
 
 
-class Area(abc.ABC):
+_NO_OPTIONS = NoOptions()  # frozen and empty: one instance serves every mmap
+
+
+class _TableLock:
+    """``Area._lock``: a re-entrant lock that also pins the area's live table while held,
+    so that the lock-free fast paths of mmap and munmap wait for it (an RLock's API)."""
+
+    __slots__ = ("_rlock", "_table")
+
+    def __init__(self, table: LiveTable) -> None:
+        self._rlock = threading.RLock()
+        self._table = table
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        if not self._rlock.acquire(blocking, timeout):
+            return False
+        self._table.pin()
+        return True
+
+    def release(self) -> None:
+        self._rlock.release()  # raises (and keeps the pin count) if not held
+        self._table.unpin()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class Area(AreaBase, abc.ABC):
     """Base class of every area.
 
     Subclasses set :attr:`options_type` (an attrs class; ``mmap`` accepts an instance,
     a mapping of its fields, or None) and implement :meth:`_allocate` and :meth:`_free`.
+    ``kind``, ``device`` and :meth:`_new_buffer` come from the C base class.
     """
 
     #: The attrs class of mmap options.
@@ -82,13 +118,12 @@ class Area(abc.ABC):
         self.kind = kind
         self.device = device
         self.capabilities = capabilities
-        self._lock = threading.RLock()
-        self._live: dict[int, Buffer] = {}
+        #: The live mappings (base pointer -> Buffer, oldest first) and the counters.
+        #: munmap's fast path checks what Area._lookup checks: a subclass that redefines
+        #: _lookup has every munmap go through it.
+        self._live = LiveTable(fast=type(self)._lookup is Area._lookup)
+        self._lock = _TableLock(self._live)
         self._closed = False
-        self._bytes = 0
-        self._peak = 0
-        self._maps = 0
-        self._unmaps = 0
         #: Mappings detached by close() while still viewed: ptr -> (native, size).
         self._orphans: dict[int, tuple[Any, int]] = {}
 
@@ -111,32 +146,27 @@ class Area(abc.ABC):
         """Make the buffer's pending work visible to a DLPack consumer's stream."""
 
     # -- helpers for subclasses ---------------------------------------------------------
-    def _new_buffer(
-        self,
-        ptr: int,
-        size: int,
-        *,
-        host_accessible: bool,
-        readonly: bool = False,
-        dl_device: tuple[int, int] = (0, 0),
-        device_ptr: int | None = None,
-        native: Any = None,
-        device: int | None = None,
-    ) -> Buffer:
-        buf = self.buffer_type.__new__(self.buffer_type)
-        flags = (_HOST_FLAG if host_accessible else 0) | (_READONLY_FLAG if readonly else 0)
-        buf._bind(ptr, size, flags, dl_device[0], dl_device[1])
-        buf.area = self
-        buf.kind = self.kind
-        buf.device = self.device if device is None else device
-        buf.device_ptr = ptr if device_ptr is None else device_ptr
-        buf.native = native
-        return buf
+    if TYPE_CHECKING:  # implemented in C (AreaBase): backends call it on every mmap
+
+        def _new_buffer(
+            self,
+            ptr: int,
+            size: int,
+            *,
+            host_accessible: bool,
+            readonly: bool = False,
+            dl_device: tuple[int, int] = (0, 0),
+            device_ptr: int | None = None,
+            native: Any = None,
+            device: int | None = None,
+        ) -> Buffer:
+            """A new :attr:`buffer_type` bound to the memory and to this area;
+            ``device_ptr`` defaults to ``ptr`` and ``device`` to the area's."""
 
     def _coerce_options(self, options: Any) -> Any:
         cls = self.options_type
         if options is None:
-            return cls()
+            return _NO_OPTIONS if cls is NoOptions else cls()
         if isinstance(options, cls):
             return options
         if isinstance(options, Mapping):
@@ -168,29 +198,15 @@ class Area(abc.ABC):
         if self._closed:
             self._check_open()
         buf = self._allocate(n, self._coerce_options(options))
-        with self._lock:
-            if not self._closed:
-                self._live[buf.ptr] = buf
-                self._bytes += n
-                self._maps += 1
-                if self._bytes > self._peak:
-                    self._peak = self._bytes
-                return buf
-        # The area was closed while we allocated: give the memory back.
-        buf._release()
-        self._free(buf)
-        raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during mmap")
+        if self._live.add(buf):
+            return buf
+        return self._track(buf)
 
     def _track(self, buf: _B, during: str = "mmap") -> _B:
-        """Track a new buffer (made by a subclass outside mmap): if the area was closed
-        meanwhile, give the memory back and raise."""
+        """Track a new buffer (made by a subclass outside mmap, or one the table refused
+        without the lock): if the area was closed meanwhile, give the memory back and raise."""
         with self._lock:
-            if not self._closed:
-                self._live[buf.ptr] = buf
-                self._bytes += buf.size
-                self._maps += 1
-                if self._bytes > self._peak:
-                    self._peak = self._bytes
+            if self._live.add(buf, True):
                 return buf
         buf._release()
         self._free(buf)
@@ -199,11 +215,7 @@ class Area(abc.ABC):
     def _resized(self, buf: Buffer, old_size: int) -> None:
         """Count the new size of a buffer a subclass re-bound (a growable buffer), if it
         is still live."""
-        with self._lock:
-            if self._live.get(buf.ptr) is buf:
-                self._bytes += buf.size - old_size
-                if self._bytes > self._peak:
-                    self._peak = self._bytes
+        self._live.resized(buf, old_size)
 
     def _lookup(self, target: Buffer | int, size: int | None) -> Buffer:
         if isinstance(target, Buffer):
@@ -217,7 +229,8 @@ class Area(abc.ABC):
         elif isinstance(target, int) and not isinstance(target, bool):
             found = self._live.get(target)
             if found is None:
-                for base, live in self._live.items():
+                for live in self._live.buffers():
+                    base = live.ptr
                     if base < target < base + live.size:
                         raise AMLValueError(
                             f"0x{target:x} is inside the mapping at 0x{base:x} (offset "
@@ -237,43 +250,37 @@ class Area(abc.ABC):
 
     def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
         """Free a mapping made by this area, given as the Buffer or its base pointer."""
-        with self._lock:
-            self._check_open()
-            buf = self._lookup(buffer, size)
-            if not buf._release():
-                raise AMLBusyError(
-                    f"{buf!r} is still viewed ({buf.exports} memoryview/NumPy/DLPack exports); "
-                    "release the views first"
-                )
-            del self._live[buf.ptr]
-            self._bytes -= buf.size
-            self._unmaps += 1
+        # The common case (a live, unviewed buffer or its exact pointer) in one atomic
+        # call; anything else, under the lock, says precisely what is wrong.
+        buf = self._live.take(self, buffer, size)
+        if buf is None:
+            with self._lock:
+                self._check_open()
+                buf = self._lookup(buffer, size)
+                if not buf._release():
+                    raise AMLBusyError(
+                        f"{buf!r} is still viewed ({buf.exports} memoryview/NumPy/DLPack exports); "
+                        "release the views first"
+                    )
+                self._live.remove(buf)
         try:
             self._free(buf)
         except BaseException:
             with self._lock:  # the memory is still there: keep tracking it
-                buf._revive()
-                self._live[buf.ptr] = buf
-                self._bytes += buf.size
-                self._unmaps -= 1
+                self._live.restore(buf)
             raise
 
     @property
     def stats(self) -> AreaStats:
         """Bytes in use, peak bytes, live mappings, total maps and unmaps."""
-        with self._lock:
-            return AreaStats(
-                bytes_in_use=self._bytes,
-                peak_bytes=self._peak,
-                live_mappings=len(self._live),
-                total_maps=self._maps,
-                total_unmaps=self._unmaps,
-            )
+        nbytes, peak, live, maps, unmaps = self._live.stats()
+        return AreaStats(
+            bytes_in_use=nbytes, peak_bytes=peak, live_mappings=live, total_maps=maps, total_unmaps=unmaps
+        )
 
     def buffers(self) -> tuple[Buffer, ...]:
         """The live buffers, oldest first."""
-        with self._lock:
-            return tuple(self._live.values())
+        return self._live.buffers()
 
     def close(self) -> None:
         """Free every live mapping and refuse further use. Buffers still viewed are
@@ -282,8 +289,7 @@ class Area(abc.ABC):
             if self._closed:
                 return
             self._closed = True
-            live = list(self._live.values())
-            self._live.clear()
+            live = self._live.drain()  # counted as unmapped
         errors: list[AMLError] = []
         for buf in live:
             if buf._release():
@@ -299,9 +305,6 @@ class Area(abc.ABC):
                 )
                 self._orphans[buf.ptr] = buf.native, buf.size
                 weakref.finalize(buf, self._free_orphan_at, buf.ptr)
-            with self._lock:
-                self._bytes -= buf.size
-                self._unmaps += 1
         if errors:
             raise errors[0]
 

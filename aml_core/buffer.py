@@ -66,7 +66,8 @@ class Buffer(BufferBase):
         True once unmapped.
     """
 
-    __slots__ = ("__weakref__", "area", "device", "device_ptr", "kind", "native")
+    # The attributes below and weak references live in BufferBase's C struct.
+    __slots__ = ()
 
     area: Area
     kind: Kind
