@@ -28,10 +28,20 @@ class GpuBackend:
     :class:`~aml_core.errors.AMLNotSupported` when the native library or driver is
     missing."""
 
-    def __init__(self, name: str, load_runtime: Callable[[], GpuRuntime], *, description: str = "") -> None:
+    def __init__(
+        self,
+        name: str,
+        load_runtime: Callable[[], GpuRuntime],
+        *,
+        description: str = "",
+        precheck: Callable[[], str | None] | None = None,
+    ) -> None:
         self.name = name
         self.description = description
         self._load_runtime = load_runtime
+        #: A cheaper test run by :meth:`probe` before loading the runtime: it returns
+        #: why the backend cannot work here (no driver library...), or None.
+        self._precheck = precheck
         self._runtime: GpuRuntime | None = None
         self._lock = threading.Lock()
         self._imports: IpcImportArea | None = None
@@ -108,6 +118,10 @@ class GpuBackend:
     # -- plugin --------------------------------------------------------------------------
     def probe(self) -> ProbeResult:
         """Cheap: loads the runtime, counts devices and reads their properties."""
+        if self._runtime is None and self._precheck is not None:
+            why = self._precheck()
+            if why:
+                return ProbeResult.unavailable(why)
         try:
             rt = self.runtime
             count = rt.device_count()

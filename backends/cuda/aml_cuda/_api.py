@@ -8,6 +8,7 @@ virtual memory and streams.
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING, cast
 
 from aml_core.buffer import Buffer
@@ -115,9 +116,21 @@ def load_runtime() -> GpuRuntime:
     return CudaRuntime()
 
 
+def driver_precheck() -> str | None:
+    """Why CUDA cannot work here before cuda-bindings is even imported (about 50 ms
+    saved on every machine without an NVIDIA driver), or None. The CUDA runtime looks for
+    the driver exactly so: ``dlopen("libcuda.so.1")``."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no NVIDIA driver: libcuda.so.1 cannot be loaded ({exc})"
+    return None
+
+
 BACKEND = GpuBackend(
     "cuda",
     load_runtime,
+    precheck=driver_precheck,
     description="NVIDIA GPUs through cuda-bindings: device, pinned, managed and mapped memory, "
     "managed advice and prefetch, IPC, virtual memory (cuMem*)",
 )
