@@ -136,6 +136,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    parser.add_argument("--name", default="", help="the machine's name in the result files (default: hostname)")
     args = parser.parse_args()
     reps = 5 if args.quick else 21
     results: dict[str, object] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "latency": {}}
@@ -148,7 +149,7 @@ def main() -> None:
     results["latency"] = latency
     results["import"] = import_cost(5 if args.quick else 15)
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"host_area_{results['machine']['hostname'] or 'machine'}"  # type: ignore[index]
+    name = f"host_area_{args.name or results['machine']['hostname'] or 'machine'}"  # type: ignore[index]
     (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
     lines = [
         f"# Host area benchmark ({results['date']})",
