@@ -136,7 +136,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
-    parser.add_argument("--name", default="", help="the machine's name in the result files (default: hostname)")
+    parser.add_argument("--name", default="", help="machine name for the result files (default: hostname)")
     args = parser.parse_args()
     reps = 5 if args.quick else 21
     results: dict[str, object] = {"machine": machine(), "date": time.strftime("%Y-%m-%d"), "latency": {}}
