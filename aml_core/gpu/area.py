@@ -20,9 +20,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
@@ -109,27 +108,6 @@ class GpuArea(Area):
                 f"{self.runtime.traits.name} could not provide the number of devices", native=exc.native
             ) from exc
 
-    # -- device selection ---------------------------------------------------------------
-    @contextlib.contextmanager
-    def _selected(self, device: int) -> Iterator[int]:
-        """Select ``device`` (>= 0) for the block and restore the caller's device after,
-        even on failure. Yields the device actually used."""
-        rt = self.runtime
-        if device < 0:
-            yield rt.get_device()
-            return
-        if device >= self._count:
-            raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
-        current = rt.get_device()  # its failure is translated like any call (seed 000)
-        if current == device:
-            yield device
-            return
-        rt.set_device(device)
-        try:
-            yield device
-        finally:
-            rt.set_device(current)
-
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
         if options is None:
@@ -137,8 +115,8 @@ class GpuArea(Area):
         return super()._coerce_options(options)
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
-        # The same logic as ``with self._selected(device)``, written out: this is the
-        # hot path of every GPU allocation.
+        # Select the device for the allocation and restore the caller's device after,
+        # even on failure (seed 000). Written out inline: the hot path of every GPU mmap.
         device = self.device if options.device is None else options.device
         assert device is not None
         rt = self.runtime
@@ -250,28 +228,6 @@ class GpuArea(Area):
             device=used,
         )
 
-    def _wrap(
-        self,
-        ptr: int,
-        size: int,
-        device: int,
-        native: GpuAllocation,
-        dl_type: int,
-        host: bool,
-        *,
-        device_ptr: int | None = None,
-    ) -> Buffer:
-        dl_id = device if dl_type == self.runtime.traits.dl_device or native.tag == "managed" else 0
-        return self._new_buffer(
-            ptr,
-            size,
-            host_accessible=host,
-            dl_device=(dl_type, dl_id),
-            device_ptr=device_ptr,
-            native=native,
-            device=device,
-        )
-
     def _free(self, buffer: Buffer) -> None:
         native: GpuAllocation = buffer.native
         rt = self.runtime
@@ -291,11 +247,6 @@ class GpuArea(Area):
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
-
-    def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
-        # aml queues no work on the memory it hands out, except prefetches the caller
-        # made on their own streams; nothing to wait for here.
-        return None
 
     # -- managed memory (seed 002) -----------------------------------------------------------
     def _managed(self, buffer: Buffer) -> None:
