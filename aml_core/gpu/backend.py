@@ -1,5 +1,5 @@
 """A GPU backend built from a runtime: AML's area constructors, default areas, IPC,
-virtual memory, streams, the probe and the plugin descriptor. ``aml_cuda`` and
+virtual memory, streams and the probe (the plugin descriptor is in :mod:`.plugin`). ``aml_cuda`` and
 ``aml_hip`` are each one :class:`GpuBackend` over their own runtime."""
 
 from __future__ import annotations
@@ -8,19 +8,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..descriptor import BackendDescriptor, ProbeResult
+from ..descriptor import ProbeResult
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..specs import Capability, Kind
 from .area import GpuArea
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
+from .plugin import GPU_KINDS
 from .runtime import GpuRuntime
 from .stream import Stream
 from .vmm import VirtualMemory
 
 __all__ = ["GpuBackend"]
-
-KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED, Kind.MAPPED})
 
 
 class GpuBackend:
@@ -148,21 +147,9 @@ class GpuBackend:
         adds ALLOC_GLOBAL."""
         if options:
             raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
-        if kind not in KINDS:  # pragma: no cover - the registry checks kinds
+        if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
             raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
         return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
-
-    def descriptor(self, *, priority: int, capabilities: Capability) -> BackendDescriptor:
-        return BackendDescriptor(
-            name=self.name,
-            priority=priority,
-            kinds=KINDS,
-            probe=self.probe,
-            create_area=self.create_area,
-            capabilities=capabilities,
-            description=self.description,
-            ipc_open=self.ipc_open,
-        )
 
 
 def device_capabilities(
