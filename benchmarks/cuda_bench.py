@@ -424,10 +424,10 @@ if sys.argv[3] == "raw":
         rt_.cudaIpcCloseMemHandle(p)
     print(json.dumps(out)); sys.exit()
 native = []
-real_open = r.ipc_open_handle
-def timed_open(data):
-    t = clock(); p = real_open(data); native.append(clock() - t); return p
-r.ipc_open_handle = timed_open
+real_open = r._ipc_open_handle
+def timed_open(data, size):
+    t = clock(); p = real_open(data, size); native.append(clock() - t); return p
+r._ipc_open_handle = timed_open
 open_ = aml_cuda.ipc_open
 gc.collect()
 t0 = clock(); buf_a = open_(a); dt_a = clock() - t0
@@ -515,8 +515,10 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
     that does nothing, and the one native call aml adds (cudaGetDevice)."""
     import itertools
 
+    from aml_cuda.runtime import CudaRuntime
+
     from aml_core.area import Area
-    from aml_core.gpu import GpuArea, RuntimeTraits
+    from aml_core.gpu import GpuArea
     from aml_core.specs import Kind
 
     counter = itertools.count(1 << 40, 1 << 20)
@@ -528,8 +530,8 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
         def _free(self, buffer: Any) -> None:
             pass
 
-    class NoOpRuntime:
-        traits = RuntimeTraits(name="noop", dl_device=2, dl_host=3, dl_managed=13)
+    class NoOpRuntime(CudaRuntime):
+        """CUDA's runtime with device selection and allocation doing nothing."""
 
         def device_count(self) -> int:
             return 1
@@ -537,17 +539,17 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
         def get_device(self) -> int:
             return 0
 
-        def set_device(self, device: int) -> None:
+        def _set_device(self, device: int) -> None:
             pass
 
-        def malloc(self, size: int) -> int:
+        def _malloc(self, size: int) -> int:
             return next(counter)
 
-        def free(self, ptr: int) -> None:
+        def _free(self, ptr: int) -> None:
             pass
 
     bare = Bare(backend="noop", kind=Kind.DEVICE)
-    gpu = GpuArea(NoOpRuntime(), 0, 0)  # type: ignore[arg-type]
+    gpu = GpuArea(NoOpRuntime(), 0, 0)
     noop = NoOpRuntime()
 
     def get_device() -> None:
@@ -564,7 +566,7 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
 
     out = {
         "cuCtxGetCurrent_us": _median_us(ctx_current),
-        "python_call_pair_us": _median_us(lambda: noop.free(noop.malloc(256))),
+        "python_call_pair_us": _median_us(lambda: noop._free(noop._malloc(256))),
         "area_base_mmap_munmap_us": _median_us(lambda: bare.munmap(bare.mmap(256))),
         "gpu_area_mmap_munmap_noop_runtime_us": _median_us(lambda: gpu.munmap(gpu.mmap(256))),
         "cudaGetDevice_us": _median_us(get_device),

@@ -1,5 +1,5 @@
 """Shared GPU logic: AML's area flags, managed memory, IPC, virtual memory and streams,
-written once over a :class:`~aml_core.gpu.runtime.GpuRuntime` that each GPU backend
+written once over a :class:`~aml_core.gpu.runtime.Runtime` and its capability groups, which each GPU backend
 (aml-cuda, aml-hip) implements.
 
 Names are imported from their submodules on first use, so that a plugin module can
@@ -8,16 +8,30 @@ import :mod:`aml_core.gpu.plugin` without loading the rest.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .area import GpuAllocation, GpuArea, GpuMmapOptions
-    from .backend import GpuBackend, device_capabilities
-    from .flags import GpuFlags, check_flags, flags_for_kind, kind_of_flags
+    from .backend import GpuBackend
+    from .flags import AllocMode, GpuFlags, check_flags, flags_for_kind, kind_of_flags, mode_of_flags
     from .ipc import IpcExport, IpcHandle, IpcImportArea
     from .managed import CPU, INVALID, Advice, AttachFlags, CoherencyMode, LocationType, RangeAttribute
-    from .runtime import AllocationProperties, GpuRuntime, PointerAttributes, RuntimeTraits
+    from .runtime import (
+        AllocationOps,
+        AllocationProperties,
+        Group,
+        IpcOps,
+        ManagedOps,
+        PointerAttributes,
+        Runtime,
+        RuntimeTraits,
+        StreamOps,
+        VirtualMemoryOps,
+        capabilities,
+        device_capabilities,
+    )
     from .stream import Stream, as_stream_handle
     from .vmm import Access, GrowableBuffer, Physical, Reservation, VirtualMemory
 
@@ -26,7 +40,6 @@ _WHERE = {
     "GpuArea": "area",
     "GpuMmapOptions": "area",
     "GpuBackend": "backend",
-    "device_capabilities": "backend",
     "GpuFlags": "flags",
     "check_flags": "flags",
     "flags_for_kind": "flags",
@@ -42,7 +55,17 @@ _WHERE = {
     "LocationType": "managed",
     "RangeAttribute": "managed",
     "AllocationProperties": "runtime",
-    "GpuRuntime": "runtime",
+    "AllocationOps": "runtime",
+    "Group": "runtime",
+    "IpcOps": "runtime",
+    "ManagedOps": "runtime",
+    "Runtime": "runtime",
+    "StreamOps": "runtime",
+    "VirtualMemoryOps": "runtime",
+    "capabilities": "runtime",
+    "device_capabilities": "runtime",
+    "AllocMode": "flags",
+    "mode_of_flags": "flags",
     "PointerAttributes": "runtime",
     "RuntimeTraits": "runtime",
     "Stream": "stream",
@@ -66,7 +89,16 @@ __all__ = [
     "GpuBackend",
     "GpuFlags",
     "GpuMmapOptions",
-    "GpuRuntime",
+    "Runtime",
+    "Group",
+    "AllocationOps",
+    "ManagedOps",
+    "StreamOps",
+    "IpcOps",
+    "VirtualMemoryOps",
+    "capabilities",
+    "AllocMode",
+    "mode_of_flags",
     "GrowableBuffer",
     "INVALID",
     "IpcExport",
@@ -88,14 +120,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'aml_core.gpu' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, {name: f".{module}" for name, module in _WHERE.items()})

@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
@@ -33,19 +34,15 @@ from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLVal
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
-from .flags import GpuFlags, check_flags, kind_of_flags
+from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
 from .ipc import IpcExport, IpcHandle
-from .runtime import GpuRuntime
+from .runtime import Group, Runtime, capabilities
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions"]
 
 
 def _opt_device(value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AMLTypeError(f"options.device must be an int or None, not {type(value).__name__}")
-    return value
+    return None if value is None else checks.c_int(value, "options.device")
 
 
 @attrs.frozen
@@ -64,39 +61,35 @@ class GpuAllocation:
     """What a GPU buffer needs to be freed: how it was allocated, the native size,
     and (registered memory) the object kept alive."""
 
-    tag: str  # "device", "host", "managed", "registered"
+    mode: AllocMode
     alloc_size: int
     keep: Any = None
 
 
 class GpuArea(Area):
-    """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.GpuRuntime`."""
+    """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
+    ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas)."""
 
     options_type = GpuMmapOptions
 
-    def __init__(self, runtime: GpuRuntime, device: int, flags: int | GpuFlags) -> None:
-        if isinstance(device, bool) or not isinstance(device, int):
-            raise AMLTypeError(f"device must be an int, not {type(device).__name__}")
+    def __init__(self, runtime: Runtime, device: int, flags: int | GpuFlags) -> None:
+        device = checks.c_int(device, "device")
         checked = check_flags(flags)
+        kind = kind_of_flags(checked)
         self.runtime = runtime
         self.flags = checked
+        #: The groups the hot path calls (the same object as ``runtime``, typed by group).
+        self._alloc = runtime.require(Group.ALLOCATION)
+        self._managed_ops = runtime.require(Group.MANAGED) if kind is Kind.MANAGED else None
         self._count = self._device_count()
         if device >= self._count:
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1} ({self._count} devices)")
-        kind = kind_of_flags(checked)
-        caps = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
-        if kind is Kind.MANAGED:
-            caps |= Capability.MANAGED | Capability.BUFFER_PROTOCOL
-        elif kind is Kind.DEVICE:
-            caps |= Capability.IPC
-        else:
-            caps |= Capability.PINNED | Capability.BUFFER_PROTOCOL
-            if kind is Kind.MAPPED:
-                caps |= Capability.MAPPED
-        super().__init__(backend=runtime.traits.name, kind=kind, device=device, capabilities=caps)
+        super().__init__(
+            backend=runtime.traits.name, kind=kind, device=device, capabilities=_capabilities(runtime, kind)
+        )
         self._exports: dict[int, list[IpcExport]] = {}
         # The hot path reads these instead of testing flag bits on every mmap.
-        self._mode = _mode_of(checked)
+        self._mode = mode_of_flags(checked)
         self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
         self._default_options = GpuMmapOptions()
 
@@ -129,17 +122,17 @@ class GpuArea(Area):
         current = rt.get_device()
         if current == device:
             return self._allocate_on(size, options, device)
-        rt.set_device(device)
+        rt._set_device(device)
         try:
             buf = self._allocate_on(size, options, device)
         except BaseException as exc:
             try:
-                rt.set_device(current)
+                rt._set_device(current)
             except AMLError as restore:
                 exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
             raise
         try:
-            rt.set_device(current)
+            rt._set_device(current)
         except BaseException:
             # The allocation succeeded but the caller's device could not be restored. AML's
             # C area returns the pointer with aml_errno set; Python cannot both return and
@@ -150,48 +143,50 @@ class GpuArea(Area):
         return buf
 
     def _allocate_on(self, size: int, options: GpuMmapOptions, used: int) -> Buffer:
-        """Allocate on the selected device ``used`` (see the module doc for the flags)."""
-        rt = self.runtime
-        traits = rt.traits
+        """Allocate on the selected device ``used`` (see the module doc for the flags).
+        ``size`` was checked by :meth:`Area.mmap`: the group's unchecked calls are used."""
+        ops = self._alloc
+        traits = self.runtime.traits
         mode = self._mode
-        if mode == "device":
-            ptr = rt.malloc(size)
+        if mode is AllocMode.DEVICE:
+            ptr = ops._malloc(size)
             return self._new_buffer(
                 ptr,
                 size,
                 host_accessible=False,
                 dl_device=(traits.dl_device, used),
-                native=_allocation("device", size),
+                native=_allocation(mode, size),
                 device=used,
             )
-        if mode == "managed":
+        if mode is AllocMode.MANAGED:
+            assert self._managed_ops is not None
             g = traits.managed_granule
             n = -(-size // g) * g
-            ptr = rt.malloc_managed(n, attach_global=self._global)
+            ptr = self._managed_ops._malloc_managed(n, self._global)
             return self._new_buffer(
                 ptr,
                 size,
                 host_accessible=True,
                 dl_device=(traits.dl_managed, used),
-                native=_allocation("managed", n),
+                native=_allocation(mode, n),
                 device=used,
             )
-        if mode == "host":
-            ptr = rt.host_alloc(size, portable=self._global, mapped=False)
+        if mode is AllocMode.HOST:
+            ptr = ops._host_alloc(size, self._global, False)
             return self._new_buffer(
                 ptr,
                 size,
                 host_accessible=True,
                 dl_device=(traits.dl_host, 0),
-                native=_allocation("host", size),
+                native=_allocation(mode, size),
                 device=used,
             )
-        if mode == "host_mapped":
-            ptr = rt.host_alloc(size, portable=self._global, mapped=True)
+        if mode is AllocMode.HOST_MAPPED:
+            ptr = ops._host_alloc(size, self._global, True)
             try:
-                dptr = rt.host_device_pointer(ptr)
+                dptr = ops._host_device_pointer(ptr)
             except BaseException:
-                rt.free_host(ptr)
+                ops._free_host(ptr)
                 raise
             return self._new_buffer(
                 ptr,
@@ -199,10 +194,10 @@ class GpuArea(Area):
                 host_accessible=True,
                 dl_device=(traits.dl_host, 0),
                 device_ptr=dptr,
-                native=_allocation("host", size),
+                native=_allocation(mode, size),
                 device=used,
             )
-        # "registered": ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
+        # REGISTERED: ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
         # As in AML, options.ptr is only read by these areas.
         if options.ptr is None:
             raise AMLValueError(
@@ -210,11 +205,14 @@ class GpuArea(Area):
                 "pass options.ptr (an address or a writable buffer)"
             )
         host, keep = _host_memory(options.ptr, size)
-        rt.host_register(host, size, portable=self._global, mapped=True)
         try:
-            dptr = rt.host_device_pointer(host)
+            ops._host_register(host, size, self._global, True)
+            try:
+                dptr = ops._host_device_pointer(host)
+            except BaseException:
+                ops._host_unregister(host)
+                raise
         except BaseException:
-            rt.host_unregister(host)
             if isinstance(keep, memoryview):
                 keep.release()
             raise
@@ -224,26 +222,25 @@ class GpuArea(Area):
             host_accessible=True,
             dl_device=(traits.dl_host, 0),
             device_ptr=dptr,
-            native=GpuAllocation("registered", size, keep),
+            native=GpuAllocation(mode, size, keep),
             device=used,
         )
 
     def _free(self, buffer: Buffer) -> None:
         native: GpuAllocation = buffer.native
-        rt = self.runtime
+        ops = self._alloc
         if self._exports:
             for export in self._exports.pop(buffer.ptr, ()):
                 export.close()
-        if native.tag in ("device", "managed"):
-            rt.free(buffer.ptr)
-        elif native.tag == "host":
-            rt.free_host(buffer.ptr)
-        elif native.tag == "registered":
-            rt.host_unregister(buffer.ptr)
+        mode = native.mode
+        if mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
+            ops._free(buffer.ptr)
+        elif mode is AllocMode.REGISTERED:
+            ops._host_unregister(buffer.ptr)
             if isinstance(native.keep, memoryview):
                 native.keep.release()
-        else:  # pragma: no cover - by construction
-            raise AMLValueError(f"unknown allocation tag {native.tag!r}")
+        else:
+            ops._free_host(buffer.ptr)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
@@ -319,7 +316,7 @@ class GpuArea(Area):
         with self._lock:
             self._check_open()
             buf = self._lookup(buffer, None)
-            data = self.runtime.ipc_get_handle(buf.ptr)
+            data = self.runtime.require(Group.IPC).ipc_get_handle(buf.ptr, buf.size)
             handle = IpcHandle(
                 backend=self.backend, device=buf.device or 0, size=buf.size, data=data, pid=os.getpid()
             )
@@ -335,7 +332,7 @@ class GpuArea(Area):
         if offset < 0 or offset + n > buffer.size:
             raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
         if n:
-            self.runtime.memcpy(buffer.device_ptr + offset, src, n)
+            self._alloc.memcpy(buffer.device_ptr + offset, src, n)
 
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Copy bytes out of a buffer of this area (any kind)."""
@@ -346,8 +343,25 @@ class GpuArea(Area):
         out = bytearray(n)
         if n:
             dst, _, _ = address_of(out)
-            self.runtime.memcpy(dst, buffer.device_ptr + offset, n)
+            self._alloc.memcpy(dst, buffer.device_ptr + offset, n)
         return bytes(out)
+
+
+def _capabilities(runtime: Runtime, kind: Kind) -> Capability:
+    """What an area of this kind offers: the runtime's groups that apply to the kind."""
+    groups = {Group.ALLOCATION}
+    if kind is Kind.MANAGED:
+        groups.add(Group.MANAGED)
+    elif kind is Kind.DEVICE and runtime.why_missing(Group.IPC) is None:
+        groups.add(Group.IPC)
+    caps = capabilities(groups, runtime.traits.interfaces)
+    if kind is Kind.DEVICE:  # device memory is not host-accessible, pinned or mapped
+        caps &= ~(Capability.PINNED | Capability.MAPPED | Capability.BUFFER_PROTOCOL)
+    elif kind is Kind.MANAGED:  # host-accessible, but neither pinned nor mapped
+        caps &= ~(Capability.PINNED | Capability.MAPPED)
+    elif kind is Kind.HOST:
+        caps &= ~Capability.MAPPED
+    return caps
 
 
 def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
@@ -378,28 +392,17 @@ def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
     return addr, view
 
 
-def _mode_of(flags: GpuFlags) -> str:
-    """What an area of these flags allocates (seed 000's precedence)."""
-    if flags & GpuFlags.ALLOC_UNIFIED:
-        return "managed"
-    if flags & GpuFlags.ALLOC_MAPPED:
-        return "host_mapped" if flags & GpuFlags.ALLOC_HOST else "registered"
-    if flags & GpuFlags.ALLOC_HOST:
-        return "host"
-    return "device"
-
-
-_ALLOCATIONS: dict[tuple[str, int], GpuAllocation] = {}
+_ALLOCATIONS: dict[tuple[AllocMode, int], GpuAllocation] = {}
 _ALLOCATIONS_MAX = 4096
 
 
-def _allocation(tag: str, size: int) -> GpuAllocation:
+def _allocation(mode: AllocMode, size: int) -> GpuAllocation:
     """A shared (frozen) GpuAllocation for the usual sizes: building an attrs instance
     costs more than the rest of the Python side of an mmap."""
-    key = (tag, size)
+    key = (mode, size)
     found = _ALLOCATIONS.get(key)
     if found is None:
-        found = GpuAllocation(tag, size)
+        found = GpuAllocation(mode, size)
         if len(_ALLOCATIONS) < _ALLOCATIONS_MAX:
             _ALLOCATIONS[key] = found
     return found

@@ -1,13 +1,18 @@
-"""A GPU backend built from a runtime: AML's area constructors, default areas, IPC,
-virtual memory, streams and the probe (the plugin descriptor is in :mod:`.plugin`). ``aml_cuda`` and
-``aml_hip`` are each one :class:`GpuBackend` over their own runtime."""
+"""A GPU backend built from a runtime: AML's area API (``aml_area_<name>_create``,
+``aml_area_<name>_destroy``, the default areas), IPC, virtual memory, streams and the probe
+(the plugin descriptor is in :mod:`.plugin`).
+
+``aml_cuda`` and ``aml_hip`` are each one :class:`GpuBackend` over their own runtime, and
+their public functions *are* its bound methods (``aml_hip.create is aml_hip.BACKEND.create``):
+the API is written here once, and a backend package only names its backend."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
 
+from .. import checks
+from ..buffer import Buffer
 from ..descriptor import ProbeResult
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..specs import Capability, Kind
@@ -15,7 +20,7 @@ from .area import GpuArea
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
 from .plugin import GPU_KINDS
-from .runtime import GpuRuntime
+from .runtime import Group, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
 
@@ -30,7 +35,7 @@ class GpuBackend:
     def __init__(
         self,
         name: str,
-        load_runtime: Callable[[], GpuRuntime],
+        load_runtime: Callable[[], Runtime],
         *,
         description: str = "",
         precheck: Callable[[], str | None] | None = None,
@@ -41,13 +46,13 @@ class GpuBackend:
         #: A cheaper test run by :meth:`probe` before loading the runtime: it returns
         #: why the backend cannot work here (no driver library...), or None.
         self._precheck = precheck
-        self._runtime: GpuRuntime | None = None
+        self._runtime: Runtime | None = None
         self._lock = threading.Lock()
         self._imports: IpcImportArea | None = None
         self._defaults: dict[GpuFlags, GpuArea] = {}
 
     @property
-    def runtime(self) -> GpuRuntime:
+    def runtime(self) -> Runtime:
         """The loaded runtime (loads it on first use)."""
         with self._lock:
             if self._runtime is None:
@@ -67,8 +72,21 @@ class GpuBackend:
 
     # -- AML area API --------------------------------------------------------------------
     def create(self, device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
-        """``aml_area_<backend>_create(device, flags)``: a new area (close it when done)."""
+        """``aml_area_cuda_create`` / ``aml_area_hip_create(&area, device, flags)``: a new
+        area; close it (or :meth:`destroy` it) when done.
+
+        ``device`` is a device index, or negative for the current device at mmap time.
+        Errors: the device count cannot be read → FAILURE
+        (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
+        unknown flag bits → EINVAL (docs/aml-contract.md#hip-area).
+        """
         return GpuArea(self.runtime, device, flags)
+
+    @staticmethod
+    def destroy(area: GpuArea) -> None:
+        """``aml_area_cuda_destroy`` / ``aml_area_hip_destroy``: free whatever the area
+        still holds (the same as ``area.close()``). Idempotent."""
+        area.close()
 
     def _default(self, flags: GpuFlags) -> GpuArea:
         with self._lock:
@@ -80,43 +98,55 @@ class GpuBackend:
         return area
 
     def default_area(self) -> GpuArea:
-        """The equivalent of ``aml_area_hip``: device memory on the current device,
-        visible by a single device, not mapped on the host."""
+        """``aml_area_cuda`` / ``aml_area_hip``: device memory on the current device,
+        visible by a single device, not mapped on the host (shared: do not close it)."""
         return self._default(GpuFlags.DEFAULT)
 
     def unified_area(self) -> GpuArea:
-        """The equivalent of ``aml_area_hip_unified``: managed memory on the current
-        device."""
+        """``aml_area_cuda_unified`` / ``aml_area_hip_unified``: managed memory on the
+        current device (shared: do not close it)."""
         return self._default(GpuFlags.ALLOC_UNIFIED)
 
     # -- IPC, virtual memory, streams ----------------------------------------------------
-    def ipc_open(self, handle: IpcHandle) -> Any:
-        """Open an IPC handle exported by another process (cached per handle)."""
+    def ipc_open(self, handle: IpcHandle) -> Buffer:
+        """Open an IPC handle exported by another process: maps the device memory with
+        lazy peer access; opening the same handle again returns the same buffer (close it
+        as many times). Close before the exporter frees."""
         with self._lock:
             if self._imports is None or self._imports.closed:
                 self._imports = IpcImportArea(self._runtime or self._load_runtime())
             imports = self._imports
         return imports.open(handle)
 
-    def ipc_close(self, buffer: Any) -> None:
-        """Close one open of an imported buffer (the same as ``buffer.free()``)."""
+    def ipc_close(self, buffer: Buffer) -> None:
+        """Close one open of an imported buffer (the native close on the last)."""
         buffer.area.munmap(buffer)
 
     def virtual_memory(self, device: int = 0) -> VirtualMemory:
-        """The virtual-memory API and area of a device (close it when done)."""
+        """The virtual-memory API and area of a device (reserve, create, map, access,
+        export/import a POSIX fd, retain, properties, granularity); close it when done."""
         rt = self.runtime
+        device = checks.c_int(device, "device")
         count = rt.device_count()
-        if isinstance(device, bool) or not isinstance(device, int) or not 0 <= device < count:
+        if not 0 <= device < count:
             raise AMLValueError(f"device {device!r} is not in 0..{count - 1}")
         return VirtualMemory(rt, device)
 
     def stream(self, *, non_blocking: bool = False) -> Stream:
-        """A new stream (close it when done)."""
+        """A new stream (``cudaStreamCreateWithFlags`` / ``hipStreamCreateWithFlags``);
+        close it when done."""
         return Stream(self.runtime, non_blocking=non_blocking)
+
+    def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
+        """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a
+        buffer's ``ptr``."""
+        address = ptr.ptr if isinstance(ptr, Buffer) else ptr
+        return self.runtime.require(Group.ALLOCATION).pointer_attributes(address)
 
     # -- plugin --------------------------------------------------------------------------
     def probe(self) -> ProbeResult:
-        """Cheap: loads the runtime, counts devices and reads their properties."""
+        """Whether the backend is usable here, and why not (never raises): loads the
+        runtime, counts devices and reads their properties."""
         if self._runtime is None and self._precheck is not None:
             why = self._precheck()
             if why:
@@ -150,22 +180,3 @@ class GpuBackend:
         if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
             raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
         return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
-
-
-def device_capabilities(
-    *, managed: bool, concurrent: bool, pageable: bool, vmm: bool, ipc: bool
-) -> Capability:
-    """Capability flags of a device from its attributes."""
-    caps = Capability.PINNED | Capability.MAPPED | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
-    caps |= Capability.BUFFER_PROTOCOL
-    if managed:
-        caps |= Capability.MANAGED
-    if concurrent:
-        caps |= Capability.CONCURRENT_MANAGED_ACCESS
-    if pageable:
-        caps |= Capability.PAGEABLE_ACCESS
-    if vmm:
-        caps |= Capability.VIRTUAL_MEMORY
-    if ipc:
-        caps |= Capability.IPC
-    return caps

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 
-from ..errors import AMLTypeError, AMLValueError
+from .. import checks
+from ..errors import AMLValueError
 from ..specs import Kind
 
-__all__ = ["GpuFlags", "check_flags", "flags_for_kind", "kind_of_flags"]
+__all__ = ["AllocMode", "GpuFlags", "check_flags", "flags_for_kind", "kind_of_flags", "mode_of_flags"]
 
 
 class GpuFlags(enum.IntFlag):
@@ -41,15 +42,39 @@ _ALL = GpuFlags.ALLOC_HOST | GpuFlags.ALLOC_UNIFIED | GpuFlags.ALLOC_MAPPED | Gp
 
 def check_flags(flags: object) -> GpuFlags:
     """Validate flags: an int made of the five flags; unknown bits are EINVAL."""
-    if isinstance(flags, bool) or not isinstance(flags, int):
-        raise AMLTypeError(f"flags must be an int of GpuFlags, not {type(flags).__name__}")
-    value = int(flags)
+    value = checks.integer(flags, "flags")
     if value < 0 or value & ~int(_ALL):
         raise AMLValueError(
             f"unknown area flag bits 0x{value & ~int(_ALL) if value >= 0 else value:x} in 0x{value:x}; "
             "allowed: DEFAULT 0, ALLOC_HOST 1, ALLOC_UNIFIED 2, ALLOC_MAPPED 4, ALLOC_GLOBAL 8"
         )
     return GpuFlags(value)
+
+
+class AllocMode(enum.Enum):
+    """How an area of given flags allocates, in AML's precedence (see :class:`GpuFlags`)."""
+
+    #: ``cudaMalloc`` / ``hipMalloc``.
+    DEVICE = "device"
+    #: ``cudaMallocManaged`` / ``hipMallocManaged``.
+    MANAGED = "managed"
+    #: ``cudaHostAlloc`` / ``hipHostMalloc``.
+    HOST = "host"
+    #: The same, mapped, and the device pointer taken.
+    HOST_MAPPED = "host_mapped"
+    #: The caller's memory registered (``cudaHostRegister`` / ``hipHostRegister``).
+    REGISTERED = "registered"
+
+
+def mode_of_flags(flags: GpuFlags) -> AllocMode:
+    """What an area of these flags allocates."""
+    if flags & GpuFlags.ALLOC_UNIFIED:
+        return AllocMode.MANAGED
+    if flags & GpuFlags.ALLOC_MAPPED:
+        return AllocMode.HOST_MAPPED if flags & GpuFlags.ALLOC_HOST else AllocMode.REGISTERED
+    if flags & GpuFlags.ALLOC_HOST:
+        return AllocMode.HOST
+    return AllocMode.DEVICE
 
 
 def kind_of_flags(flags: GpuFlags) -> Kind:

@@ -22,39 +22,61 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .. import checks
 from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
+from .runtime import Group
 
 if TYPE_CHECKING:
-    from .runtime import GpuRuntime
+    from .runtime import Runtime
 
-__all__ = ["IPC_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions"]
+__all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions"]
 
-IPC_HANDLE_SIZE = 64
+#: The largest native handle an IpcHandle carries (each runtime checks its exact size).
+MAX_HANDLE_SIZE = 1024
 
 
 def _handle_bytes(value: object) -> bytes:
     if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise AMLTypeError(f"an IPC handle is {IPC_HANDLE_SIZE} bytes, not {type(value).__name__}")
+        raise AMLTypeError(f"an IPC handle's data is bytes, not {type(value).__name__}")
     data = bytes(value)
-    if len(data) != IPC_HANDLE_SIZE:
-        raise AMLValueError(f"an IPC handle is {IPC_HANDLE_SIZE} bytes, got {len(data)}")
+    if not 0 < len(data) <= MAX_HANDLE_SIZE:
+        raise AMLValueError(f"an IPC handle's data is 1..{MAX_HANDLE_SIZE} bytes, got {len(data)}")
     return data
+
+
+def _device(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    checks.device(value, "the IPC handle's device")
+
+
+def _size(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    checks.size(value, "the IPC handle's size")
+
+
+def _pid(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if checks.c_int(value, "the IPC handle's pid") <= 0:
+        raise AMLValueError(f"the IPC handle's pid must be positive, got {value}")
+
+
+def _backend(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise AMLTypeError(f"the IPC handle's backend is a str, not {type(value).__name__}")
 
 
 @attrs.frozen
 class IpcHandle:
     """What crosses the process boundary (picklable): the backend, the device, the
-    size, the native 64-byte handle and the exporter's pid."""
+    size, the native handle (``traits.ipc_handle_size`` bytes: 64 for CUDA and HIP) and
+    the exporter's pid. Every field is checked when the handle is made (or unpickled)."""
 
-    backend: str
-    device: int
-    size: int
+    backend: str = attrs.field(validator=_backend)
+    device: int = attrs.field(validator=_device)
+    size: int = attrs.field(validator=_size)
     data: bytes = attrs.field(converter=_handle_bytes, repr=lambda d: d[:8].hex() + "...")
-    pid: int
+    pid: int = attrs.field(validator=_pid)
 
 
 class IpcExport:
@@ -115,7 +137,7 @@ class IpcImportArea(Area):
 
     options_type = IpcOptions
 
-    def __init__(self, runtime: GpuRuntime) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         super().__init__(
             backend=runtime.traits.name,
             kind=Kind.DEVICE,
@@ -123,6 +145,7 @@ class IpcImportArea(Area):
             capabilities=Capability.IPC | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
         )
         self._runtime = runtime
+        self._ops = runtime.require(Group.IPC)
         self._by_key: dict[bytes, Buffer] = {}
         self._opens: dict[int, int] = {}
         self._open_lock = threading.Lock()
@@ -156,7 +179,7 @@ class IpcImportArea(Area):
         handle = options.handle
         if handle is None:
             raise AMLValueError("the IPC import area maps handles: use ipc_open(handle)")
-        ptr = self._runtime.ipc_open_handle(handle.data)
+        ptr = self._ops.ipc_open_handle(handle.data, handle.size)
         return self._new_buffer(
             ptr,
             size,
@@ -180,7 +203,7 @@ class IpcImportArea(Area):
             self._by_key.pop(buf.native.key, None)
 
     def _free(self, buffer: Buffer) -> None:
-        self._runtime.ipc_close_handle(buffer.ptr)
+        self._ops.ipc_close_handle(buffer.ptr)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)

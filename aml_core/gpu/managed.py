@@ -1,5 +1,5 @@
 """Managed (unified) memory: prefetch, advise, range attributes and stream attach
-(seed 002), written once over :class:`~aml_core.gpu.runtime.GpuRuntime`.
+(seed 002), written once over the ``MANAGED`` group of :class:`~aml_core.gpu.runtime.Runtime`.
 
 Locations are device indices, with :data:`CPU` (-1) for the host. Range attributes come
 back as Python values: ``bool`` for READ_MOSTLY, ``int`` locations (``CPU`` -1 for the
@@ -15,8 +15,10 @@ import enum
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
-from .runtime import CPU_DEVICE, INVALID_DEVICE, GpuRuntime
+from .. import checks
+from ..errors import AMLNotSupported, AMLValueError
+from .flags import AllocMode
+from .runtime import CPU_DEVICE, INVALID_DEVICE, Group, Runtime
 from .stream import as_stream_handle
 
 if TYPE_CHECKING:
@@ -99,9 +101,8 @@ class AttachFlags(enum.IntEnum):
 def _range(buffer: Buffer, offset: int, size: int | None) -> tuple[int, int]:
     if buffer.freed:
         raise AMLValueError(f"{buffer!r} was freed")
-    for name, value in (("offset", offset), ("size", size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise AMLTypeError(f"{name} must be an int, not {type(value).__name__}")
+    offset = checks.integer(offset, "offset")
+    size = None if size is None else checks.integer(size, "size")
     if offset < 0 or offset > buffer.size:
         raise AMLValueError(f"offset {offset} is outside the buffer (0..{buffer.size})")
     n = buffer.size - offset if size is None else size
@@ -110,13 +111,12 @@ def _range(buffer: Buffer, offset: int, size: int | None) -> tuple[int, int]:
     return buffer.ptr + offset, n
 
 
-def _location(runtime: GpuRuntime, location: object, what: str = "location") -> int:
+def _location(runtime: Runtime, location: object, what: str = "location") -> int:
     if isinstance(location, str):
         if location.lower() in ("host", "cpu"):
             return CPU
         raise AMLValueError(f"{what} must be a device index or 'host', got {location!r}")
-    if isinstance(location, bool) or not isinstance(location, int):
-        raise AMLTypeError(f"{what} must be a device index or 'host', not {type(location).__name__}")
+    location = checks.integer(location, f"{what} (a device index or 'host')")
     if location == CPU:
         return CPU
     if location < 0 or location >= runtime.device_count():
@@ -127,12 +127,12 @@ def _location(runtime: GpuRuntime, location: object, what: str = "location") -> 
 
 
 def _check_managed(buffer: Buffer) -> None:
-    if buffer.native is None or getattr(buffer.native, "tag", None) != "managed":
+    if getattr(buffer.native, "mode", None) is not AllocMode.MANAGED:
         raise AMLValueError(f"{buffer!r} is not managed memory")
 
 
 def prefetch(
-    runtime: GpuRuntime,
+    runtime: Runtime,
     buffer: Buffer,
     location: int | str,
     *,
@@ -144,11 +144,11 @@ def prefetch(
     _check_managed(buffer)
     ptr, n = _range(buffer, offset, size)
     dev = _location(runtime, location)
-    runtime.mem_prefetch(ptr, n, dev, as_stream_handle(stream))
+    runtime.require(Group.MANAGED).mem_prefetch(ptr, n, dev, as_stream_handle(stream))
 
 
 def advise(
-    runtime: GpuRuntime,
+    runtime: Runtime,
     buffer: Buffer,
     advice: Advice | int,
     location: int | str,
@@ -174,7 +174,7 @@ def advise(
             f"0x{ptr:x} + {n} is not aligned"
         )
     dev = _location(runtime, location)
-    runtime.mem_advise(ptr, n, adv.value, dev)
+    runtime.require(Group.MANAGED).mem_advise(ptr, n, adv.value, dev)
 
 
 def _convert(attr: RangeAttribute, data: list[int]) -> object:
@@ -196,7 +196,7 @@ def _convert(attr: RangeAttribute, data: list[int]) -> object:
 
 
 def range_attributes(
-    runtime: GpuRuntime,
+    runtime: Runtime,
     buffer: Buffer,
     attributes: Iterable[RangeAttribute | int],
     *,
@@ -221,12 +221,12 @@ def range_attributes(
     # ACCESSED_BY may name every device and the host (CPU, -1): one slot each.
     slots = max(1, runtime.device_count()) + 1
     requests = [(a.value, slots if a is RangeAttribute.ACCESSED_BY else 1) for a in attrs_]
-    data = runtime.mem_range_attributes(ptr, n, requests)
+    data = runtime.require(Group.MANAGED).mem_range_attributes(ptr, n, requests)
     return {a: _convert(a, d) for a, d in zip(attrs_, data, strict=True)}
 
 
 def range_attribute(
-    runtime: GpuRuntime,
+    runtime: Runtime,
     buffer: Buffer,
     attribute: RangeAttribute | int,
     *,
@@ -239,7 +239,7 @@ def range_attribute(
 
 
 def stream_attach(
-    runtime: GpuRuntime,
+    runtime: Runtime,
     buffer: Buffer,
     stream: Any,
     flags: AttachFlags | int = AttachFlags.SINGLE,
@@ -255,4 +255,6 @@ def stream_attach(
         f = AttachFlags(flags)
     except ValueError:
         raise AMLValueError(f"unknown attach flags {flags!r}; allowed: GLOBAL 1, HOST 2, SINGLE 4") from None
-    runtime.stream_attach(as_stream_handle(stream), buffer.ptr, 0 if whole else buffer.size, f.value)
+    runtime.require(Group.MANAGED).stream_attach(
+        as_stream_handle(stream), buffer.ptr, 0 if whole else buffer.size, f.value
+    )

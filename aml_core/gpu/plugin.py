@@ -1,4 +1,5 @@
-"""What a GPU backend's plugin module needs: its kinds, its capabilities and a descriptor
+"""What a GPU backend's plugin module needs: its kinds, its capabilities (derived from the
+capability groups its runtime provides), the names its package exports, and a descriptor
 whose probe, area factory and IPC opener load the backend lazily.
 
 Cheap to import (no runtime, no area code): a plugin module is imported by every
@@ -12,11 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
 from ..specs import Capability, Kind
+from .runtime import Group, capabilities
 
 if TYPE_CHECKING:
     from .backend import GpuBackend
 
-__all__ = ["GPU_CAPABILITIES", "GPU_KINDS", "GPU_PRIORITY", "lazy_descriptor"]
+__all__ = [
+    "GPU_CAPABILITIES",
+    "GPU_FUNCTIONS",
+    "GPU_GROUPS",
+    "GPU_INTERFACES",
+    "GPU_KINDS",
+    "GPU_PRIORITY",
+    "GPU_TYPES",
+    "gpu_exports",
+    "lazy_descriptor",
+]
 
 #: Above the host backend (0): on a node with a GPU, device, pinned, managed and mapped
 #: memory come from the GPU backend.
@@ -24,18 +36,60 @@ GPU_PRIORITY = 100
 
 GPU_KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED, Kind.MAPPED})
 
-#: What any GPU backend offers; each device's probe adds what depends on the device
-#: (concurrent managed access, pageable access).
-GPU_CAPABILITIES = (
-    Capability.MANAGED
-    | Capability.VIRTUAL_MEMORY
-    | Capability.IPC
-    | Capability.PINNED
-    | Capability.MAPPED
-    | Capability.BUFFER_PROTOCOL
-    | Capability.DLPACK
-    | Capability.CUDA_ARRAY_INTERFACE
+#: The groups the CUDA and HIP runtimes provide (a library may lack one: the probe says).
+GPU_GROUPS = frozenset(Group)
+#: The exchange protocols CUDA and HIP device memory speak.
+GPU_INTERFACES = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
+#: What a CUDA or HIP backend declares before it is probed; each device's probe says what
+#: it really has (a missing group, concurrent managed access, pageable access).
+GPU_CAPABILITIES = capabilities(GPU_GROUPS, GPU_INTERFACES)
+
+#: The public names every GPU backend package (aml_cuda, aml_hip) exports for the same
+#: things: the types of :mod:`aml_core.gpu` it re-exports, and the functions of its
+#: ``api`` module (the bound methods of its :class:`~aml_core.gpu.backend.GpuBackend`).
+#: Each also exports AML's names for its area, flags and options (``CudaArea``,
+#: ``HipFlags``...); aml_cuda alone exports ``MIN_BINDINGS``, the oldest cuda-bindings it
+#: runs on (aml-hip loads its library through ctypes and has no binding).
+GPU_TYPES = (
+    "CPU",
+    "INVALID",
+    "Access",
+    "Advice",
+    "AllocationProperties",
+    "AttachFlags",
+    "CoherencyMode",
+    "GrowableBuffer",
+    "IpcExport",
+    "IpcHandle",
+    "LocationType",
+    "Physical",
+    "PointerAttributes",
+    "RangeAttribute",
+    "Reservation",
+    "Stream",
+    "VirtualMemory",
 )
+GPU_FUNCTIONS = (
+    "BACKEND",
+    "create",
+    "default_area",
+    "destroy",
+    "get_runtime",
+    "ipc_close",
+    "ipc_open",
+    "load_runtime",
+    "pointer_attributes",
+    "probe",
+    "stream",
+    "unified_area",
+    "virtual_memory",
+)
+
+
+def gpu_exports(*api_names: str) -> dict[str, str]:
+    """The lazy-export table of a GPU backend package: :data:`GPU_TYPES` from
+    :mod:`aml_core.gpu`, :data:`GPU_FUNCTIONS` and ``api_names`` from its ``api`` module."""
+    return dict.fromkeys(GPU_TYPES, "aml_core.gpu") | dict.fromkeys((*GPU_FUNCTIONS, *api_names), ".api")
 
 
 def lazy_descriptor(

@@ -1,32 +1,94 @@
-"""The runtime interface a GPU backend implements once, so that AML's area flag logic,
-managed memory, IPC and virtual memory are written once for CUDA and HIP.
+"""The native runtime of a GPU backend, split into capability groups (after UMF's ops
+tables), so that AML's area flag logic, managed memory, IPC, virtual memory and streams
+are written once for every backend.
 
-AML's C HIP area is a line-for-line port of its CUDA area; here that shared logic lives
-in :mod:`aml_core.gpu` and each backend only supplies a :class:`GpuRuntime`: thin calls
-into its native API that take and return Python ints and raise the backend's translated
-:class:`~aml_core.errors.AMLError` (through its :class:`~aml_core.errors.ErrorTable`).
+A backend's runtime is one class that derives from :class:`Runtime` (devices, which every
+runtime has) and from the group classes it provides:
 
-Conventions: pointers, stream handles and VMM handles are ints; ``device = -1`` means
-the host (``cudaCpuDeviceId`` / ``hipCpuDeviceId``); allocation flags are passed as
-booleans so each runtime maps them to its own constants.
+=====================  ==========================================  ======================
+group                  class (its public methods)                  capability it brings
+=====================  ==========================================  ======================
+``ALLOCATION``         :class:`AllocationOps` (malloc, host memory,  PINNED, MAPPED,
+                       registration, pointer attributes, copies)    BUFFER_PROTOCOL
+``MANAGED``            :class:`ManagedOps` (managed allocation,      MANAGED
+                       prefetch, advise, range attributes, attach)
+``STREAMS``            :class:`StreamOps`                            (none)
+``IPC``                :class:`IpcOps` (get, open, close a handle)   IPC
+``VIRTUAL_MEMORY``     :class:`VirtualMemoryOps` (reserve, create,   VIRTUAL_MEMORY
+                       map, access, export/import an fd, retain)
+=====================  ==========================================  ======================
+
+A runtime provides a group wholly or not at all: each group class declares its native
+operations as abstract ``_``-methods, so a class that misses one cannot be instantiated;
+a runtime whose *library* lacks a group (an old version without virtual memory) says so
+in :meth:`Runtime.missing_groups`, and that group is then absent with the reason.
+:func:`capabilities` derives what a backend reports from the groups it provides: it is
+the one place where groups become capabilities.
+
+Each group's public method validates its arguments (through :mod:`aml_core.checks`)
+and then calls the backend's ``_``-method, so no backend hand-writes a check and no bad
+value reaches ctypes or a binding. The shared logic's hot paths (``GpuArea.mmap``), whose
+arguments the area has already checked, call the ``_``-methods directly.
+
+Conventions: pointers, stream handles and VMM handles are ints; device ``-1``
+(:data:`CPU_DEVICE`) is the host where a location may be the host; every native failure
+raises the backend's translated :class:`~aml_core.errors.AMLError` (through its
+:class:`~aml_core.errors.ErrorTable`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+import abc
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, overload
 
 import attrs
 
-from ..errors import ErrorTable
-from ..specs import DeviceInfo
+from .. import checks
+from ..buffer import DLDeviceType
+from ..errors import AMLNotSupported, AMLValueError, ErrorTable
+from ..specs import Capability, DeviceInfo
 
-__all__ = ["AllocationProperties", "GpuRuntime", "PointerAttributes", "RuntimeTraits"]
+__all__ = [
+    "CPU_DEVICE",
+    "GROUP_OPS",
+    "INVALID_DEVICE",
+    "AllocationOps",
+    "AllocationProperties",
+    "Group",
+    "IpcOps",
+    "ManagedOps",
+    "PointerAttributes",
+    "Runtime",
+    "RuntimeTraits",
+    "StreamOps",
+    "VirtualMemoryOps",
+    "capabilities",
+    "device_capabilities",
+]
 
 #: The host as a managed-memory location (cudaCpuDeviceId, hipCpuDeviceId).
 CPU_DEVICE = -1
 #: "No single location" in range attributes (cudaInvalidDeviceId, hipInvalidDeviceId).
 INVALID_DEVICE = -2
+
+#: Access flags both CUDA and HIP define: none, read, read-write.
+_ACCESS_FLAGS = frozenset({0, 1, 3})
+#: Attach flags both define: global 1, host 2, single 4.
+_ATTACH_FLAGS = frozenset({1, 2, 4})
+#: Range attribute data is at most this many ints (one per device and the host).
+_MAX_ATTRIBUTE_INTS = 4096
+
+
+class Group(enum.Enum):
+    """A capability group: a set of native operations provided wholly or not at all."""
+
+    ALLOCATION = "allocation"
+    MANAGED = "managed"
+    STREAMS = "streams"
+    IPC = "ipc"
+    VIRTUAL_MEMORY = "virtual_memory"
 
 
 @attrs.frozen
@@ -59,9 +121,9 @@ class RuntimeTraits:
     #: Backend name ("cuda", "hip").
     name: str
     #: DLPack device types for device, pinned/mapped host and managed memory.
-    dl_device: int
-    dl_host: int
-    dl_managed: int
+    dl_device: DLDeviceType
+    dl_host: DLDeviceType
+    dl_managed: DLDeviceType
     #: Managed allocations are made in granules of this many bytes (HIP: 4096).
     managed_granule: int = 1
     #: Managed advise ranges must start and end on this alignment (HIP: 4096).
@@ -70,73 +132,382 @@ class RuntimeTraits:
     advices: frozenset[int] = frozenset({1, 2, 3, 4, 5, 6})
     #: Range attributes the runtime answers.
     range_attributes: frozenset[int] = frozenset({1, 2, 3, 4})
+    #: Bytes of a native IPC handle (``cudaIpcMemHandle_t``: 64).
+    ipc_handle_size: int = 64
+    #: Exchange protocols device memory speaks beside the buffer protocol.
+    interfaces: Capability = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
     #: Version string for status output.
     version: str = ""
 
 
-@runtime_checkable
-class GpuRuntime(Protocol):
-    """Native calls of one GPU runtime. Every method raises the backend's translated
-    :class:`~aml_core.errors.AMLError` on failure."""
+class Runtime(abc.ABC):
+    """Devices, which every runtime has, and the groups it provides (see the module doc).
+
+    Subclasses set :attr:`traits` and :attr:`errors` and implement the ``_``-methods of
+    this class and of each group class they derive from.
+    """
 
     traits: RuntimeTraits
     errors: ErrorTable
 
-    # -- devices
-    def device_count(self) -> int: ...
-    def get_device(self) -> int: ...
-    def set_device(self, device: int) -> None: ...
-    def device_info(self, device: int) -> DeviceInfo: ...
-    def synchronize(self) -> None: ...
+    # -- devices -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def device_count(self) -> int:
+        """The number of devices (0 when none); raises when the driver cannot say."""
 
-    # -- allocation (AML area flags)
-    def malloc(self, size: int) -> int: ...
-    def free(self, ptr: int) -> None: ...
-    def host_alloc(self, size: int, *, portable: bool, mapped: bool) -> int: ...
-    def free_host(self, ptr: int) -> None: ...
-    def malloc_managed(self, size: int, *, attach_global: bool) -> int: ...
-    def host_register(self, ptr: int, size: int, *, portable: bool, mapped: bool) -> None: ...
-    def host_unregister(self, ptr: int) -> None: ...
-    def host_device_pointer(self, ptr: int) -> int: ...
-    def pointer_attributes(self, ptr: int) -> PointerAttributes: ...
-    def memcpy(self, dst: int, src: int, size: int) -> None: ...
-    def memset(self, ptr: int, value: int, size: int) -> None: ...
+    @abc.abstractmethod
+    def get_device(self) -> int:
+        """The calling thread's current device."""
 
-    # -- managed memory (seed 002)
-    def mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None: ...
-    def mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None: ...
+    def set_device(self, device: int) -> None:
+        self._set_device(checks.device(device))
+
+    def device_info(self, device: int) -> DeviceInfo:
+        return self._device_info(checks.device(device))
+
+    @abc.abstractmethod
+    def synchronize(self) -> None:
+        """Wait for all work on the current device."""
+
+    @abc.abstractmethod
+    def _set_device(self, device: int) -> None: ...
+
+    @abc.abstractmethod
+    def _device_info(self, device: int) -> DeviceInfo: ...
+
+    # -- groups ------------------------------------------------------------------------------
+    def missing_groups(self) -> Mapping[Group, str]:
+        """Groups this runtime's class provides but its loaded library lacks, with why
+        (override: for example an old library without virtual memory)."""
+        return {}
+
+    def groups(self) -> frozenset[Group]:
+        """The groups this runtime provides."""
+        missing = self.missing_groups()
+        return frozenset(g for g, ops in GROUP_OPS.items() if isinstance(self, ops) and g not in missing)
+
+    def why_missing(self, group: Group) -> str | None:
+        """Why this runtime does not provide ``group``; None when it does."""
+        if not isinstance(self, GROUP_OPS[group]):
+            return f"{self.traits.name} has no {group.value.replace('_', ' ')} operations"
+        return self.missing_groups().get(group)
+
+    @overload
+    def require(self, group: Literal[Group.ALLOCATION]) -> AllocationOps: ...
+    @overload
+    def require(self, group: Literal[Group.MANAGED]) -> ManagedOps: ...
+    @overload
+    def require(self, group: Literal[Group.STREAMS]) -> StreamOps: ...
+    @overload
+    def require(self, group: Literal[Group.IPC]) -> IpcOps: ...
+    @overload
+    def require(self, group: Literal[Group.VIRTUAL_MEMORY]) -> VirtualMemoryOps: ...
+    def require(self, group: Group) -> object:
+        """This runtime as the group's operations; :class:`AMLNotSupported` with the
+        reason when it does not provide the group."""
+        why = self.why_missing(group)
+        if why is not None:
+            raise AMLNotSupported(why)
+        return self
+
+
+class AllocationOps(abc.ABC):
+    """``ALLOCATION``: device and host memory, registration, attributes and copies."""
+
+    traits: RuntimeTraits
+
+    def malloc(self, size: int) -> int:
+        return self._malloc(checks.size(size))
+
+    def free(self, ptr: int) -> None:
+        self._free(checks.pointer(ptr))
+
+    def host_alloc(self, size: int, *, portable: bool, mapped: bool) -> int:
+        return self._host_alloc(checks.size(size), bool(portable), bool(mapped))
+
+    def free_host(self, ptr: int) -> None:
+        self._free_host(checks.pointer(ptr))
+
+    def host_register(self, ptr: int, size: int, *, portable: bool, mapped: bool) -> None:
+        self._host_register(checks.pointer(ptr), checks.size(size), bool(portable), bool(mapped))
+
+    def host_unregister(self, ptr: int) -> None:
+        self._host_unregister(checks.pointer(ptr))
+
+    def host_device_pointer(self, ptr: int) -> int:
+        return self._host_device_pointer(checks.pointer(ptr))
+
+    def pointer_attributes(self, ptr: int) -> PointerAttributes:
+        return self._pointer_attributes(checks.pointer(ptr))
+
+    def memcpy(self, dst: int, src: int, size: int) -> None:
+        self._memcpy(checks.pointer(dst, "dst"), checks.pointer(src, "src"), checks.size(size))
+
+    def memset(self, ptr: int, value: int, size: int) -> None:
+        self._memset(checks.pointer(ptr), checks.byte(value), checks.size(size))
+
+    @abc.abstractmethod
+    def _malloc(self, size: int) -> int: ...
+    @abc.abstractmethod
+    def _free(self, ptr: int) -> None: ...
+    @abc.abstractmethod
+    def _host_alloc(self, size: int, portable: bool, mapped: bool) -> int: ...
+    @abc.abstractmethod
+    def _free_host(self, ptr: int) -> None: ...
+    @abc.abstractmethod
+    def _host_register(self, ptr: int, size: int, portable: bool, mapped: bool) -> None: ...
+    @abc.abstractmethod
+    def _host_unregister(self, ptr: int) -> None: ...
+    @abc.abstractmethod
+    def _host_device_pointer(self, ptr: int) -> int: ...
+    @abc.abstractmethod
+    def _pointer_attributes(self, ptr: int) -> PointerAttributes: ...
+    @abc.abstractmethod
+    def _memcpy(self, dst: int, src: int, size: int) -> None: ...
+    @abc.abstractmethod
+    def _memset(self, ptr: int, value: int, size: int) -> None: ...
+
+
+class ManagedOps(abc.ABC):
+    """``MANAGED``: managed (unified) memory and its advice, prefetch and attributes."""
+
+    traits: RuntimeTraits
+
+    def malloc_managed(self, size: int, *, attach_global: bool) -> int:
+        return self._malloc_managed(checks.size(size), bool(attach_global))
+
+    def mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
+        self._mem_prefetch(
+            checks.pointer(ptr),
+            checks.size(size),
+            checks.device(device, host=CPU_DEVICE),
+            checks.pointer(stream, "stream", null=True),
+        )
+
+    def mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None:
+        self._mem_advise(
+            checks.pointer(ptr),
+            checks.size(size),
+            checks.member(advice, self.traits.advices, f"{self.traits.name} advice"),
+            checks.device(device, host=CPU_DEVICE),
+        )
+
     def mem_range_attributes(
         self, ptr: int, size: int, requests: Sequence[tuple[int, int]]
     ) -> list[list[int]]:
         """For each (attribute, count) request, ``count`` ints of data."""
-        ...
+        p, n = checks.pointer(ptr), checks.size(size)
+        if not requests:
+            raise AMLValueError("at least one range attribute is needed")
+        checked: list[tuple[int, int]] = []
+        for attribute, count in requests:
+            a = checks.member(attribute, self.traits.range_attributes, f"{self.traits.name} range attribute")
+            k = checks.integer(count, "count")
+            if not 1 <= k <= _MAX_ATTRIBUTE_INTS:
+                raise AMLValueError(f"a range attribute holds 1..{_MAX_ATTRIBUTE_INTS} ints, not {k}")
+            checked.append((a, k))
+        return self._mem_range_attributes(p, n, checked)
 
-    def stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None: ...
+    def stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None:
+        self._stream_attach(
+            checks.pointer(stream, "stream", null=True),
+            checks.pointer(ptr),
+            checks.size(size, zero=True),
+            checks.member(flags, _ATTACH_FLAGS, "attach flags"),
+        )
 
-    # -- streams
-    def stream_create(self, non_blocking: bool) -> int: ...
-    def stream_destroy(self, stream: int) -> None: ...
-    def stream_synchronize(self, stream: int) -> None: ...
+    @abc.abstractmethod
+    def _malloc_managed(self, size: int, attach_global: bool) -> int: ...
+    @abc.abstractmethod
+    def _mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None: ...
+    @abc.abstractmethod
+    def _mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None: ...
+    @abc.abstractmethod
+    def _mem_range_attributes(
+        self, ptr: int, size: int, requests: Sequence[tuple[int, int]]
+    ) -> list[list[int]]: ...
+    @abc.abstractmethod
+    def _stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None: ...
 
-    # -- IPC (seed 004)
-    def ipc_get_handle(self, ptr: int) -> bytes: ...
-    def ipc_open_handle(self, handle: bytes) -> int:
-        """Open with lazy peer access (the runtime's own flag value)."""
-        ...
 
-    def ipc_close_handle(self, ptr: int) -> None: ...
+class StreamOps(abc.ABC):
+    """``STREAMS``: create, synchronize and destroy streams."""
 
-    # -- virtual memory (seed 003 semantics on CUDA/HIP VMM)
-    def vmm_granularity(self, device: int, recommended: bool) -> int: ...
-    def vmm_reserve(self, size: int, alignment: int, address: int) -> int: ...
-    def vmm_address_free(self, ptr: int, size: int) -> None: ...
-    def vmm_create(self, size: int, device: int, exportable: bool) -> int: ...
-    def vmm_release(self, handle: int) -> None: ...
-    def vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None: ...
-    def vmm_unmap(self, ptr: int, size: int) -> None: ...
-    def vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None: ...
-    def vmm_get_access(self, ptr: int, device: int) -> int: ...
-    def vmm_export_fd(self, handle: int) -> int: ...
-    def vmm_import_fd(self, fd: int) -> int: ...
-    def vmm_retain(self, ptr: int) -> int: ...
-    def vmm_properties(self, handle: int) -> AllocationProperties: ...
+    traits: RuntimeTraits
+
+    def stream_create(self, non_blocking: bool) -> int:
+        return self._stream_create(bool(non_blocking))
+
+    def stream_destroy(self, stream: int) -> None:
+        self._stream_destroy(checks.pointer(stream, "stream"))
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._stream_synchronize(checks.pointer(stream, "stream", null=True))
+
+    @abc.abstractmethod
+    def _stream_create(self, non_blocking: bool) -> int: ...
+    @abc.abstractmethod
+    def _stream_destroy(self, stream: int) -> None: ...
+    @abc.abstractmethod
+    def _stream_synchronize(self, stream: int) -> None: ...
+
+
+class IpcOps(abc.ABC):
+    """``IPC``: share an allocation with another process through an opaque handle of
+    ``traits.ipc_handle_size`` bytes."""
+
+    traits: RuntimeTraits
+
+    def ipc_get_handle(self, ptr: int, size: int) -> bytes:
+        """The handle of the allocation at ``ptr`` of ``size`` bytes."""
+        data = self._ipc_get_handle(checks.pointer(ptr), checks.size(size))
+        return checks.handle_bytes(data, self.traits.ipc_handle_size, f"the {self.traits.name} IPC handle")
+
+    def ipc_open_handle(self, handle: bytes, size: int) -> int:
+        """Map another process's allocation of ``size`` bytes (with lazy peer access)."""
+        data = checks.handle_bytes(handle, self.traits.ipc_handle_size, f"a {self.traits.name} IPC handle")
+        return self._ipc_open_handle(data, checks.size(size))
+
+    def ipc_close_handle(self, ptr: int) -> None:
+        self._ipc_close_handle(checks.pointer(ptr))
+
+    @abc.abstractmethod
+    def _ipc_get_handle(self, ptr: int, size: int) -> bytes: ...
+    @abc.abstractmethod
+    def _ipc_open_handle(self, handle: bytes, size: int) -> int: ...
+    @abc.abstractmethod
+    def _ipc_close_handle(self, ptr: int) -> None: ...
+
+
+class VirtualMemoryOps(abc.ABC):
+    """``VIRTUAL_MEMORY``: reserve address ranges, create physical memory, map it, grant
+    access, share it as a POSIX file descriptor."""
+
+    traits: RuntimeTraits
+
+    def vmm_granularity(self, device: int, recommended: bool) -> int:
+        return self._vmm_granularity(checks.device(device), bool(recommended))
+
+    def vmm_reserve(self, size: int, alignment: int, address: int) -> int:
+        return self._vmm_reserve(
+            checks.size(size),
+            checks.size(alignment, "alignment", zero=True),
+            checks.pointer(address, "address", null=True),
+        )
+
+    def vmm_address_free(self, ptr: int, size: int) -> None:
+        self._vmm_address_free(checks.pointer(ptr), checks.size(size))
+
+    def vmm_create(self, size: int, device: int, exportable: bool) -> int:
+        return self._vmm_create(checks.size(size), checks.device(device), bool(exportable))
+
+    def vmm_release(self, handle: int) -> None:
+        self._vmm_release(checks.pointer(handle, "handle"))
+
+    def vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
+        self._vmm_map(
+            checks.pointer(ptr),
+            checks.size(size),
+            checks.pointer(handle, "handle"),
+            checks.size(offset, "offset", zero=True),
+        )
+
+    def vmm_unmap(self, ptr: int, size: int) -> None:
+        self._vmm_unmap(checks.pointer(ptr), checks.size(size))
+
+    def vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
+        if not access:
+            raise AMLValueError("set_access needs at least one (device, access) pair")
+        pairs = [
+            (checks.device(d), checks.member(f, _ACCESS_FLAGS, "access (none 0, read 1, read-write 3)"))
+            for d, f in access
+        ]
+        self._vmm_set_access(checks.pointer(ptr), checks.size(size), pairs)
+
+    def vmm_get_access(self, ptr: int, device: int) -> int:
+        return self._vmm_get_access(checks.pointer(ptr), checks.device(device))
+
+    def vmm_export_fd(self, handle: int) -> int:
+        return self._vmm_export_fd(checks.pointer(handle, "handle"))
+
+    def vmm_import_fd(self, fd: int) -> int:
+        return self._vmm_import_fd(checks.fd(fd))
+
+    def vmm_retain(self, ptr: int) -> int:
+        return self._vmm_retain(checks.pointer(ptr))
+
+    def vmm_properties(self, handle: int) -> AllocationProperties:
+        return self._vmm_properties(checks.pointer(handle, "handle"))
+
+    @abc.abstractmethod
+    def _vmm_granularity(self, device: int, recommended: bool) -> int: ...
+    @abc.abstractmethod
+    def _vmm_reserve(self, size: int, alignment: int, address: int) -> int: ...
+    @abc.abstractmethod
+    def _vmm_address_free(self, ptr: int, size: int) -> None: ...
+    @abc.abstractmethod
+    def _vmm_create(self, size: int, device: int, exportable: bool) -> int: ...
+    @abc.abstractmethod
+    def _vmm_release(self, handle: int) -> None: ...
+    @abc.abstractmethod
+    def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None: ...
+    @abc.abstractmethod
+    def _vmm_unmap(self, ptr: int, size: int) -> None: ...
+    @abc.abstractmethod
+    def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None: ...
+    @abc.abstractmethod
+    def _vmm_get_access(self, ptr: int, device: int) -> int: ...
+    @abc.abstractmethod
+    def _vmm_export_fd(self, handle: int) -> int: ...
+    @abc.abstractmethod
+    def _vmm_import_fd(self, fd: int) -> int: ...
+    @abc.abstractmethod
+    def _vmm_retain(self, ptr: int) -> int: ...
+    @abc.abstractmethod
+    def _vmm_properties(self, handle: int) -> AllocationProperties: ...
+
+
+#: Each group and the class whose methods make it up.
+GROUP_OPS: Mapping[Group, type] = {
+    Group.ALLOCATION: AllocationOps,
+    Group.MANAGED: ManagedOps,
+    Group.STREAMS: StreamOps,
+    Group.IPC: IpcOps,
+    Group.VIRTUAL_MEMORY: VirtualMemoryOps,
+}
+
+_GROUP_CAPABILITIES: Mapping[Group, Capability] = {
+    Group.ALLOCATION: Capability.PINNED | Capability.MAPPED | Capability.BUFFER_PROTOCOL,
+    Group.MANAGED: Capability.MANAGED,
+    Group.STREAMS: Capability.NONE,
+    Group.IPC: Capability.IPC,
+    Group.VIRTUAL_MEMORY: Capability.VIRTUAL_MEMORY,
+}
+
+
+def capabilities(groups: Iterable[Group], interfaces: Capability) -> Capability:
+    """What a backend providing ``groups`` reports, with the exchange ``interfaces`` its
+    device memory speaks (DLPack, CUDA Array Interface). The one place where groups
+    become capabilities."""
+    caps = interfaces
+    for group in groups:
+        caps |= _GROUP_CAPABILITIES[group]
+    return caps
+
+
+def device_capabilities(
+    runtime: Runtime, *, managed: bool, concurrent: bool, pageable: bool, vmm: bool, ipc: bool = True
+) -> Capability:
+    """The capabilities of one device: the runtime's groups, less what the device lacks
+    (managed memory, virtual memory, IPC), plus what only some devices have (concurrent
+    managed access, pageable memory access)."""
+    groups = set(runtime.groups())
+    for has, group in ((managed, Group.MANAGED), (vmm, Group.VIRTUAL_MEMORY), (ipc, Group.IPC)):
+        if not has:
+            groups.discard(group)
+    caps = capabilities(groups, runtime.traits.interfaces)
+    if managed and concurrent and Group.MANAGED in groups:
+        caps |= Capability.CONCURRENT_MANAGED_ACCESS
+    if pageable:
+        caps |= Capability.PAGEABLE_ACCESS
+    return caps

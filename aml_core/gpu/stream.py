@@ -9,9 +9,10 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AMLTypeError, AMLValueError
+from .runtime import Group
 
 if TYPE_CHECKING:
-    from .runtime import GpuRuntime
+    from .runtime import Runtime
 
 __all__ = ["Stream", "as_stream_handle"]
 
@@ -19,10 +20,10 @@ __all__ = ["Stream", "as_stream_handle"]
 class Stream:
     """A stream created by a GPU backend; ``close()`` (or ``with``) destroys it."""
 
-    def __init__(self, runtime: GpuRuntime, *, non_blocking: bool = False) -> None:
-        self._runtime = runtime
+    def __init__(self, runtime: Runtime, *, non_blocking: bool = False) -> None:
+        self._runtime = runtime.require(Group.STREAMS)
         self._lock = threading.Lock()
-        self.handle: int = runtime.stream_create(non_blocking)
+        self.handle: int = self._runtime.stream_create(non_blocking)
         self._closed = False
 
     @property

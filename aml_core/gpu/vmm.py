@@ -28,15 +28,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .. import checks
 from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLBusyError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind, as_size
-from .runtime import AllocationProperties
+from .runtime import AllocationProperties, Group
 
 if TYPE_CHECKING:
-    from .runtime import GpuRuntime
+    from .runtime import Runtime
 
 __all__ = ["Access", "GrowableBuffer", "Physical", "Reservation", "VirtualMemory"]
 
@@ -122,7 +123,7 @@ class VirtualMemory(Area):
 
     options_type = VmmOptions
 
-    def __init__(self, runtime: GpuRuntime, device: int) -> None:
+    def __init__(self, runtime: Runtime, device: int) -> None:
         super().__init__(
             backend=runtime.traits.name,
             kind=Kind.DEVICE,
@@ -130,18 +131,19 @@ class VirtualMemory(Area):
             capabilities=Capability.VIRTUAL_MEMORY | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
         )
         self._runtime = runtime
+        self._ops = runtime.require(Group.VIRTUAL_MEMORY)
         self._vlock = threading.RLock()
         self._reservations: dict[int, Reservation] = {}
         self._physicals: dict[int, Physical] = {}
         self._mappings: dict[int, tuple[int, Physical]] = {}
-        self._granularity = runtime.vmm_granularity(device, False)
+        self._granularity = self._ops.vmm_granularity(device, False)
 
     # -- checks ---------------------------------------------------------------------
     def granularity(self, recommended: bool = False) -> int:
         """The allocation granularity (minimum, or the recommended one)."""
         if not recommended:
             return self._granularity
-        return self._runtime.vmm_granularity(self.device or 0, True)
+        return self._ops.vmm_granularity(self.device or 0, True)
 
     def _aligned(self, size: object, what: str = "size") -> int:
         n = as_size(size, what)
@@ -176,7 +178,7 @@ class VirtualMemory(Area):
                 raise AMLValueError(f"{name} must be an int >= 0, got {value!r}")
         if alignment and (alignment & (alignment - 1)):
             raise AMLValueError(f"alignment must be 0 or a power of two, got {alignment}")
-        ptr = self._runtime.vmm_reserve(n, alignment, address)
+        ptr = self._ops.vmm_reserve(n, alignment, address)
         res = Reservation(ptr, n)
         with self._vlock:
             self._reservations[ptr] = res
@@ -192,7 +194,7 @@ class VirtualMemory(Area):
             inside = [p for p, (s, _) in self._mappings.items() if (p, s) in reservation]
             if inside:
                 raise AMLBusyError(f"the reservation still holds {len(inside)} mapping(s); unmap them first")
-            self._runtime.vmm_address_free(reservation.ptr, reservation.size)
+            self._ops.vmm_address_free(reservation.ptr, reservation.size)
             reservation.freed = True
             del self._reservations[reservation.ptr]
 
@@ -200,7 +202,7 @@ class VirtualMemory(Area):
         """Allocate ``size`` bytes of physical memory on this area's device."""
         self._check_open()
         n = self._aligned(size)
-        handle = self._runtime.vmm_create(n, self.device or 0, bool(exportable))
+        handle = self._ops.vmm_create(n, self.device or 0, bool(exportable))
         phys = Physical(handle, n, self.device or 0)
         with self._vlock:
             self._physicals[handle] = phys
@@ -210,7 +212,7 @@ class VirtualMemory(Area):
         """Drop one reference; the memory lives on while it is mapped."""
         with self._vlock:
             phys = self._physical(physical)
-            self._runtime.vmm_release(phys.handle)
+            self._ops.vmm_release(phys.handle)
             phys.refs -= 1
             if phys.refs <= 0:
                 del self._physicals[phys.handle]
@@ -231,7 +233,7 @@ class VirtualMemory(Area):
             for p, (s, _) in self._mappings.items():
                 if p < ptr + n and ptr < p + s:
                     raise AMLValueError(f"0x{ptr:x}+{n} overlaps the mapping at 0x{p:x}+{s}")
-            self._runtime.vmm_map(ptr, n, phys.handle, 0)
+            self._ops.vmm_map(ptr, n, phys.handle, 0)
             self._mappings[ptr] = (n, phys)
 
     def unmap(self, ptr: int, size: int) -> None:
@@ -242,7 +244,7 @@ class VirtualMemory(Area):
                 raise AMLValueError(f"0x{ptr:x} is not a mapping of this area")
             if found[0] != size:
                 raise AMLValueError(f"unmap size {size} does not match the mapping's size {found[0]}")
-            self._runtime.vmm_unmap(ptr, size)
+            self._ops.vmm_unmap(ptr, size)
             del self._mappings[ptr]
 
     def set_access(self, ptr: int, size: int, access: Access | Mapping[int, Access]) -> None:
@@ -266,30 +268,29 @@ class VirtualMemory(Area):
                 raise AMLValueError(
                     f"unknown access {flags!r}; allowed: NONE 0, READ 1, READWRITE 3"
                 ) from None
-        self._runtime.vmm_set_access(ptr, size, pairs)
+        self._ops.vmm_set_access(ptr, size, pairs)
 
     def get_access(self, ptr: int, device: int | None = None) -> Access:
         """The access a device has to a mapped address."""
         dev = self.device or 0 if device is None else device
-        return Access(self._runtime.vmm_get_access(ptr, dev))
+        return Access(self._ops.vmm_get_access(ptr, dev))
 
     def export_fd(self, physical: Physical) -> int:
         """A POSIX file descriptor for an exportable allocation (the caller closes it)."""
         phys = self._physical(physical)
-        return self._runtime.vmm_export_fd(phys.handle)
+        return self._ops.vmm_export_fd(phys.handle)
 
     def import_fd(self, fd: int, size: int) -> Physical:
         """Import an allocation from a file descriptor (of ``size`` bytes). The fd is
         not closed."""
         self._check_open()
-        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
-            raise AMLValueError(f"fd must be an open file descriptor, got {fd!r}")
+        fd = checks.fd(fd)
         try:
             os.fstat(fd)
         except OSError:
             raise AMLValueError(f"fd {fd} is not an open file descriptor") from None
         n = self._aligned(size)
-        handle = self._runtime.vmm_import_fd(fd)
+        handle = self._ops.vmm_import_fd(fd)
         with self._vlock:
             existing = self._physicals.get(handle)
             if existing is not None:
@@ -305,7 +306,7 @@ class VirtualMemory(Area):
             found = self._mappings.get(ptr)
             if found is None:
                 raise AMLValueError(f"0x{ptr:x} is not a mapping of this area")
-            handle = self._runtime.vmm_retain(ptr)
+            handle = self._ops.vmm_retain(ptr)
             phys = found[1]
             if handle != phys.handle:  # pragma: no cover - a runtime bug
                 raise AMLValueError("the runtime retained a different allocation than was mapped")
@@ -314,7 +315,7 @@ class VirtualMemory(Area):
             return phys
 
     def properties(self, physical: Physical) -> AllocationProperties:
-        return self._runtime.vmm_properties(self._physical(physical).handle)
+        return self._ops.vmm_properties(self._physical(physical).handle)
 
     # -- the area: one-step buffers and growable buffers ---------------------------------
     def _round(self, n: int) -> int:
@@ -408,14 +409,14 @@ class VirtualMemory(Area):
         super().close()
         with self._vlock:
             for ptr, (size, _phys) in list(self._mappings.items()):
-                self._runtime.vmm_unmap(ptr, size)
+                self._ops.vmm_unmap(ptr, size)
             self._mappings.clear()
             for phys in list(self._physicals.values()):
                 while phys.refs > 0:
-                    self._runtime.vmm_release(phys.handle)
+                    self._ops.vmm_release(phys.handle)
                     phys.refs -= 1
             self._physicals.clear()
             for res in list(self._reservations.values()):
-                self._runtime.vmm_address_free(res.ptr, res.size)
+                self._ops.vmm_address_free(res.ptr, res.size)
                 res.freed = True
             self._reservations.clear()

@@ -34,10 +34,11 @@ Names come from ``cudaGetErrorName`` / ``cuGetErrorName``; a name lookup never r
 
 from __future__ import annotations
 
-from cuda.bindings import driver as _drv  # type: ignore[import-untyped, import-not-found, unused-ignore]
-from cuda.bindings import runtime as _rt  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
 from aml_core.errors import ErrorCode, ErrorTable
+
+from .native import bindings
+
+_rt, _drv = bindings()
 
 __all__ = [
     "DRIVER_ERRORS",

@@ -1,40 +1,48 @@
-"""The ``aml.backends`` entry point of aml-cuda: the hook implementation only.
+"""The ``aml.backends`` entry point of aml-cuda: the hook implementation and the cheap
+probe only.
 
-Cheap to import: neither cuda-bindings nor the GPU area code is imported here; the
-descriptor's probe, area factory and IPC opener load them when the registry calls them.
+Importing this module loads no native library and no GPU code: the descriptor's probe,
+area factory and IPC opener import :mod:`aml_cuda.api` when the registry calls them.
 """
 
 from __future__ import annotations
 
+import ctypes
 from typing import TYPE_CHECKING
 
 from aml_core.descriptor import BackendDescriptor
-from aml_core.gpu.plugin import GPU_CAPABILITIES, GPU_KINDS, GPU_PRIORITY, lazy_descriptor
+from aml_core.gpu.plugin import lazy_descriptor
 from aml_core.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from aml_core.gpu.backend import GpuBackend
 
-__all__ = ["CAPABILITIES", "KINDS", "PRIORITY", "aml_backends"]
+__all__ = ["DESCRIPTION", "NAME", "aml_backends", "precheck"]
 
-PRIORITY = GPU_PRIORITY
-CAPABILITIES = GPU_CAPABILITIES
-KINDS = GPU_KINDS
+NAME = "cuda"
+DESCRIPTION = (
+    "NVIDIA GPUs through cuda-bindings: device, pinned, managed and mapped memory, "
+    "managed advice and prefetch, IPC, virtual memory (cuMem*)"
+)
+
+
+def precheck() -> str | None:
+    """Why CUDA cannot work here before cuda-bindings is even imported (about 50 ms saved
+    on every machine without an NVIDIA driver), or None. The CUDA runtime looks for the
+    driver exactly so: ``dlopen("libcuda.so.1")``."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        return f"no NVIDIA driver: libcuda.so.1 cannot be loaded ({exc})"
+    return None
 
 
 def _backend() -> GpuBackend:
-    from ._api import BACKEND
+    from .api import BACKEND
 
     return BACKEND
 
 
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
-    return [
-        lazy_descriptor(
-            "cuda",
-            "NVIDIA GPUs through cuda-bindings: device, pinned, managed and mapped memory, "
-            "managed advice and prefetch, IPC, virtual memory",
-            _backend,
-        )
-    ]
+    return [lazy_descriptor(NAME, DESCRIPTION, _backend)]

@@ -1,5 +1,5 @@
-"""The CUDA runtime of aml: :class:`CudaRuntime` implements
-:class:`aml_core.gpu.runtime.GpuRuntime` with NVIDIA's ``cuda-bindings`` (13.x).
+"""The CUDA runtime of aml: :class:`CudaRuntime` provides every capability group of
+:mod:`aml_core.gpu.runtime` with NVIDIA's ``cuda-bindings`` (13.x, see :mod:`.native`).
 
 * Allocation, managed memory, streams and IPC use the runtime API
   (``cuda.bindings.runtime``, which links the CUDA runtime statically and needs only the
@@ -29,32 +29,34 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-import cuda.bindings  # type: ignore[import-untyped, import-not-found, unused-ignore]
-from cuda.bindings import driver as _drv  # type: ignore[import-untyped, import-not-found, unused-ignore]
-from cuda.bindings import runtime as _rt  # type: ignore[import-untyped, import-not-found, unused-ignore]
-
+from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, ErrorTable
-from aml_core.gpu.backend import device_capabilities
-from aml_core.gpu.runtime import CPU_DEVICE, AllocationProperties, PointerAttributes, RuntimeTraits
+from aml_core.gpu.runtime import (
+    CPU_DEVICE,
+    AllocationOps,
+    AllocationProperties,
+    IpcOps,
+    ManagedOps,
+    PointerAttributes,
+    Runtime,
+    RuntimeTraits,
+    StreamOps,
+    VirtualMemoryOps,
+    device_capabilities,
+)
 from aml_core.specs import DeviceInfo
 
 from .errors import DRIVER_ERRORS, RUNTIME_ERRORS
+from .native import bindings, bindings_version, display_driver_version
+
+_rt, _drv = bindings()
 
 __all__ = [
-    "DL_CUDA",
-    "DL_CUDA_HOST",
-    "DL_CUDA_MANAGED",
     "TRAITS_ADVICES",
     "TRAITS_RANGE_ATTRIBUTES",
     "CudaRuntime",
-    "bindings_version",
-    "display_driver_version",
 ]
 
-#: DLPack device types: kDLCUDA, kDLCUDAHost, kDLCUDAManaged.
-DL_CUDA = 2
-DL_CUDA_HOST = 3
-DL_CUDA_MANAGED = 13
 #: cudaMemoryAdvise 1-6 (SetReadMostly .. UnsetAccessedBy).
 TRAITS_ADVICES = frozenset(range(1, 7))
 #: cudaMemRangeAttribute 1-8 (ReadMostly .. LastPrefetchLocationId).
@@ -104,31 +106,12 @@ _GRAN_REC = _drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOM
 _A = _drv.CUdevice_attribute
 
 
-def bindings_version() -> str:
-    return str(getattr(cuda.bindings, "__version__", "?"))
-
-
-def display_driver_version() -> str:
-    """The NVIDIA kernel driver's version (``580.159.04``), read from
-    ``/proc/driver/nvidia/version`` without touching the GPU; ``""`` if unknown."""
-    try:
-        with open("/proc/driver/nvidia/version", encoding="ascii", errors="replace") as f:
-            first = f.readline()
-    except OSError:
-        return ""
-    for word in first.split():
-        parts = word.split(".")
-        if len(parts) >= 2 and all(p.isdigit() for p in parts):
-            return word
-    return ""
-
-
 def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-class CudaRuntime:
-    """:class:`~aml_core.gpu.runtime.GpuRuntime` over ``cuda-bindings``."""
+class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualMemoryOps):
+    """Every capability group over ``cuda-bindings``."""
 
     def __init__(self) -> None:
         self.errors: ErrorTable = RUNTIME_ERRORS
@@ -147,9 +130,9 @@ class CudaRuntime:
             parts.append(f"driver {self.display_driver}")
         self.traits = RuntimeTraits(
             name="cuda",
-            dl_device=DL_CUDA,
-            dl_host=DL_CUDA_HOST,
-            dl_managed=DL_CUDA_MANAGED,
+            dl_device=DLDeviceType.CUDA,
+            dl_host=DLDeviceType.CUDA_HOST,
+            dl_managed=DLDeviceType.CUDA_MANAGED,
             managed_granule=1,
             advise_alignment=1,
             advices=TRAITS_ADVICES,
@@ -222,7 +205,7 @@ class CudaRuntime:
             self._fail("cudaGetDevice", err)
         return int(dev)
 
-    def set_device(self, device: int) -> None:
+    def _set_device(self, device: int) -> None:
         (err,) = _cudaSetDevice(device)
         if err:
             self._fail("cudaSetDevice", err, f"could not select CUDA device {device}")
@@ -245,7 +228,7 @@ class CudaRuntime:
             self._dfail("cuDeviceGetAttribute", err)
         return int(value)
 
-    def device_info(self, device: int) -> DeviceInfo:
+    def _device_info(self, device: int) -> DeviceInfo:
         """Name, memory, capabilities and details of a device, through the driver API
         only: no context is created and nothing is allocated."""
         dev = self._cu_device(device)
@@ -278,6 +261,7 @@ class CudaRuntime:
             "vmm_posix_fd": bool(posix_fd),
         }
         caps = device_capabilities(
+            self,
             managed=bool(managed),
             concurrent=bool(concurrent),
             pageable=bool(pageable),
@@ -296,54 +280,54 @@ class CudaRuntime:
         return int(free), int(total)
 
     # -- allocation ------------------------------------------------------------------------
-    def malloc(self, size: int) -> int:
+    def _malloc(self, size: int) -> int:
         err, ptr = _cudaMalloc(size)
         if err:
             self._fail("cudaMalloc", err, f"cudaMalloc of {size} bytes failed")
         return int(ptr)
 
-    def free(self, ptr: int) -> None:
+    def _free(self, ptr: int) -> None:
         (err,) = _cudaFree(ptr)
         if err:
             self._fail("cudaFree", err)
 
-    def host_alloc(self, size: int, *, portable: bool, mapped: bool) -> int:
+    def _host_alloc(self, size: int, portable: bool, mapped: bool) -> int:
         flags = (_HOST_PORTABLE if portable else 0) | (_HOST_MAPPED if mapped else 0)
         err, ptr = _cudaHostAlloc(size, flags)
         if err:
             self._fail("cudaHostAlloc", err, f"cudaHostAlloc of {size} bytes (flags 0x{flags:x}) failed")
         return int(ptr)
 
-    def free_host(self, ptr: int) -> None:
+    def _free_host(self, ptr: int) -> None:
         (err,) = _cudaFreeHost(ptr)
         if err:
             self._fail("cudaFreeHost", err)
 
-    def malloc_managed(self, size: int, *, attach_global: bool) -> int:
+    def _malloc_managed(self, size: int, attach_global: bool) -> int:
         flags = _ATTACH_GLOBAL if attach_global else _ATTACH_HOST
         err, ptr = _cudaMallocManaged(size, flags)
         if err:
             self._fail("cudaMallocManaged", err, f"cudaMallocManaged of {size} bytes failed")
         return int(ptr)
 
-    def host_register(self, ptr: int, size: int, *, portable: bool, mapped: bool) -> None:
+    def _host_register(self, ptr: int, size: int, portable: bool, mapped: bool) -> None:
         flags = (_REGISTER_PORTABLE if portable else 0) | (_REGISTER_MAPPED if mapped else 0)
         (err,) = _rt.cudaHostRegister(ptr, size, flags)
         if err:
             self._fail("cudaHostRegister", err)
 
-    def host_unregister(self, ptr: int) -> None:
+    def _host_unregister(self, ptr: int) -> None:
         (err,) = _rt.cudaHostUnregister(ptr)
         if err:
             self._fail("cudaHostUnregister", err)
 
-    def host_device_pointer(self, ptr: int) -> int:
+    def _host_device_pointer(self, ptr: int) -> int:
         err, dptr = _cudaHostGetDevicePointer(ptr, 0)
         if err:
             self._fail("cudaHostGetDevicePointer", err)
         return int(dptr)
 
-    def pointer_attributes(self, ptr: int) -> PointerAttributes:
+    def _pointer_attributes(self, ptr: int) -> PointerAttributes:
         err, attrs = _rt.cudaPointerGetAttributes(ptr)
         if err:
             self._fail("cudaPointerGetAttributes", err)
@@ -356,12 +340,12 @@ class CudaRuntime:
             is_managed=kind == int(_rt.cudaMemoryType.cudaMemoryTypeManaged),
         )
 
-    def memcpy(self, dst: int, src: int, size: int) -> None:
+    def _memcpy(self, dst: int, src: int, size: int) -> None:
         (err,) = _cudaMemcpy(dst, src, size, _MEMCPY_DEFAULT)
         if err:
             self._fail("cudaMemcpy", err)
 
-    def memset(self, ptr: int, value: int, size: int) -> None:
+    def _memset(self, ptr: int, value: int, size: int) -> None:
         """``cudaMemset``, then a synchronization of the default stream, so that the
         bytes are set when this returns (whatever the kind of memory)."""
         (err,) = _rt.cudaMemset(ptr, value, size)
@@ -387,12 +371,12 @@ class CudaRuntime:
             self._locations[device] = loc
         return loc
 
-    def mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
+    def _mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
         (err,) = _rt.cudaMemPrefetchAsync(ptr, size, self._location(device), 0, stream)
         if err:
             self._fail("cudaMemPrefetchAsync", err)
 
-    def mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None:
+    def _mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None:
         adv = _ADVICES.get(advice)
         if adv is None:
             raise self.errors.error(
@@ -402,7 +386,7 @@ class CudaRuntime:
         if err:
             self._fail("cudaMemAdvise", err)
 
-    def mem_range_attributes(
+    def _mem_range_attributes(
         self, ptr: int, size: int, requests: Sequence[tuple[int, int]]
     ) -> list[list[int]]:
         sizes = [4 * count for _, count in requests]
@@ -444,43 +428,37 @@ class CudaRuntime:
             self._dfail("cuMemRangeGetAttribute", err)
         return list(data)
 
-    def stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None:
+    def _stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None:
         (err,) = _rt.cudaStreamAttachMemAsync(stream, ptr, size, flags)
         if err:
             self._fail("cudaStreamAttachMemAsync", err)
 
     # -- streams ---------------------------------------------------------------------------
-    def stream_create(self, non_blocking: bool) -> int:
+    def _stream_create(self, non_blocking: bool) -> int:
         flags = int(_rt.cudaStreamNonBlocking) if non_blocking else int(_rt.cudaStreamDefault)
         err, stream = _rt.cudaStreamCreateWithFlags(flags)
         if err:
             self._fail("cudaStreamCreateWithFlags", err)
         return int(stream)
 
-    def stream_destroy(self, stream: int) -> None:
+    def _stream_destroy(self, stream: int) -> None:
         (err,) = _rt.cudaStreamDestroy(stream)
         if err:
             self._fail("cudaStreamDestroy", err)
 
-    def stream_synchronize(self, stream: int) -> None:
+    def _stream_synchronize(self, stream: int) -> None:
         (err,) = _rt.cudaStreamSynchronize(stream)
         if err:
             self._fail("cudaStreamSynchronize", err)
 
     # -- IPC -------------------------------------------------------------------------------
-    def ipc_get_handle(self, ptr: int) -> bytes:
+    def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
         err, handle = _rt.cudaIpcGetMemHandle(ptr)
         if err:
             self._fail("cudaIpcGetMemHandle", err)
         return ctypes.string_at(handle.getPtr(), _IPC_HANDLE_SIZE)
 
-    def ipc_open_handle(self, handle: bytes) -> int:
-        if len(handle) != _IPC_HANDLE_SIZE:
-            raise self.errors.error(
-                "cudaIpcOpenMemHandle",
-                int(_E.cudaErrorInvalidValue),
-                f"an IPC handle is {_IPC_HANDLE_SIZE} bytes, got {len(handle)}",
-            )
+    def _ipc_open_handle(self, handle: bytes, size: int) -> int:
         raw = ctypes.create_string_buffer(bytes(handle), _IPC_HANDLE_SIZE)
         native = _rt.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
         err, ptr = _rt.cudaIpcOpenMemHandle(native, _IPC_LAZY)
@@ -489,7 +467,7 @@ class CudaRuntime:
             self._fail("cudaIpcOpenMemHandle", err)
         return int(ptr)
 
-    def ipc_close_handle(self, ptr: int) -> None:
+    def _ipc_close_handle(self, ptr: int) -> None:
         (err,) = _rt.cudaIpcCloseMemHandle(ptr)
         if err:
             self._fail("cudaIpcCloseMemHandle", err)
@@ -530,7 +508,7 @@ class CudaRuntime:
             self._props[key] = prop
         return prop
 
-    def vmm_granularity(self, device: int, recommended: bool) -> int:
+    def _vmm_granularity(self, device: int, recommended: bool) -> int:
         key = (device, recommended)
         found = self._granularity.get(key)
         if found is not None:
@@ -544,45 +522,45 @@ class CudaRuntime:
         self._granularity[key] = int(gran)
         return int(gran)
 
-    def vmm_reserve(self, size: int, alignment: int, address: int) -> int:
+    def _vmm_reserve(self, size: int, alignment: int, address: int) -> int:
         self._context()
         err, ptr = _drv.cuMemAddressReserve(size, alignment, address, 0)
         if err:
             self._dfail("cuMemAddressReserve", err, f"could not reserve {size} bytes of device addresses")
         return int(ptr)
 
-    def vmm_address_free(self, ptr: int, size: int) -> None:
+    def _vmm_address_free(self, ptr: int, size: int) -> None:
         self._context()
         (err,) = _drv.cuMemAddressFree(ptr, size)
         if err:
             self._dfail("cuMemAddressFree", err)
 
-    def vmm_create(self, size: int, device: int, exportable: bool) -> int:
+    def _vmm_create(self, size: int, device: int, exportable: bool) -> int:
         self._context()
         err, handle = _drv.cuMemCreate(size, self._prop(device, exportable), 0)
         if err:
             self._dfail("cuMemCreate", err, f"cuMemCreate of {size} bytes on device {device} failed")
         return int(handle)
 
-    def vmm_release(self, handle: int) -> None:
+    def _vmm_release(self, handle: int) -> None:
         self._context()
         (err,) = _drv.cuMemRelease(handle)
         if err:
             self._dfail("cuMemRelease", err)
 
-    def vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
+    def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
         self._context()
         (err,) = _drv.cuMemMap(ptr, size, offset, handle, 0)
         if err:
             self._dfail("cuMemMap", err)
 
-    def vmm_unmap(self, ptr: int, size: int) -> None:
+    def _vmm_unmap(self, ptr: int, size: int) -> None:
         self._context()
         (err,) = _drv.cuMemUnmap(ptr, size)
         if err:
             self._dfail("cuMemUnmap", err)
 
-    def vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
+    def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
         self._context()
         key = tuple(access)
         descs = self._access.get(key)
@@ -600,7 +578,7 @@ class CudaRuntime:
         if err:
             self._dfail("cuMemSetAccess", err)
 
-    def vmm_get_access(self, ptr: int, device: int) -> int:
+    def _vmm_get_access(self, ptr: int, device: int) -> int:
         self._context()
         loc = self._devlocs.get(device)
         if loc is None:
@@ -613,7 +591,7 @@ class CudaRuntime:
             self._dfail("cuMemGetAccess", err)
         return int(flags)
 
-    def vmm_export_fd(self, handle: int) -> int:
+    def _vmm_export_fd(self, handle: int) -> int:
         self._context()
         err, fd = _drv.cuMemExportToShareableHandle(handle, _POSIX_FD, 0)
         if err:
@@ -624,7 +602,7 @@ class CudaRuntime:
             )
         return int(fd)
 
-    def vmm_import_fd(self, fd: int) -> int:
+    def _vmm_import_fd(self, fd: int) -> int:
         self._context()
         # The POSIX fd is passed by value (cast to void*), not by address.
         err, handle = _drv.cuMemImportFromShareableHandle(fd, _POSIX_FD)
@@ -632,14 +610,14 @@ class CudaRuntime:
             self._dfail("cuMemImportFromShareableHandle", err)
         return int(handle)
 
-    def vmm_retain(self, ptr: int) -> int:
+    def _vmm_retain(self, ptr: int) -> int:
         self._context()
         err, handle = _drv.cuMemRetainAllocationHandle(ptr)
         if err:
             self._dfail("cuMemRetainAllocationHandle", err)
         return int(handle)
 
-    def vmm_properties(self, handle: int) -> AllocationProperties:
+    def _vmm_properties(self, handle: int) -> AllocationProperties:
         self._context()
         err, prop = _drv.cuMemGetAllocationPropertiesFromHandle(handle)
         if err:

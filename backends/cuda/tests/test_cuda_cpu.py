@@ -61,9 +61,14 @@ def test_plugin_import_is_cheap() -> None:
     loaded = json.loads(out.stdout.strip().replace("'", '"'))
     assert "aml_cuda.plugin" in loaded
     assert not [m for m in loaded if m.startswith("cuda")], loaded
-    # Only the lazy package and its small plugin helper: no area, runtime or VMM code.
-    assert [m for m in loaded if m.startswith("aml_core.gpu")] == ["aml_core.gpu", "aml_core.gpu.plugin"]
-    assert "aml_cuda._api" not in loaded
+    # Only the lazy package, its plugin helper and the capability groups the declared
+    # capabilities derive from: no area, IPC, VMM or native code.
+    assert [m for m in loaded if m.startswith("aml_core.gpu")] == [
+        "aml_core.gpu",
+        "aml_core.gpu.plugin",
+        "aml_core.gpu.runtime",
+    ]
+    assert "aml_cuda.api" not in loaded
     # Self time of aml-cuda's own modules (the rest is aml_core, imported anyway).
     own = 0
     for line in out.stderr.splitlines():
@@ -137,7 +142,7 @@ def test_probe_without_driver() -> None:
     assert result.reason.startswith("no NVIDIA driver: libcuda.so.1 cannot be loaded")
     assert result.devices == ()
     # Past the precheck, the runtime says the same through cudaGetDeviceCount.
-    assert aml_cuda._api.driver_precheck() == result.reason
+    assert aml_cuda.plugin.precheck() == result.reason
     with pytest.raises(AMLNotSupported) as count:
         aml_cuda.get_runtime().device_count()
     assert count.value.native is not None
@@ -246,8 +251,8 @@ def test_probe_with_old_cuda_bindings(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_probe_without_cuda_bindings_in_a_fresh_process() -> None:
     code = (
         "import sys; sys.modules['cuda.bindings'] = None\n"
-        "import aml_core, aml_cuda, aml_cuda._api\n"
-        "aml_cuda._api.BACKEND._precheck = None  # as on a machine with a driver\n"
+        "import aml_core, aml_cuda, aml_cuda.api\n"
+        "aml_cuda.api.BACKEND._precheck = None  # as on a machine with a driver\n"
         "r = aml_cuda.probe(); print(r.available, r.reason)\n"
     )
     out = subprocess.run(
@@ -401,50 +406,51 @@ def test_runtime_traits() -> None:
     assert t.advices == frozenset(range(1, 7))
     assert t.range_attributes == frozenset(range(1, 9))
     assert "cuda-bindings" in t.version
-    assert isinstance(rt, aml_core.gpu.GpuRuntime)
+    assert isinstance(rt, aml_core.gpu.Runtime)
+    assert rt.groups() == frozenset(aml_core.gpu.Group)
 
 
 # -- the shared device-selection logic, over a recording runtime --------------------------------
-class _Recorder:
-    """A runtime double over CudaRuntime's interface: two devices, the caller on
-    device 1, an allocation that fails on demand."""
+def _recorder(fail: bool) -> Any:
+    """A CudaRuntime whose devices and device allocation are recorded: two devices, the
+    caller on device 1, an allocation that fails on demand."""
+    from aml_cuda.runtime import CudaRuntime
 
-    def __init__(self, fail: bool) -> None:
-        from aml_cuda.runtime import CudaRuntime
+    class Recorder(CudaRuntime):
+        def __init__(self) -> None:
+            super().__init__()
+            self.current = 1
+            self.calls: list[tuple[str, int]] = []
+            self.fail = fail
 
-        real = CudaRuntime()
-        self.traits = real.traits
-        self.errors = real.errors
-        self.current = 1
-        self.calls: list[tuple[str, int]] = []
-        self.fail = fail
+        def device_count(self) -> int:
+            return 2
 
-    def device_count(self) -> int:
-        return 2
+        def get_device(self) -> int:
+            return self.current
 
-    def get_device(self) -> int:
-        return self.current
+        def _set_device(self, device: int) -> None:
+            self.calls.append(("set_device", device))
+            self.current = device
 
-    def set_device(self, device: int) -> None:
-        self.calls.append(("set_device", device))
-        self.current = device
+        def _malloc(self, size: int) -> int:
+            self.calls.append(("malloc", self.current))
+            if self.fail:
+                raise self.errors.error("cudaMalloc", int(E.cudaErrorMemoryAllocation))
+            return 0x7000_0000
 
-    def malloc(self, size: int) -> int:
-        self.calls.append(("malloc", self.current))
-        if self.fail:
-            raise self.errors.error("cudaMalloc", int(E.cudaErrorMemoryAllocation))
-        return 0x7000_0000
+        def _free(self, ptr: int) -> None:
+            self.calls.append(("free", self.current))
 
-    def free(self, ptr: int) -> None:
-        self.calls.append(("free", self.current))
+    return Recorder()
 
 
 @pytest.mark.parametrize("fail", [False, True], ids=["ok", "oom"])
 def test_device_selection_is_restored(fail: bool) -> None:
     from aml_core.gpu import GpuArea
 
-    rec = _Recorder(fail)
-    area = GpuArea(rec, 0, GpuFlags.DEFAULT)  # type: ignore[arg-type]
+    rec = _recorder(fail)
+    area = GpuArea(rec, 0, GpuFlags.DEFAULT)
     if fail:
         with pytest.raises(AMLMemoryError) as info:
             area.mmap(1 << 20)

@@ -1,4 +1,4 @@
-"""aml-hip: AML's HIP areas (seed 000), managed memory (seed 002), IPC (seed 004) and
+"""aml-hip: AML's HIP areas , managed memory , IPC  and
 HIP virtual memory, over ``libamdhip64`` through ctypes.
 
 Quick start::
@@ -13,153 +13,123 @@ Quick start::
     area.munmap(buf)
     aml_hip.destroy(area)                          # aml_area_hip_destroy (= area.close())
 
-Importing this package loads no native library: the library is loaded on first use
-(``libamdhip64.so.7``, ``.so.6``, ``.so.5``; ``AML_HIP_LIBRARY`` names another file).
-Everything but :func:`get_runtime` and :data:`BACKEND` is the same API as aml-cuda: the
-area logic is :mod:`aml_core.gpu`, written once for both.
+Importing this package loads no native library: the API is loaded on first use, and the
+library when the runtime is first needed (``libamdhip64.so.7``, ``.so.6``, ``.so.5``;
+``AML_HIP_LIBRARY`` names another file). The public names are aml-cuda's (see
+:data:`aml_core.gpu.plugin.GPU_FUNCTIONS`), with ``HipArea``, ``HipFlags`` and
+``HipMmapOptions`` for AML's HIP names: the area logic is :mod:`aml_core.gpu`, written
+once for both.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aml_core.buffer import Buffer
-from aml_core.descriptor import ProbeResult
-from aml_core.errors import AMLNotSupported
-from aml_core.gpu import (
-    CPU,
-    INVALID,
-    Access,
-    Advice,
-    AttachFlags,
-    CoherencyMode,
-    GpuArea,
-    GpuBackend,
-    GpuFlags,
-    GpuMmapOptions,
-    IpcExport,
-    IpcHandle,
-    RangeAttribute,
-    Stream,
-    VirtualMemory,
-)
+from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES, gpu_exports
+from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .runtime import HipRuntime
+    from aml_core.gpu import (
+        CPU as CPU,
+    )
+    from aml_core.gpu import (
+        INVALID as INVALID,
+    )
+    from aml_core.gpu import (
+        Access as Access,
+    )
+    from aml_core.gpu import (
+        Advice as Advice,
+    )
+    from aml_core.gpu import (
+        AllocationProperties as AllocationProperties,
+    )
+    from aml_core.gpu import (
+        AttachFlags as AttachFlags,
+    )
+    from aml_core.gpu import (
+        CoherencyMode as CoherencyMode,
+    )
+    from aml_core.gpu import (
+        GrowableBuffer as GrowableBuffer,
+    )
+    from aml_core.gpu import (
+        IpcExport as IpcExport,
+    )
+    from aml_core.gpu import (
+        IpcHandle as IpcHandle,
+    )
+    from aml_core.gpu import (
+        LocationType as LocationType,
+    )
+    from aml_core.gpu import (
+        Physical as Physical,
+    )
+    from aml_core.gpu import (
+        PointerAttributes as PointerAttributes,
+    )
+    from aml_core.gpu import (
+        RangeAttribute as RangeAttribute,
+    )
+    from aml_core.gpu import (
+        Reservation as Reservation,
+    )
+    from aml_core.gpu import (
+        Stream as Stream,
+    )
+    from aml_core.gpu import (
+        VirtualMemory as VirtualMemory,
+    )
 
-__version__ = "0.1.0"
+    from .api import (
+        BACKEND as BACKEND,
+    )
+    from .api import (
+        HipArea as HipArea,
+    )
+    from .api import (
+        HipFlags as HipFlags,
+    )
+    from .api import (
+        HipMmapOptions as HipMmapOptions,
+    )
+    from .api import (
+        create as create,
+    )
+    from .api import (
+        default_area as default_area,
+    )
+    from .api import (
+        destroy as destroy,
+    )
+    from .api import (
+        get_runtime as get_runtime,
+    )
+    from .api import (
+        ipc_close as ipc_close,
+    )
+    from .api import (
+        ipc_open as ipc_open,
+    )
+    from .api import (
+        load_runtime as load_runtime,
+    )
+    from .api import (
+        pointer_attributes as pointer_attributes,
+    )
+    from .api import (
+        probe as probe,
+    )
+    from .api import (
+        stream as stream,
+    )
+    from .api import (
+        unified_area as unified_area,
+    )
+    from .api import (
+        virtual_memory as virtual_memory,
+    )
 
-__all__ = [
-    "BACKEND",
-    "CPU",
-    "INVALID",
-    "Access",
-    "Advice",
-    "AttachFlags",
-    "CoherencyMode",
-    "HipArea",
-    "HipFlags",
-    "HipMmapOptions",
-    "IpcExport",
-    "IpcHandle",
-    "RangeAttribute",
-    "Stream",
-    "VirtualMemory",
-    "create",
-    "default_area",
-    "destroy",
-    "ipc_close",
-    "ipc_open",
-    "probe",
-    "get_runtime",
-    "stream",
-    "unified_area",
-    "virtual_memory",
-]
-
-#: ``AML_AREA_HIP_FLAG_*`` with AML's names and values: DEFAULT 0, ALLOC_HOST 1,
-#: ALLOC_UNIFIED 2, ALLOC_MAPPED 4, ALLOC_GLOBAL 8 (the shared :class:`aml_core.gpu.GpuFlags`).
-HipFlags = GpuFlags
-#: A HIP area (``struct aml_area`` of ``aml_area_hip_create``).
-HipArea = GpuArea
-#: ``struct aml_area_hip_mmap_options``: ``device`` and ``ptr``.
-HipMmapOptions = GpuMmapOptions
-
-
-def _load_runtime() -> HipRuntime:
-    from .library import load
-    from .runtime import HipRuntime
-
-    return HipRuntime(load())
-
-
-#: The HIP backend (lazy: the library is loaded on first use; ``BACKEND.reset()``
-#: forgets it, e.g. after changing ``AML_HIP_LIBRARY``).
-BACKEND = GpuBackend("hip", _load_runtime, description="AMD GPUs through HIP (libamdhip64, ctypes)")
-
-
-def create(device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
-    """``aml_area_hip_create(&area, device, flags)``: a new area; close it (or
-    :func:`destroy` it) when done.
-
-    ``device`` is a device index, or negative for the current device at mmap time.
-    Errors (seed 000): the device count cannot be read → FAILURE
-    (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
-    unknown flag bits → EINVAL.
-    """
-    return BACKEND.create(device, flags)
-
-
-def destroy(area: GpuArea) -> None:
-    """``aml_area_hip_destroy``: frees whatever the area still holds. Idempotent."""
-    area.close()
-
-
-def default_area() -> GpuArea:
-    """``aml_area_hip``: device memory on the current device, visible by a single
-    device, not mapped on the host (shared; do not close it)."""
-    return BACKEND.default_area()
-
-
-def unified_area() -> GpuArea:
-    """``aml_area_hip_unified``: managed memory on the current device (shared)."""
-    return BACKEND.unified_area()
-
-
-def ipc_open(handle: IpcHandle) -> Buffer:
-    """Open an IPC handle exported by another process (seed 004): maps the device
-    memory with lazy peer access; opening the same handle again returns the same
-    buffer (close it as many times). Close before the exporter frees."""
-    buffer: Buffer = BACKEND.ipc_open(handle)
-    return buffer
-
-
-def ipc_close(buffer: Buffer) -> None:
-    """Close one open of an imported buffer (``hipIpcCloseMemHandle`` on the last)."""
-    BACKEND.ipc_close(buffer)
-
-
-def virtual_memory(device: int = 0) -> VirtualMemory:
-    """HIP virtual memory of a device (reserve, create, map, access, export/import a
-    POSIX fd, retain, properties, granularity); close it when done."""
-    return BACKEND.virtual_memory(device)
-
-
-def stream(*, non_blocking: bool = False) -> Stream:
-    """A new HIP stream (``hipStreamCreateWithFlags``); close it when done."""
-    return BACKEND.stream(non_blocking=non_blocking)
-
-
-def probe() -> ProbeResult:
-    """Whether HIP is usable here, and why not (never raises)."""
-    return BACKEND.probe()
-
-
-def get_runtime() -> HipRuntime:
-    """The loaded :class:`~aml_hip.runtime.HipRuntime` (loads the library)."""
-    from .runtime import HipRuntime
-
-    rt = BACKEND.runtime
-    if not isinstance(rt, HipRuntime):  # pragma: no cover - by construction
-        raise AMLNotSupported("the HIP backend's runtime is not a HipRuntime")
-    return rt
+_OWN = ("HipArea", "HipFlags", "HipMmapOptions")
+__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN, "__version__"]  # noqa: PLE0604
+__getattr__, __dir__ = lazy_exports(__name__, gpu_exports(*_OWN), distribution="aml-hip")

@@ -34,7 +34,7 @@ from typing import Final
 
 from aml_core.errors import ErrorCode, ErrorTable
 
-from . import constants as C
+from . import abi as C
 
 __all__ = ["HIP_ERROR_CODES", "HipErrorNames", "make_error_table"]
 

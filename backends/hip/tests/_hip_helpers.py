@@ -1,7 +1,7 @@
 """Helpers of the aml-hip tests (imported by conftest.py and the test modules; a unique
 module name, so that these tests can run in one pytest session with other packages').
 
-The tests run the backend against the HIP driver double (``tests/native/hip/double.c``),
+The tests run the backend against the HIP driver double (``backends/hip/tests/native/double.c``),
 in the mode named by ``AML_HIP_TEST_DOUBLE`` (``host``, the default, or ``forward``).
 """
 
@@ -65,7 +65,7 @@ DOUBLE_ENV = ("HIPDOUBLE_VERSION", "HIPDOUBLE_FAULTS", "HIPDOUBLE_DEVICES", "HIP
 
 
 def _load_build() -> ModuleType:
-    path = REPO / "tests" / "native" / "hip" / "build.py"
+    path = BACKEND_ROOT / "tests" / "native" / "hip_double.py"
     spec = importlib.util.spec_from_file_location("aml_hip_tests_double_build", path)
     if spec is None or spec.loader is None:  # pragma: no cover
         raise ImportError(f"cannot load {path}")

@@ -21,7 +21,7 @@ from typing import Any
 
 
 def _control() -> Any:
-    path = Path(__file__).resolve().parents[3] / "tests" / "native" / "hip" / "build.py"
+    path = Path(__file__).resolve().parent / "native" / "hip_double.py"
     spec = importlib.util.spec_from_file_location("aml_hip_tests_double_build", path)
     assert spec is not None
     assert spec.loader is not None

@@ -1,6 +1,6 @@
 """Fixtures of the aml-hip tests.
 
-The tests run the backend against the HIP driver double (``tests/native/hip/double.c``):
+The tests run the backend against the HIP driver double (``backends/hip/tests/native/double.c``):
 
 * ``AML_HIP_TEST_DOUBLE=host`` (default): the double over host memory, built with gcc;
   tests that need it skip with the reason when gcc is missing.

@@ -52,7 +52,7 @@ fi
 # Build the forward double once (the tests reuse the cached file) and record where it is.
 "$PYTHON" - >"$OUT/build.txt" 2>&1 <<'EOF'
 import importlib.util, sys
-spec = importlib.util.spec_from_file_location("hipdouble_build", "tests/native/hip/build.py")
+spec = importlib.util.spec_from_file_location("hipdouble_build", "backends/hip/tests/native/hip_double.py")
 build = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = build
 spec.loader.exec_module(build)

@@ -12,7 +12,7 @@ import aml_hip
 import pytest
 from _hip_helpers import HipDouble
 from aml_hip import HipFlags, HipMmapOptions
-from aml_hip.constants import hip_version
+from aml_hip.abi import hip_version
 
 from aml_core.area import Area
 from aml_core.buffer import Buffer

@@ -19,7 +19,7 @@ import aml_hip
 import pytest
 from _hip_helpers import HipDouble
 from aml_hip import HipFlags, IpcHandle
-from aml_hip.constants import hip_version
+from aml_hip.abi import hip_version
 
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 
@@ -181,9 +181,9 @@ def test_handles_are_checked_before_the_call(hip: HipDouble) -> None:
     rt = aml_hip.get_runtime()
     for bad in (b"", b"x" * 63, b"x" * 65):
         with pytest.raises(AMLValueError):
-            rt.ipc_open_handle(bad)
+            rt.ipc_open_handle(bad, 4096)
     with pytest.raises(AMLError):
-        rt.ipc_open_handle("x" * 64)  # type: ignore[arg-type]
+        rt.ipc_open_handle("x" * 64, 4096)  # type: ignore[arg-type]
     with pytest.raises(AMLError):
         aml_hip.ipc_open(object())  # type: ignore[arg-type]
     foreign = IpcHandle(backend="cuda", device=0, size=4096, data=b"\0" * 64, pid=1)

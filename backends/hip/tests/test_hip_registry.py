@@ -21,6 +21,7 @@ from aml_hip import plugin
 import aml_core
 import aml_core.registry
 from aml_core.errors import AMLFailure, AMLNotSupported
+from aml_core.gpu.plugin import GPU_CAPABILITIES
 from aml_core.specs import Kind
 
 
@@ -105,7 +106,7 @@ def test_plugin_is_cheap() -> None:
         [d] = p.aml_backends()
         import aml_hip
         assert aml_hip.BACKEND._runtime is None
-        assert "aml_hip.library" not in sys.modules and "aml_hip.runtime" not in sys.modules
+        assert "aml_hip.native" not in sys.modules and "aml_hip.runtime" not in sys.modules
         maps = open("/proc/self/maps").read()
         assert "libamdhip64" not in maps, "a HIP library was loaded"
         print(d.name, d.priority, sorted(k.value for k in d.kinds))
@@ -121,7 +122,7 @@ def test_descriptor() -> None:
     [desc] = plugin.aml_backends()
     assert (desc.name, desc.priority) == ("hip", 100)
     assert desc.kinds == frozenset(Kind)
-    assert desc.capabilities == plugin.CAPABILITIES
+    assert desc.capabilities == GPU_CAPABILITIES
     assert desc.ipc_open is not None
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import aml_hip
 import pytest
 from _hip_helpers import HipDouble, child_env
-from aml_hip import library
-from aml_hip.constants import hip_version
+from aml_hip import native as library
+from aml_hip.abi import hip_version
 from aml_hip.errors import HIP_ERROR_CODES, HipErrorNames, make_error_table
 
 from aml_core.errors import (
@@ -120,8 +120,8 @@ BAD_CALLS: list[tuple[str, Callable[[Any], object], type[AMLError]]] = [
     ("hipMemRangeGetAttributes", lambda rt: rt.mem_range_attributes(4096, 4096, []), AMLValueError),
     ("hipStreamAttachMemAsync", lambda rt: rt.stream_attach(0, 4096, 0, 3), AMLValueError),
     ("hipStreamDestroy", lambda rt: rt.stream_destroy(0), AMLValueError),
-    ("hipIpcOpenMemHandle", lambda rt: rt.ipc_open_handle(b"\0" * 63), AMLValueError),
-    ("hipIpcOpenMemHandle", lambda rt: rt.ipc_open_handle(None), AMLTypeError),
+    ("hipIpcOpenMemHandle", lambda rt: rt.ipc_open_handle(b"\0" * 63, 4096), AMLValueError),
+    ("hipIpcOpenMemHandle", lambda rt: rt.ipc_open_handle(None, 4096), AMLTypeError),
     ("hipIpcCloseMemHandle", lambda rt: rt.ipc_close_handle(0), AMLValueError),
     ("hipMemAddressReserve", lambda rt: rt.vmm_reserve(0, 0, 0), AMLValueError),
     ("hipMemCreate", lambda rt: rt.vmm_create(2 << 20, -1, False), AMLValueError),

@@ -18,7 +18,7 @@ import aml_hip
 import pytest
 from _hip_helpers import HipDouble
 from aml_hip import Access
-from aml_hip.constants import abi_for, hip_version
+from aml_hip.abi import abi_for, hip_version
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.gpu.vmm import VirtualMemory

@@ -3,7 +3,7 @@
 ``load()`` tries ``libamdhip64.so.7``, ``.so.6`` and ``.so.5`` in that order
 (``AML_HIP_LIBRARY`` names one file instead), declares every function aml-hip calls
 through :class:`aml_core.native.NativeLibrary`, and reads ``hipRuntimeGetVersion``: the
-version picks the :class:`~aml_hip.constants.HipAbi` (IPC lazy-peer flag, hipMemoryType
+version picks the :class:`~aml_hip.abi.HipAbi` (IPC lazy-peer flag, hipMemoryType
 numbering, hipMemAllocationProp layout, VMM shareable-handle convention, host allocation
 calls). ``hipGetDeviceProperties`` is deliberately not used: from 6.0 its ctypes-visible
 symbol has the pre-6.0 struct layout (the 6.x one is ``hipGetDevicePropertiesR0600``), so
@@ -20,7 +20,7 @@ from typing import Any, Final
 from aml_core.errors import AMLNotSupported
 from aml_core.native import NativeLibrary
 
-from . import constants as C
+from . import abi as C
 from .errors import HipErrorNames, c_char_p_function, make_error_table
 
 __all__ = ["CANDIDATES", "ENV", "HipLibrary", "load"]

@@ -3,8 +3,8 @@ against the vendor header (one by one) and against the reference's tables.
 
 * ``abi_probe.c`` is compiled with gcc against ``hip/hip_runtime_api.h``
   (``-D__HIP_PLATFORM_AMD__``; Debian: ``libamdhip64-dev``, HIP 5.2.3) and prints every
-  constant, enum value, struct size and offset of :mod:`aml_hip.constants`; each is
-  compared with ``aml_hip.constants.probe_expectations(HIP_VERSION)``, and the two name
+  constant, enum value, struct size and offset of :mod:`aml_hip.abi`; each is
+  compared with ``aml_hip.abi.probe_expectations(HIP_VERSION)``, and the two name
   sets must be equal.
 * The 5.3 .. 7.x values (no such headers here) are checked against the tables of
   ``shared/reference/native-memory-apis.md`` §1, copied below with their section.
@@ -29,14 +29,14 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
+REPO = HERE.parents[3]
 PROBE = HERE / "abi_probe.c"
 
 try:
-    import aml_hip.constants as C
+    import aml_hip.abi as C
 except ImportError:  # running from a checkout without aml-hip installed
     sys.path.insert(0, str(REPO / "backends" / "hip"))
-    import aml_hip.constants as C
+    import aml_hip.abi as C
 
 DEBIAN_HIP_VERSION = 50221153  # HIP 5.2.3 of Debian 12 (ref §0)
 
@@ -93,8 +93,8 @@ def header_version(probe: dict[str, int]) -> int:
 def test_probe_prints_exactly_what_the_bindings_use(probe: dict[str, int], header_version: int) -> None:
     printed = set(probe) - {"HIP_VERSION"}
     expected = set(C.probe_expectations(header_version))
-    assert printed - expected == set(), "printed by abi_probe.c but unknown to aml_hip.constants"
-    assert expected - printed == set(), "used by aml_hip.constants but not probed by abi_probe.c"
+    assert printed - expected == set(), "printed by abi_probe.c but unknown to aml_hip.abi"
+    assert expected - printed == set(), "used by aml_hip.abi but not probed by abi_probe.c"
 
 
 @pytest.mark.parametrize("name", sorted(C.probe_expectations(DEBIAN_HIP_VERSION)))
@@ -102,7 +102,7 @@ def test_value(probe: dict[str, int], header_version: int, name: str) -> None:
     expected = C.probe_expectations(header_version)
     if name not in expected:
         pytest.skip(f"{name} is not part of the HIP {C.version_string(header_version)} ABI")
-    assert probe[name] == expected[name], f"{name}: header {probe[name]}, aml_hip.constants {expected[name]}"
+    assert probe[name] == expected[name], f"{name}: header {probe[name]}, aml_hip.abi {expected[name]}"
 
 
 def test_debian_header_is_the_5_2_abi(header_version: int) -> None:
@@ -133,10 +133,10 @@ def test_bindings_use_only_checked_constants() -> None:
     package = Path(C.__file__).parent
     used: set[str] = set()
     for path in package.glob("*.py"):
-        if path.name == "constants.py":
+        if path.name == "abi.py":
             continue
         used |= set(re.findall(r"\bC\.([A-Za-z_][A-Za-z0-9_]*)", path.read_text()))
-    assert used, "the bindings are expected to take their numbers from aml_hip.constants as C"
+    assert used, "the bindings are expected to take their numbers from aml_hip.abi as C"
     assert used - allowed == set()
 
 
@@ -259,7 +259,7 @@ def debian_library() -> ctypes.CDLL:
 
 
 def test_debian_library_exports_every_required_function(debian_library: ctypes.CDLL) -> None:
-    from aml_hip.library import OPTIONAL, REQUIRED
+    from aml_hip.native import OPTIONAL, REQUIRED
 
     missing = [name for name in REQUIRED if not hasattr(debian_library, name)]
     assert missing == []

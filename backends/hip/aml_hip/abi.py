@@ -1,7 +1,7 @@
 """Every HIP constant, enum value and struct layout aml-hip uses, per HIP version.
 
 This module is the one place the bindings take numbers from, so that the ABI probe
-(``tests/native/hip/abi_probe.c`` + ``tests/native/hip/test_abi.py``) checks exactly
+(``backends/hip/tests/native/abi_probe.c`` + ``backends/hip/tests/native/test_abi.py``) checks exactly
 what the bindings use:
 
 * the values that are the same in every supported version (5.2 .. 7.x) are module

@@ -154,7 +154,7 @@ def _compiler() -> str:
     cc = os.environ.get("CC") or shutil.which("gcc")
     if not cc or not shutil.which(cc):
         raise DoubleBuildError(
-            "gcc is needed to build the HIP double (tests/native/hip/double.c); install gcc "
+            "gcc is needed to build the HIP double (backends/hip/tests/native/double.c); install gcc "
             "(Debian: apt-get install gcc) or set CC"
         )
     return cc
