@@ -1,4 +1,4 @@
-"""aml-hip: AML's HIP areas (seed 000), managed memory (seed 002), IPC (seed 004) and
+"""aml-hip: AML's HIP areas (``aml_area_hip_*``), HIP managed memory, HIP IPC and
 HIP virtual memory, over ``libamdhip64`` through ctypes.
 
 Quick start::
@@ -103,7 +103,7 @@ def create(device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuAre
     :func:`destroy` it) when done.
 
     ``device`` is a device index, or negative for the current device at mmap time.
-    Errors (seed 000): the device count cannot be read → FAILURE
+    Errors (docs/aml-contract.md#hip-area): the device count cannot be read → FAILURE
     (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
     unknown flag bits → EINVAL.
     """
@@ -127,7 +127,7 @@ def unified_area() -> GpuArea:
 
 
 def ipc_open(handle: IpcHandle) -> Buffer:
-    """Open an IPC handle exported by another process (seed 004): maps the device
+    """Open an IPC handle exported by another process (``hipIpcOpenMemHandle``): maps the device
     memory with lazy peer access; opening the same handle again returns the same
     buffer (close it as many times). Close before the exporter frees."""
     buffer: Buffer = BACKEND.ipc_open(handle)

@@ -64,7 +64,7 @@ _COUNT_MESSAGES = {
     C.hipErrorNoDevice: "no HIP device found (no AMD GPU, or /dev/kfd is not accessible)",
     C.hipErrorInsufficientDriver: "the AMD GPU driver is missing or older than this HIP runtime",
 }
-#: The managed-memory granule and advise alignment HIP documents (seed 002: 4 KiB).
+#: The managed-memory granule and advise alignment HIP documents (hipMallocManaged: 4 KiB).
 MANAGED_GRANULE = 4096
 
 
@@ -178,7 +178,7 @@ class HipRuntime:
         concurrent = self._attribute_or(C.hipDeviceAttributeConcurrentManagedAccess, d, 0)
         pageable = self._attribute_or(C.hipDeviceAttributePageableMemoryAccess, d, 0)
         has_vmm = all(self.lib.has(n) for n in VMM_FUNCTIONS)
-        # 5.x has no VMM attribute (ref §1.7): the exported symbols are all we know there.
+        # 5.x has no VMM attribute (docs/native-abi.md#hip-device-attributes): the exported symbols tell.
         vmm = self._attribute_or(self.abi.attr_vmm_supported, d, 1) if has_vmm else 0
         domain = self._attribute_or(C.hipDeviceAttributePciDomainID, d, 0)
         bus = self._attribute_or(C.hipDeviceAttributePciBusId, d, 0)
@@ -276,7 +276,7 @@ class HipRuntime:
             raise AMLValueError(f"memset value must be a byte (0..255), got {v}")
         self.lib.call("hipMemset", _vp(_ptr(ptr)), v, _size(size))
 
-    # -- managed memory (seed 002) -----------------------------------------------------------
+    # -- managed memory (docs/aml-contract.md#hip-managed-memory) ------------------------------
     def mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
         self.lib.call(
             "hipMemPrefetchAsync",
@@ -349,7 +349,7 @@ class HipRuntime:
     def stream_synchronize(self, stream: int) -> None:
         self.lib.call("hipStreamSynchronize", _vp(_ptr(stream, "stream", null=True)))
 
-    # -- IPC (seed 004) ----------------------------------------------------------------------
+    # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
     def ipc_get_handle(self, ptr: int) -> bytes:
         handle = C.hipIpcMemHandle_t()
         self.lib.call("hipIpcGetMemHandle", byref(handle), _vp(_ptr(ptr)))
@@ -362,7 +362,7 @@ class HipRuntime:
         if len(data) != C.HIP_IPC_HANDLE_SIZE:
             raise AMLValueError(f"an IPC handle is {C.HIP_IPC_HANDLE_SIZE} bytes, got {len(data)}")
         native = C.hipIpcMemHandle_t.from_buffer_copy(data)
-        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (ref §1.4).
+        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (docs/native-abi.md#hip-flags-and-ids).
         return self._out_ptr("hipIpcOpenMemHandle", native, self.abi.ipc_lazy_enable_peer_access)
 
     def ipc_close_handle(self, ptr: int) -> None:
@@ -370,7 +370,7 @@ class HipRuntime:
 
     # -- virtual memory ----------------------------------------------------------------------
     def _prop(self, device: int, exportable: bool) -> ctypes.Structure:
-        """A hipMemAllocationProp in this version's layout (ref §1.8)."""
+        """A hipMemAllocationProp in this version's layout (docs/native-abi.md#hip-virtual-memory)."""
         prop = self.abi.allocation_prop()
         prop.type = C.hipMemAllocationTypePinned
         prop.requestedHandleType = (
@@ -477,11 +477,11 @@ class HipRuntime:
         if value < 0:
             raise AMLValueError(f"fd must be an open file descriptor, got {value}")
         if self.abi.shareable == "value":
-            # HIP >= 7.0: the fd cast to void*, like CUDA (ref §1.8).
+            # HIP >= 7.0: the fd cast to void*, like CUDA (docs/native-abi.md#hip-virtual-memory).
             return self._out_ptr(
                 "hipMemImportFromShareableHandle", c_void_p(value), C.hipMemHandleTypePosixFileDescriptor
             )
-        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (ref §1.8).
+        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (docs/native-abi.md#hip-virtual-memory).
         boxed = c_int(value)
         return self._out_ptr(
             "hipMemImportFromShareableHandle",
