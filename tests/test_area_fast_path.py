@@ -199,11 +199,11 @@ def test_threads_on_the_host_area(fast_switching: None) -> None:
     area = HostArea()
     errors: list[BaseException] = []
 
-    def work(seed: int) -> None:
+    def work(worker: int) -> None:
         try:
             for i in range(300):
-                buf = area.mmap(4096 * (1 + (seed + i) % 4))
-                memoryview(buf)[0] = seed
+                buf = area.mmap(4096 * (1 + (worker + i) % 4))
+                memoryview(buf)[0] = worker
                 if i % 3:
                     area.munmap(buf)
                 else:

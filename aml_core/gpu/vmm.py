@@ -1,6 +1,6 @@
-"""Virtual memory (seed 003's semantics on CUDA VMM and HIP VMM), written once.
+"""Virtual memory (HSA's ``hsa_amd_vmem_*`` semantics on CUDA VMM and HIP VMM), written once.
 
-:class:`VirtualMemory` is both the low-level API of the seed and an area:
+:class:`VirtualMemory` is both the low-level API (docs/aml-contract.md#hsa-virtual-memory) and an area:
 
 * ``reserve(size)`` / ``address_free(r)``: a range of device virtual addresses;
 * ``create(size)`` / ``release(p)``: physical memory on the device;
@@ -167,7 +167,7 @@ class VirtualMemory(Area):
                 return res
         raise AMLValueError(f"0x{ptr:x}+{size} is not inside a live reservation of this area")
 
-    # -- seed 003 API ---------------------------------------------------------------
+    # -- the hsa_amd_vmem_* API (docs/aml-contract.md#hsa-virtual-memory) -------------
     def reserve(self, size: int, alignment: int = 0, address: int = 0) -> Reservation:
         """Reserve a virtual range of ``size`` bytes (a multiple of the granularity).
         ``address`` is a hint; another range is returned if it is taken."""

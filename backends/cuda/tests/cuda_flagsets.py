@@ -22,7 +22,7 @@ def flag_name(flags: int) -> str:
 
 
 def mode(flags: int) -> str:
-    """What the seed says an area of these flags allocates."""
+    """What AML's area says an area of these flags allocates (docs/aml-contract.md#hip-area)."""
     if flags & GpuFlags.ALLOC_UNIFIED:
         return "managed"
     if flags & GpuFlags.ALLOC_MAPPED:

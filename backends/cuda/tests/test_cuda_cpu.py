@@ -297,7 +297,7 @@ def test_runtime_table(native: Any, code: ErrorCode, cls: type[Exception]) -> No
 
 
 def test_runtime_table_numbers() -> None:
-    """The seed's rows, by number as well as by name (the bindings' enum values)."""
+    """docs/aml-contract.md#cuda-area's rows, by number as well as by name (the bindings' enum values)."""
     assert {k: v.name for k, v in cuda_errors.RUNTIME_MAPPING.items()} == {
         35: "ENOTSUP",
         100: "ENOTSUP",

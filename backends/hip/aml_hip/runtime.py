@@ -64,7 +64,8 @@ _COUNT_MESSAGES = {
     C.hipErrorNoDevice: "no HIP device found (no AMD GPU, or /dev/kfd is not accessible)",
     C.hipErrorInsufficientDriver: "the AMD GPU driver is missing or older than this HIP runtime",
 }
-#: The managed-memory granule and advise alignment HIP documents (seed 002: 4 KiB).
+#: The managed-memory granule and advise alignment HIP documents: 4 KiB
+#: (docs/aml-contract.md#hip-managed-memory).
 MANAGED_GRANULE = 4096
 
 
@@ -150,7 +151,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         concurrent = self._attribute_or(C.hipDeviceAttributeConcurrentManagedAccess, d, 0)
         pageable = self._attribute_or(C.hipDeviceAttributePageableMemoryAccess, d, 0)
         has_vmm = Group.VIRTUAL_MEMORY not in self.missing_groups()
-        # 5.x has no VMM attribute (ref §1.7): the exported symbols are all we know there.
+        # 5.x has no VMM attribute (docs/native-abi.md#hip-device-attributes): the exported symbols tell.
         vmm = self._attribute_or(self.abi.attr_vmm_supported, d, 1) if has_vmm else 0
         domain = self._attribute_or(C.hipDeviceAttributePciDomainID, d, 0)
         bus = self._attribute_or(C.hipDeviceAttributePciBusId, d, 0)
@@ -243,7 +244,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _memset(self, ptr: int, value: int, size: int) -> None:
         self.lib.call("hipMemset", _vp(ptr), value, size)
 
-    # -- managed memory (seed 002) -----------------------------------------------------------
+    # -- managed memory (docs/aml-contract.md#hip-managed-memory) ------------------------------
     def _mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
         self.lib.call(
             "hipMemPrefetchAsync",
@@ -303,7 +304,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _stream_synchronize(self, stream: int) -> None:
         self.lib.call("hipStreamSynchronize", _vp(stream))
 
-    # -- IPC (seed 004) ----------------------------------------------------------------------
+    # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
         handle = C.hipIpcMemHandle_t()
         self.lib.call("hipIpcGetMemHandle", byref(handle), _vp(ptr))
@@ -311,7 +312,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
 
     def _ipc_open_handle(self, handle: bytes, size: int) -> int:
         native = C.hipIpcMemHandle_t.from_buffer_copy(handle)
-        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (ref §1.4).
+        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (docs/native-abi.md#hip-ipc).
         return self._out_ptr("hipIpcOpenMemHandle", native, self.abi.ipc_lazy_enable_peer_access)
 
     def _ipc_close_handle(self, ptr: int) -> None:
@@ -319,7 +320,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
 
     # -- virtual memory ----------------------------------------------------------------------
     def _prop(self, device: int, exportable: bool) -> ctypes.Structure:
-        """A hipMemAllocationProp in this version's layout (ref §1.8)."""
+        """A hipMemAllocationProp in this version's layout (docs/native-abi.md#hip-virtual-memory)."""
         prop = self.abi.allocation_prop()
         prop.type = C.hipMemAllocationTypePinned
         prop.requestedHandleType = (
@@ -408,11 +409,11 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self._shareable()
         value = fd
         if self.abi.shareable == "value":
-            # HIP >= 7.0: the fd cast to void*, like CUDA (ref §1.8).
+            # HIP >= 7.0: the fd cast to void*, like CUDA (docs/native-abi.md#hip-virtual-memory).
             return self._out_ptr(
                 "hipMemImportFromShareableHandle", c_void_p(value), C.hipMemHandleTypePosixFileDescriptor
             )
-        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (ref §1.8).
+        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (docs/native-abi.md#hip-virtual-memory).
         boxed = c_int(value)
         return self._out_ptr(
             "hipMemImportFromShareableHandle",

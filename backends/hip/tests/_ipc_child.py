@@ -1,4 +1,4 @@
-"""The importing process of the IPC tests (seed 004), run as ``python _ipc_child.py``.
+"""The importing process of the IPC tests (docs/aml-contract.md#hip-ipc), run as ``python _ipc_child.py``.
 
 Reads a JSON request on stdin: ``{"handle": <base64 pickle of an IpcHandle>, "opens": n,
 "write": <hex bytes to write at offset 0>, "read": n}`` and prints a JSON report: what

@@ -1,6 +1,6 @@
 """HipRuntime and the library loader on the driver double: bad Python input is refused
 before any native call, the library is picked and its ABI chosen by version, the
-probe describes the devices, and the error table and names follow seed 000."""
+probe describes the devices, and the error table and names follow aml_area_hip_mmap's."""
 
 from __future__ import annotations
 
