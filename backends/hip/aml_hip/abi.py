@@ -1,7 +1,7 @@
 """Every HIP constant, enum value and struct layout aml-hip uses, per HIP version.
 
 This module is the one place the bindings take numbers from, so that the ABI probe
-(``backends/hip/tests/native/abi_probe.c`` + ``backends/hip/tests/native/test_abi.py``) checks exactly
+(``backends/hip/tests/native/abi_probe.c`` + ``backends/hip/tests/native/test_hip_abi.py``) checks exactly
 what the bindings use:
 
 * the values that are the same in every supported version (5.2 .. 7.x) are module
@@ -14,7 +14,7 @@ Sources (``docs/native-abi.md#hip``, cited by its section anchors ``#hip-...``):
 HIP 5.2 is compared one by one against Debian's ``libamdhip64-dev`` 5.2.3 headers by the
 ABI probe; the 5.3 .. 7.x values cannot be compiled here (no such headers) and are
 encoded from the tables of that page, cited at each value, and checked against those
-tables by ``test_abi.py``. ``hipErrorContextAlreadyInUse`` is only known from 5.2: its
+tables by ``test_hip_abi.py``. ``hipErrorContextAlreadyInUse`` is only known from 5.2: its
 value was probed from the Debian 5.2 header (and is checked by the probe).
 """
 
@@ -146,7 +146,7 @@ hipMemAllocationGranularityMinimum: Final = 0x0
 hipMemAllocationGranularityRecommended: Final = 0x1
 
 #: The version-independent constants above, by C name: what the ABI probe prints for
-#: every version and what ``test_abi.py`` compares one by one.
+#: every version and what ``test_hip_abi.py`` compares one by one.
 COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipSuccess",
     "hipErrorInvalidValue",
