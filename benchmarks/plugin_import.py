@@ -102,15 +102,16 @@ def main() -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         stem = args.out / f"plugin_import_{args.name}"
         stem.with_suffix(".json").write_text(text + "\n")
-        rows = [
-            f"| {name} | `{r['module']}` | "
-            + (
-                f"{r['median_ms']:.2f} | {r['min_ms']:.2f} | {', '.join(r['new_libraries']) or 'none'} |"  # type: ignore[str-format]
-                if "median_ms" in r
-                else "not installed | | |"
+        rows = []
+        for name, r in results.items():
+            if "median_ms" not in r:
+                rows.append(f"| {name} | `{r['module']}` | not installed | | | |")
+                continue
+            vendor = ", ".join(_vendor(list(r["new_libraries"]))) or "none"  # type: ignore[call-overload]
+            rows.append(
+                f"| {name} | `{r['module']}` | {r['median_ms']:.2f} | {r['min_ms']:.2f} | "
+                f"{r['hook_median_ms']:.2f} | {vendor} |"
             )
-            for name, r in results.items()
-        ]
         stem.with_suffix(".md").write_text(
             f"# Plugin import cost on {args.name}\n\n"
             f"Python {report['python']}, {report['platform']}; median of {args.repeat} fresh "

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
 from ..specs import Capability, Kind
-from .runtime import Group, capabilities
+from .groups import Group, capabilities
 
 if TYPE_CHECKING:
     from .backend import GpuBackend

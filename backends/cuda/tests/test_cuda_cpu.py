@@ -61,12 +61,12 @@ def test_plugin_import_is_cheap() -> None:
     loaded = json.loads(out.stdout.strip().replace("'", '"'))
     assert "aml_cuda.plugin" in loaded
     assert not [m for m in loaded if m.startswith("cuda")], loaded
-    # Only the lazy package, its plugin helper and the capability groups the declared
-    # capabilities derive from: no area, IPC, VMM or native code.
+    # Only the lazy package, its plugin helper and the group names the declared
+    # capabilities derive from: no runtime, area, IPC, VMM or native code.
     assert [m for m in loaded if m.startswith("aml_core.gpu")] == [
         "aml_core.gpu",
+        "aml_core.gpu.groups",
         "aml_core.gpu.plugin",
-        "aml_core.gpu.runtime",
     ]
     assert "aml_cuda.api" not in loaded
     # Self time of aml-cuda's own modules (the rest is aml_core, imported anyway).
