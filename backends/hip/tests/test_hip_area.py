@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import HipFlags, HipMmapOptions
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.area import Area
 from aml_core.buffer import Buffer

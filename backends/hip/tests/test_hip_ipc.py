@@ -17,13 +17,13 @@ from typing import Any
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import HipFlags, IpcHandle
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 
-CHILD = Path(__file__).resolve().parent / "_ipc_child.py"
+CHILD = Path(__file__).resolve().parent / "hip_children.py"
 V52, V62, V70 = hip_version(5, 2, 21153), hip_version(6, 2), hip_version(7, 0)
 
 
@@ -31,7 +31,7 @@ def run_child(hip: HipDouble, handle: IpcHandle, **request: Any) -> dict[str, An
     request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
     env = hip.env(**request.pop("env", {}))
     proc = subprocess.run(
-        [sys.executable, str(CHILD)],
+        [sys.executable, str(CHILD), "ipc"],
         input=json.dumps(request),
         capture_output=True,
         text=True,

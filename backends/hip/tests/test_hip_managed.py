@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import CPU, INVALID, Advice, AttachFlags, CoherencyMode, HipFlags, RangeAttribute
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.testing import ManagedConformance

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import aml_hip
 import pytest
-from _hip_helpers import BACKEND_ROOT, HipDouble, child_env
 from aml_hip import plugin
+from hip_helpers import BACKEND_ROOT, HipDouble, child_env
 
 import aml_core
 import aml_core.registry

@@ -13,10 +13,10 @@ from typing import Any
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble, child_env
 from aml_hip import native as library
 from aml_hip.abi import hip_version
 from aml_hip.errors import HIP_ERROR_CODES, HipErrorNames, make_error_table
+from hip_helpers import HipDouble, child_env
 
 from aml_core.errors import (
     AMLBusyError,

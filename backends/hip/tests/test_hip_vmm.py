@@ -16,16 +16,16 @@ from pathlib import Path
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import Access
 from aml_hip.abi import abi_for, hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.specs import Capability
 from aml_core.testing import VirtualMemoryConformance
 
-CHILD = Path(__file__).resolve().parent / "_vmm_child.py"
+CHILD = Path(__file__).resolve().parent / "hip_children.py"
 VERSIONS = {
     "5.2": hip_version(5, 2, 21153),
     "5.5": hip_version(5, 5),
@@ -157,7 +157,7 @@ def test_share_with_another_process(hip: HipDouble, version: int) -> None:
         fd = vm.export_fd(phys)
         try:
             proc = subprocess.run(
-                [sys.executable, str(CHILD)],
+                [sys.executable, str(CHILD), "vmm"],
                 input=json.dumps({"fd": fd, "size": g, "read": len(payload)}),
                 capture_output=True,
                 text=True,
