@@ -253,9 +253,15 @@ def debian_library() -> ctypes.CDLL:
     if not Path("/usr/share/doc/libamdhip64-5").is_dir():
         pytest.skip("Debian's libamdhip64-5 package is not installed (apt-get install libamdhip64-5)")
     try:
-        return ctypes.CDLL(DEBIAN_LIBRARY)
+        library = ctypes.CDLL(DEBIAN_LIBRARY)
     except OSError as exc:
         pytest.skip(f"Debian's libamdhip64.so.5 is not installed (apt-get install libamdhip64-5): {exc}")
+    version = ctypes.c_int(0)
+    library.hipRuntimeGetVersion(ctypes.byref(version))
+    if version.value // 100000 != DEBIAN_HIP_VERSION // 100000:
+        # Another distribution's libamdhip64-5 (Ubuntu 24.04 ships HIP 5.7 under that name).
+        pytest.skip(f"{DEBIAN_LIBRARY} is HIP {version.value}, not Debian 12's {DEBIAN_HIP_VERSION}")
+    return library
 
 
 def test_debian_library_exports_every_required_function(debian_library: ctypes.CDLL) -> None:
