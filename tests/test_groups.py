@@ -295,3 +295,25 @@ def test_handle_bytes_type() -> None:
     with pytest.raises(AMLTypeError, match="64 bytes, not str"):
         checks.handle_bytes("x" * 64, 64)
     assert checks.handle_bytes(memoryview(b"y" * 8), 8) == b"y" * 8
+
+
+# -- the names every GPU backend exports ---------------------------------------------------------
+def test_the_typed_exports_stub_matches_the_lazy_names() -> None:
+    """``aml_core/gpu/exports.pyi`` (what type checkers see) names exactly what a GPU backend
+    package resolves at run time, less the two functions each types with its own runtime."""
+    import ast
+    from pathlib import Path
+
+    import aml_core.gpu
+    from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES
+
+    stub = ast.parse((Path(aml_core.gpu.__file__).parent / "exports.pyi").read_text())
+    declared: set[str] = set()
+    for node in stub.body:
+        if isinstance(node, ast.ImportFrom):
+            declared |= {a.asname for a in node.names if a.asname}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)
+        elif isinstance(node, ast.Assign):
+            declared |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    assert declared == set(GPU_TYPES) | set(GPU_FUNCTIONS) - {"get_runtime", "load_runtime"}

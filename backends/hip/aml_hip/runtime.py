@@ -3,7 +3,7 @@ ctypes.
 
 The group classes validate the Python arguments before these native operations run
 (types, ranges, the 64-byte IPC handle, the advice and attribute numbers in
-:attr:`RuntimeTraits.advices` / ``range_attributes``), so bad input is an
+:attr:`core.RuntimeTraits.advices` / ``range_attributes``), so bad input is an
 :class:`~aml_core.errors.AMLValueError` / :class:`~aml_core.errors.AMLTypeError` and never
 reaches ctypes; native failures raise through the HIP error table (:mod:`aml_hip.errors`).
 Version differences come from :class:`~aml_hip.abi.HipAbi`; a library without the
@@ -19,19 +19,7 @@ from ctypes import byref, c_int, c_size_t, c_ulonglong, c_void_p
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, AMLValueError
-from aml_core.gpu.runtime import (
-    AllocationOps,
-    AllocationProperties,
-    Group,
-    IpcOps,
-    ManagedOps,
-    PointerAttributes,
-    Runtime,
-    RuntimeTraits,
-    StreamOps,
-    VirtualMemoryOps,
-    device_capabilities,
-)
+from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from . import abi as C
@@ -73,7 +61,9 @@ def _vp(value: int) -> c_void_p:
     return c_void_p(value or None)
 
 
-class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualMemoryOps):
+class HipRuntime(
+    core.Runtime, core.AllocationOps, core.ManagedOps, core.StreamOps, core.IpcOps, core.VirtualMemoryOps
+):
     """HIP's native calls for the shared GPU logic (:mod:`aml_core.gpu`)."""
 
     def __init__(self, library: HipLibrary) -> None:
@@ -81,7 +71,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self.errors = library.errors
         self.abi = library.abi
         self.version = library.version
-        self.traits = RuntimeTraits(
+        self.traits = core.RuntimeTraits(
             name="hip",
             # DLPack has no "ROCm managed" type: managed memory is kDLROCM of its device
             # (and host-accessible through the buffer protocol).
@@ -101,13 +91,13 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self.lib.call(name, byref(out), *args)
         return int(out.value or 0)
 
-    def missing_groups(self) -> Mapping[Group, str]:
+    def missing_groups(self) -> Mapping[core.Group, str]:
         """HIP libraries without the virtual-memory calls (``hipMemCreate``...) do not
         provide that group."""
         absent = [n for n in VMM_FUNCTIONS if not self.lib.has(n)]
         if not absent:
             return {}
-        return {Group.VIRTUAL_MEMORY: f"{self.lib.path} does not export {', '.join(absent)}"}
+        return {core.Group.VIRTUAL_MEMORY: f"{self.lib.path} does not export {', '.join(absent)}"}
 
     # -- devices -----------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -150,7 +140,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         managed = self._attribute_or(C.hipDeviceAttributeManagedMemory, d, 0)
         concurrent = self._attribute_or(C.hipDeviceAttributeConcurrentManagedAccess, d, 0)
         pageable = self._attribute_or(C.hipDeviceAttributePageableMemoryAccess, d, 0)
-        has_vmm = Group.VIRTUAL_MEMORY not in self.missing_groups()
+        has_vmm = core.Group.VIRTUAL_MEMORY not in self.missing_groups()
         # 5.x has no VMM attribute (docs/native-abi.md#hip-device-attributes): the exported symbols tell.
         vmm = self._attribute_or(self.abi.attr_vmm_supported, d, 1) if has_vmm else 0
         domain = self._attribute_or(C.hipDeviceAttributePciDomainID, d, 0)
@@ -162,7 +152,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
             index=d,
             name=name.value.decode("utf-8", "replace") or f"HIP device {d}",
             total_memory=int(total.value),
-            capabilities=device_capabilities(
+            capabilities=core.device_capabilities(
                 self,
                 managed=bool(managed),
                 concurrent=bool(concurrent),
@@ -218,7 +208,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _host_device_pointer(self, ptr: int) -> int:
         return self._out_ptr("hipHostGetDevicePointer", _vp(ptr), 0)
 
-    def _pointer_attributes(self, ptr: int) -> PointerAttributes:
+    def _pointer_attributes(self, ptr: int) -> core.PointerAttributes:
         attr = C.hipPointerAttribute_t()
         self.lib.call("hipPointerGetAttributes", byref(attr), _vp(ptr))
         kind = self.abi.memory_kind(attr.type)
@@ -230,7 +220,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
             memory_type = "host"
         else:
             memory_type = "unregistered"
-        return PointerAttributes(
+        return core.PointerAttributes(
             memory_type=memory_type,
             device=attr.device,
             device_pointer=int(attr.devicePointer or 0),
@@ -424,10 +414,10 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _vmm_retain(self, ptr: int) -> int:
         return self._out_ptr("hipMemRetainAllocationHandle", _vp(ptr))
 
-    def _vmm_properties(self, handle: int) -> AllocationProperties:
+    def _vmm_properties(self, handle: int) -> core.AllocationProperties:
         prop = self.abi.allocation_prop()
         self.lib.call("hipMemGetAllocationPropertiesFromHandle", byref(prop), _vp(handle))
-        return AllocationProperties(
+        return core.AllocationProperties(
             type=int(prop.type),
             location_device=int(prop.location.id),
             handle_types=int(prop.requestedHandleType),
