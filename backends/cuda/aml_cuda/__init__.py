@@ -42,8 +42,14 @@ if TYPE_CHECKING:
     from .api import load_runtime as load_runtime
     from .native import MIN_BINDINGS as MIN_BINDINGS
 
-_OWN = ("CudaArea", "CudaFlags", "CudaMmapOptions", "MIN_BINDINGS", "__version__")
-__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN]  # noqa: PLE0604
+__all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
+    *GPU_TYPES,
+    *GPU_FUNCTIONS,
+    "CudaArea",
+    "CudaFlags",
+    "CudaMmapOptions",
+    "MIN_BINDINGS",
+]
 __getattr__, __dir__ = lazy_exports(
     __name__, gpu_exports("Cuda") | {"MIN_BINDINGS": ".native"}, distribution="aml-cuda"
 )

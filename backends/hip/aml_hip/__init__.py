@@ -38,6 +38,11 @@ if TYPE_CHECKING:
     from .api import get_runtime as get_runtime
     from .api import load_runtime as load_runtime
 
-_OWN = ("HipArea", "HipFlags", "HipMmapOptions", "__version__")
-__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN]  # noqa: PLE0604
+__all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
+    *GPU_TYPES,
+    *GPU_FUNCTIONS,
+    "HipArea",
+    "HipFlags",
+    "HipMmapOptions",
+]
 __getattr__, __dir__ = lazy_exports(__name__, gpu_exports("Hip"), distribution="aml-hip")
