@@ -132,11 +132,17 @@ class GpuBackend:
         caps = Capability.NONE
         for dev in devices:
             caps |= dev.capabilities
-        return ProbeResult(
+        # "cuda-bindings 13.3.1, driver API 13.0" -> {"cuda-bindings": "13.3.1", "driver API": "13.0"}
+        parts = [p.strip().rpartition(" ") for p in rt.traits.version.split(",") if p.strip()]
+        versions = {k or "library": v for k, _, v in parts}
+        detail = f"{count} device(s), {rt.traits.version}".rstrip(", ")
+        return ProbeResult(  # reason kept too until the backends' tests read detail
             available=True,
-            reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
+            reason=detail,
+            detail=detail,
             devices=devices,
             capabilities=caps,
+            versions=versions,
         )
 
     def create_area(
