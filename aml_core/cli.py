@@ -145,7 +145,8 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
         for b in backends
     ]
     label_w = max((len(x) for x in labels), default=7)
-    line(f"{'BACKEND':<{label_w}}  PRIO  {'STATE':<11}  DETAIL OR REASON".rstrip())
+    inline = width - (label_w + 21) >= _INLINE_MIN and not verbose  # one layout for every row
+    line(f"{'BACKEND':<{label_w}}  PRIO  {'STATE':<11}  {'DETAIL OR REASON' if inline else ''}".rstrip())
     for b, label in zip(backends, labels, strict=True):
         prio = "-" if b["priority"] is None else str(b["priority"])
         text = str(b["detail"] if b["available"] else b["reason"])
@@ -153,16 +154,16 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
         if verbose:
             out.append(left.rstrip())
             out.extend(textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="    ") or [])
-        elif width - len(left) >= _INLINE_MIN or len(left) + len(compact(text)) <= width:
+        elif inline:
             line(left + compact(text))
         else:  # a narrow terminal: the text on its own line
             out.append(left.rstrip())
             line("    " + compact(text))
     for b in backends:
-        if not b["available"]:
-            continue
         versions = b["versions"]
         assert isinstance(versions, dict)
+        if not (b["available"] or versions):
+            continue
         out.append("")
         head = f"{b['name']}: " + (
             ", ".join(f"{k} {v}" for k, v in versions.items()) or "no versions reported"
