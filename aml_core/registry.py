@@ -404,10 +404,19 @@ class Registry:
             known = (
                 set(self._backends) | {p.name for p in self._plugins} | {b.desc.name for b in self._shadowed}
             )
-            if cfg.forced is not None and cfg.forced not in self._backends:
+            if cfg.forced is not None and cfg.forced not in known:
                 notes.append(
                     f"AML_BACKEND={cfg.forced!r} names no installed backend "
                     f"(installed: {', '.join(sorted(self._backends)) or 'none'}); aml_core.area() will fail"
+                )
+            if (
+                self.group == ENTRY_POINT_GROUP
+                and self._builtins
+                and not any(p.distribution == CORE_DISTRIBUTION for p in self._plugins)
+            ):
+                notes.append(
+                    "aml-core's entry points were not found, so there is no host backend: "
+                    "install aml-core (pip install -e . in a checkout)"
                 )
             unknown = sorted(cfg.disabled - known)
             if unknown:
@@ -579,7 +588,7 @@ def _kind_mismatch(kind: Kind, kinds: frozenset[Kind]) -> str:
 
 def _unfit(st: BackendStatus, spec: AreaSpec) -> str:
     if not st.available:
-        return f"{st.state} ({st.reason})" if st.state != "unavailable" else f"unavailable ({st.reason})"
+        return f"{st.state} ({st.reason})" if st.state in ("unavailable", "broken") else st.reason
     if spec.kind not in st.kinds:
         return _kind_mismatch(spec.kind, st.kinds)
     if spec.device is not None and spec.device >= 0 and st.devices and spec.device >= len(st.devices):
@@ -593,11 +602,13 @@ def _rank_key(st: BackendStatus) -> tuple[int, int, str, str]:
 
 
 def _choose_from(spec: AreaSpec, statuses: tuple[BackendStatus, ...], forced: str | None) -> Choice:
-    active = [s for s in statuses if s.state != "shadowed" and s.priority is not None]
+    active = [s for s in statuses if s.state != "shadowed"]
     if forced is not None:
         active = [s for s in active if s.name == forced]
         if not active:
             return Choice(None, ((forced, "not installed (forced by AML_BACKEND or backend=)"),))
+    else:
+        active = [s for s in active if s.priority is not None]
     rejected: list[tuple[str, str]] = []
     for st in active:
         why = _unfit(st, spec)

@@ -553,3 +553,13 @@ def test_disabled_entry_point_is_blocked_in_pluggy_and_not_imported(
     (st,) = reg.statuses()  # the environment changed: plugins are loaded again
     assert st.state == "broken"
     assert "import failed: SystemExit: imported although blocked" in st.reason
+
+
+def test_missing_core_entry_points_are_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    reg = Registry(group="aml.backends.__nothing_installed__")
+    assert reg.warnings() == ()  # another group: no host backend expected
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    reg = Registry()
+    assert reg.statuses() == ()
+    (note,) = reg.warnings()
+    assert "there is no host backend" in note
