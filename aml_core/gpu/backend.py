@@ -135,11 +135,10 @@ class GpuBackend:
         # "cuda-bindings 13.3.1, driver API 13.0" -> {"cuda-bindings": "13.3.1", "driver API": "13.0"}
         parts = [p.strip().rpartition(" ") for p in rt.traits.version.split(",") if p.strip()]
         versions = {k or "library": v for k, _, v in parts}
-        detail = f"{count} device(s), {rt.traits.version}".rstrip(", ")
-        return ProbeResult(  # reason kept too until the backends' tests read detail
+        return ProbeResult(  # reason keeps the old text until the backends' tests read detail
             available=True,
-            reason=detail,
-            detail=detail,
+            reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
+            detail=f"{count} device(s)",
             devices=devices,
             capabilities=caps,
             versions=versions,
