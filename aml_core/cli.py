@@ -157,7 +157,7 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
         elif inline:
             line(left + compact(text))
         else:  # a narrow terminal: the text on its own line
-            out.append(left.rstrip())
+            line(left.rstrip())
             line("    " + compact(text))
     for b in backends:
         versions = b["versions"]
@@ -193,7 +193,7 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
         line(f"  {kind:8} -> {entry['backend'] or 'none'}")
     if cut:
         out.append("")
-        out.append("(texts shortened to fit; aml info --verbose prints them in full)")
+        out.extend(textwrap.wrap("(texts shortened to fit; aml info --verbose prints them in full)", width))
     return "\n".join(out) + "\n"
 
 

@@ -119,6 +119,8 @@ def test_verbose_prints_texts_in_full(capsys: pytest.CaptureFixture[str]) -> Non
     assert "aml info --verbose prints them in full" in short
     assert "warning: AML_PROBE_TIMEOUT='abc'" in short
     assert "broken  (aml-broken 0.1)     -  broken" in short
+    narrow = render(data, width=40)
+    assert max(len(line) for line in narrow.splitlines()) <= 40, narrow
     full = render(data, width=80, verbose=True)
     assert "".join(full.split()).count("x" * 300) == 1
     assert max(len(line) for line in full.splitlines() if "xxx" not in line) <= 80
