@@ -41,6 +41,7 @@ Rules (docs/user-guide.md, "Backends and the registry", is the user-facing versi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -745,9 +746,14 @@ def _probe_child() -> None:
     """The isolated probe: ``argv = [group, entry point, distribution, backend]``.
     Writes ``started`` and then one JSON line to the original stdout; whatever the
     plugin prints goes to stderr."""
+    import resource
+
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     group, ep_name, dist, backend = sys.argv[1:5]
+    # A crashing probe is reported; it should not leave a core file in the user's directory.
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
 
     def answer(data: dict[str, object]) -> None:
         out.write(json.dumps(data, default=str) + "\n")
