@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -192,3 +194,35 @@ def test_disabled_host_is_explained() -> None:
     assert "host  (aml-core" in out.stdout
     assert "disabled" in out.stdout
     assert "host     -> none" in out.stdout
+
+
+def _documented_keys(section: str) -> set[str]:
+    """The keys of one table of docs/aml-info-json.md."""
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "aml-info-json.md").read_text()
+    body = doc.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(\w+)` \|", body, flags=re.MULTILINE))
+
+
+def test_json_matches_its_documented_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    aml_core.register(
+        P.Plugin(P.descriptor("same", 1), P.descriptor("gone", 2, probe=P.raising_probe)), name="a"
+    )
+    aml_core.register(P.Plugin(P.descriptor("same", 3)), name="b")
+    aml_core.register(P.NoHook(), name="c")
+    try:
+        assert main(["info", "--json"]) == 0
+    finally:
+        for name in ("a", "b", "c"):
+            aml_core.unregister(name)
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == _documented_keys("Top level")
+    states = set()
+    for backend in data["backends"]:
+        assert set(backend) == _documented_keys("Backend object"), backend["name"]
+        states.add(backend["state"])
+        assert (backend["reason"] is None) == backend["available"]
+        for device in backend["devices"]:
+            assert set(device) == _documented_keys("Device object")
+    assert {"available", "broken", "shadowed"} <= states
+    for choice in data["chosen"].values():
+        assert set(choice) == _documented_keys("Choice object (`chosen.<kind>`)")

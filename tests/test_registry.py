@@ -563,3 +563,14 @@ def test_missing_core_entry_points_are_a_warning(monkeypatch: pytest.MonkeyPatch
     assert reg.statuses() == ()
     (note,) = reg.warnings()
     assert "there is no host backend" in note
+
+
+def test_version_falls_back_to_pyproject_in_an_uninstalled_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    if not (Path(aml_core.__file__).resolve().parent.parent / "pyproject.toml").exists():
+        pytest.skip("aml_core is imported from an installed copy, not from a source tree")
+    monkeypatch.setattr(importlib.metadata, "version", missing)
+    installed = importlib.metadata.distribution("aml-core").version
+    assert aml_core._version() == f"{installed}+source"
