@@ -169,6 +169,8 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
             ", ".join(f"{k} {v}" for k, v in versions.items()) or "no versions reported"
         )
         line(head)
+        if not b["available"]:  # what an unavailable backend found: its versions only
+            continue
         caps = b["capabilities"]
         assert isinstance(caps, list)
         wrapped("  capabilities: " + (", ".join(caps) or "none"), "  ")

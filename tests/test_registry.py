@@ -500,6 +500,14 @@ def test_gpu_probe_reports_runtime_versions() -> None:
     assert dict(result.versions) == {"cuda-bindings": "13.3.1", "driver API": "13.0"}
     assert result.detail == "1 device(s)"  # the versions are in versions, not repeated here
 
+    class NoDevice(FakeRuntime):
+        def device_count(self) -> int:
+            return 0
+
+    result = GpuBackend("fake", NoDevice).probe()  # type: ignore[arg-type]
+    assert (result.available, result.reason) == (False, "no fake device found")
+    assert dict(result.versions) == {"cuda-bindings": "13.3.1", "driver API": "13.0"}  # found all the same
+
 
 # -- the host probe -----------------------------------------------------------------------------------
 def test_host_probe_reports_nodes_and_claims_huge_pages_only_when_configured(
