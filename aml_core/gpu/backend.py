@@ -166,9 +166,8 @@ class GpuBackend:
         caps = Capability.NONE
         for dev in devices:
             caps |= dev.capabilities
-        return ProbeResult(  # reason keeps the old text until the backends' tests read detail
+        return ProbeResult(
             available=True,
-            reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
             detail=f"{count} device(s)",
             devices=devices,
             capabilities=caps,

@@ -97,8 +97,10 @@ def test_registry_lists_cuda() -> None:
     st = statuses["cuda"]
     assert st.distribution == "aml-cuda"
     assert st.priority == 100
-    assert st.reason
-    if not st.available:
+    if st.available:
+        assert st.detail and not st.reason
+    else:
+        assert st.reason
         assert not st.devices
 
 
@@ -115,12 +117,14 @@ def test_aml_info_lists_cuda() -> None:
     (cuda,) = [b for b in data["backends"] if b["name"] == "cuda"]
     assert cuda["distribution"] == "aml-cuda"
     assert cuda["priority"] == 100
-    assert cuda["reason"]
     if gpu_available():
+        assert cuda["reason"] is None
+        assert cuda["detail"]
         assert cuda["available"] is True
         assert cuda["devices"][0]["details"]["compute_capability"]
         assert data["chosen"]["device"]["backend"] == "cuda"
     else:
+        assert cuda["reason"]
         assert cuda["available"] is False
     text = subprocess.run(
         [sys.executable, "-m", "aml_core", "info"],
