@@ -98,7 +98,8 @@ def test_registry_lists_cuda() -> None:
     assert st.distribution == "aml-cuda"
     assert st.priority == 100
     if st.available:
-        assert st.detail and not st.reason
+        assert st.detail
+        assert not st.reason
     else:
         assert st.reason
         assert not st.devices
