@@ -54,6 +54,8 @@ cdef extern from "Python.h":
     void PyErr_Clear() noexcept
     int Py_IsInitialized() noexcept nogil
     int PyType_IsSubtype(PyTypeObject *a, PyTypeObject *b) noexcept
+    PyObject *_PyType_Lookup(PyTypeObject *type, object name) noexcept  # borrowed, no error
+    PyTypeObject *Py_TYPE(object o) noexcept
     object PyDict_Values(object d)
     ctypedef void (*PyCapsule_Destructor)(object) noexcept
     object PyCapsule_New(void *pointer, const char *name, PyCapsule_Destructor destructor)
@@ -90,6 +92,7 @@ cdef enum:
 cdef str RELEASED_MSG = "this aml buffer was freed: its memory can no longer be viewed"
 cdef tuple NO_DL_DEVICE = (0, 0)
 cdef tuple EMPTY = ()
+cdef str BUFFER_TYPE = "buffer_type"
 cdef char *BYTE_FORMAT = b"B"
 
 
@@ -463,7 +466,12 @@ cdef class AreaBase:
         """A new buffer of this area's buffer_type (or of buffer_type, a Buffer subclass),
         bound to the memory and to this area: device_ptr defaults to ptr and device to the
         area's."""
-        tp = type(self).buffer_type if buffer_type is None else buffer_type
+        cdef PyObject *cls_attr
+        if buffer_type is None:  # the class attribute, through the type attribute cache
+            cls_attr = _PyType_Lookup(Py_TYPE(self), BUFFER_TYPE)
+            tp = <object>cls_attr if cls_attr != NULL else type(self).buffer_type
+        else:
+            tp = buffer_type
         if not isinstance(tp, type) or not PyType_IsSubtype(<PyTypeObject *>tp, <PyTypeObject *>BufferBase):
             raise TypeError(f"buffer_type must be a Buffer class, not {tp!r}")
         if size < 0:
