@@ -580,18 +580,9 @@ cdef class AreaBase:
             self._restore(buf)  # the memory is still there: keep tracking it
             raise
 
-    def _take(self, target, size):
-        """The live buffer ``target`` names (see _lookup), marked freed, untracked and counted
-        as unmapped; the caller then frees its memory, or _restore()s it if that fails."""
-        if self._closed:
-            self._check_open()
-        cdef BufferBase buf = self._lookup(target, size)
-        self._detach(buf)
-        return buf
-
     def _restore(self, BufferBase buf not None):
-        """Track again a buffer _take() gave whose native free failed (the memory is still
-        there, and a retry frees it)."""
+        """Track again a buffer munmap detached whose native free failed (the memory is
+        still there, and a retry frees it)."""
         if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:  # fake pointers only
             raise AMLDomainError("this area's live mappings would pass 2**64 - 1 bytes")
         key = buf._key

@@ -71,7 +71,7 @@ class Area(AreaBase, abc.ABC):
     Subclasses set :attr:`options_type` (an attrs class; ``mmap`` accepts an instance,
     a mapping of its fields, or None) and implement :meth:`_allocate` and :meth:`_free`.
     ``kind``, ``device``, :meth:`mmap`, :meth:`munmap`, the bookkeeping (:meth:`_track`,
-    :meth:`_take`, :meth:`_restore`, :meth:`_resized`, :meth:`buffers`, :attr:`closed`),
+    :meth:`_restore`, :meth:`_resized`, :meth:`buffers`, :attr:`closed`),
     :meth:`_lookup` and :meth:`_new_buffer` come from the compiled base class.
     """
 
