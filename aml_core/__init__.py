@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _compiled  # noqa: F401  # first: imports the Cython modules, or says how to build them
 from .area import Area
 from .buffer import Buffer, DLDeviceType
 from .descriptor import BackendDescriptor, ProbeResult

@@ -375,13 +375,14 @@ class VirtualMemory(Area):
         except BaseException:
             self.address_free(res)
             raise
-        buf = GrowableBuffer.__new__(GrowableBuffer)
-        buf._bind(res.ptr, first, 0, self._runtime.traits.dl_device, self.device or 0)
-        buf.area = self
-        buf.kind = Kind.DEVICE
-        buf.device = self.device
-        buf.device_ptr = res.ptr
-        buf.native = _VmmBuffer("vmm", res, [chunk])
+        buf = self._new_buffer(
+            res.ptr,
+            first,
+            host_accessible=False,
+            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            native=_VmmBuffer("vmm", res, [chunk]),
+            buffer_type=GrowableBuffer,
+        )
         return self._track(buf, "growable")
 
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:
