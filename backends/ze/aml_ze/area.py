@@ -34,7 +34,7 @@ import attrs
 from aml_core import checks
 from aml_core.area import Area
 from aml_core.buffer import Buffer, DLDeviceType
-from aml_core.errors import AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu.backend import GpuBackend
 from aml_core.gpu.ipc import IpcExport, IpcHandle
 from aml_core.gpu.runtime import Group
@@ -199,15 +199,20 @@ class ZeArea(Area):
         """Free every mapping, then destroy the area's context (``aml_area_ze_destroy``)."""
         try:
             super().close()
-        finally:
-            self._destroy_context()
+        except BaseException as exc:
+            try:
+                self._destroy_context()
+            except AMLError as also:
+                exc.add_note(f"destroying the area's context failed too: {also}")
+            raise
+        self._destroy_context()
 
     def _destroy_context(self) -> None:
         with self._ctx_lock:
             if not self.context or self._orphans:
                 return  # orphans (still-viewed buffers) free themselves, then the context goes
-            ctx, self.context = self.context, 0
-        self.runtime.destroy_context(ctx)
+            self.runtime.destroy_context(self.context)  # on failure the context stays: close() retries
+            self.context = 0
 
     def _free_orphan_at(self, ptr: int) -> None:
         super()._free_orphan_at(ptr)
@@ -320,6 +325,13 @@ class ZeBackend(GpuBackend):
     def pointer_attributes(self, ptr: int | Buffer) -> Any:
         """:meth:`alloc_properties` as :class:`~aml_core.gpu.runtime.PointerAttributes`."""
         return self.ze.pointer_attributes(ptr.ptr if isinstance(ptr, Buffer) else ptr)
+
+    def ipc_open(self, handle: IpcHandle) -> Buffer:
+        """Open an IPC handle exported by another process (see
+        :meth:`GpuBackend.ipc_open <aml_core.gpu.backend.GpuBackend.ipc_open>`). The runtime
+        is loaded and kept first, so that :meth:`reset` destroys the context it opens in."""
+        _ = self.runtime
+        return super().ipc_open(handle)
 
     @staticmethod
     def destroy(area: Area) -> None:

@@ -169,8 +169,10 @@ static int fn_index(const char *name)
     return -1;
 }
 
-/* Count the call; return an injected error (or 0). Lock held. */
-static ze_result_t enter(int fn)
+/* Count the call; return an injected result, or -1 to run the call. An injected 0 makes the
+ * call return ZE_RESULT_SUCCESS without doing anything (out-parameters untouched): the
+ * "success with an impossible result" case. Lock held. */
+static long long enter(int fn)
 {
     g_calls[fn]++;
 #ifdef ZEDOUBLE_FORWARD_CUDA
@@ -189,15 +191,15 @@ static ze_result_t enter(int fn)
             in->times--;
         return in->err;
     }
-    return OK;
+    return -1;
 }
 
 #define BEGIN(name)                                   \
     pthread_mutex_lock(&g_lock);                      \
-    ze_result_t rc_ = enter(F_##name);                \
-    if (rc_ != OK) {                                  \
+    long long rc_ = enter(F_##name);                  \
+    if (rc_ >= 0) {                                   \
         pthread_mutex_unlock(&g_lock);                \
-        return rc_;                                   \
+        return (ze_result_t)rc_;                      \
     }
 #define RETURN(v)                                     \
     do {                                              \
