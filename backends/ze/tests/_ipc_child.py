@@ -1,9 +1,9 @@
 """The importing process of the IPC tests, run as ``python _ipc_child.py``.
 
 Reads a JSON request on stdin: ``{"handle": <base64 pickle of an IpcHandle>, "opens": n,
-"read": n, "write": <hex>}`` and prints a JSON report: what it read, the native calls the
-double saw, whether the importer cache returned one buffer, and the error if the open
-failed. Uses the double named by ``AML_ZE_LIBRARY``.
+"read": n, "write": <hex>, "inject": [function, ze_result_t]}`` and prints a JSON
+report: what it read, the native calls the double saw, whether the importer cache
+returned one buffer, and the error if the open failed. Uses the double named by ``AML_ZE_LIBRARY``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ def main() -> int:
     handle = pickle.loads(base64.b64decode(request["handle"]))
     ctl = build.DoubleControl(os.environ["AML_ZE_LIBRARY"])
     report: dict[str, Any] = {"pid": os.getpid()}
+    if request.get("inject"):
+        function, error = request["inject"]
+        ctl.inject(function, int(error))
     try:
         bufs = [aml_ze.ipc_open(handle) for _ in range(int(request.get("opens", 1)))]
     except AMLError as exc:

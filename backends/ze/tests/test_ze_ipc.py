@@ -121,24 +121,7 @@ def test_open_failure_in_the_importer(
     area = areas("device")
     buf = area.mmap(4096)
     handle = area.ipc_export(buf).handle
-    code = (
-        "import os, sys\n"
-        "from _ze_helpers import build\n"
-        "build.DoubleControl(os.environ['AML_ZE_LIBRARY']).inject('zeMemOpenIpcHandle', %d)\n"
-        "sys.argv = ['child']\n"
-        "exec(open(%r).read())\n"
-    ) % (native, str(CHILD))
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        input=json.dumps({"handle": base64.b64encode(pickle.dumps(handle)).decode()}),
-        capture_output=True,
-        text=True,
-        env=ze.env(),
-        check=False,
-        timeout=60,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_child(ze, handle, inject=["zeMemOpenIpcHandle", native])
     assert report["error"]["class"] == cls
     assert report["error"]["function"] == "zeMemOpenIpcHandle"
     assert report["error"]["native"] == native
