@@ -188,6 +188,7 @@ def _registry_areas(kind: Kind, expected: Kind) -> None:
         area.munmap(buf)
 
 
+@pytest.mark.host_double
 def test_probe_lists_devices(ze: ZeDouble) -> None:
     ze.need_devices(2, 1 << 28)
     result = aml_ze.probe()
@@ -216,6 +217,7 @@ def test_probe_without_a_driver(ze: ZeDouble, monkeypatch: pytest.MonkeyPatch) -
     assert ze.calls("zeDeviceGet") == 0
 
 
+@pytest.mark.host_double
 def test_probe_with_no_device(ze: ZeDouble) -> None:
     ze.need_devices(0)
     result = aml_ze.probe()

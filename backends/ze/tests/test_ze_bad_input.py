@@ -90,6 +90,7 @@ def test_mmap_sizes(
     assert sum(ze.calls(f) for f in ("zeMemAllocDevice", "zeMemAllocShared", "zeMemAllocHost")) == 0
 
 
+@pytest.mark.host_double
 def test_device_memory_budget_is_enomem(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:
     ze.need_devices(1, 1 << 20)
     area = areas("device")

@@ -103,6 +103,7 @@ def test_growable_buffer_grows_in_place(ze: ZeDouble, vm: aml_ze.VirtualMemory) 
     assert ze.live()["mapping"] == 0
 
 
+@pytest.mark.host_double
 def test_device_out_of_memory(ze: ZeDouble) -> None:
     ze.need_devices(1, 1 << 20)
     with aml_ze.virtual_memory(0) as vm, pytest.raises(AMLMemoryError) as info:

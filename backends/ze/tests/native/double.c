@@ -246,7 +246,7 @@ static struct alloc *alloc_find(const struct context *c, const void *p, int cont
 }
 
 /* -- memory -------------------------------------------------------------------------------- */
-static int new_memfd(size_t size)
+__attribute__((unused)) static int new_memfd(size_t size)
 {
     int fd = memfd_create("zedouble", MFD_CLOEXEC);
     if (fd < 0)
@@ -260,7 +260,7 @@ static int new_memfd(size_t size)
 
 /* A MAP_SHARED mapping of fd aligned to `align` (a power of two): returns the aligned address
  * and sets *base / *len to what must be unmapped. */
-static void *map_aligned(int fd, size_t size, size_t align, void **base, size_t *len)
+__attribute__((unused)) static void *map_aligned(int fd, size_t size, size_t align, void **base, size_t *len)
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     if (align <= page) {
@@ -293,8 +293,10 @@ static ze_result_t do_alloc(struct context *c, int kind, int device, size_t size
         return E_UNSUPPORTED_ALIGNMENT;
     if (size > ((size_t)1 << 44))
         return kind == L_HOST ? E_OUT_OF_HOST_MEMORY : E_OUT_OF_DEVICE_MEMORY;
+#ifndef ZEDOUBLE_FORWARD_CUDA /* forward mode: CUDA says when the device is full */
     if (kind != L_HOST && g_used[device] + size > g_budget)
         return E_OUT_OF_DEVICE_MEMORY;
+#endif
     struct alloc *a = calloc(1, sizeof *a);
     if (!a)
         return E_OUT_OF_HOST_MEMORY;
@@ -339,22 +341,26 @@ static ze_result_t do_alloc(struct context *c, int kind, int device, size_t size
         }
         a->len = n;
         a->ptr = (void *)dp;
-    } else if (kind == L_SHARED) {
-        cr = cuMemAllocManaged(&dp, size, CU_MEM_ATTACH_GLOBAL);
-        a->ptr = (void *)dp;
+        a->base = a->ptr;
     } else {
-        cr = cuMemHostAlloc(&hp, size, CU_MEMHOSTALLOC_PORTABLE);
-        a->ptr = hp;
+        /* cuMemAllocManaged / cuMemHostAlloc take no alignment: over-allocate and align inside */
+        size_t extra = align > 256 ? align : 0;
+        if (kind == L_SHARED) {
+            cr = cuMemAllocManaged(&dp, size + extra, CU_MEM_ATTACH_GLOBAL);
+            a->base = (void *)dp;
+        } else {
+            cr = cuMemHostAlloc(&hp, size + extra, CU_MEMHOSTALLOC_PORTABLE);
+            a->base = hp;
+        }
+        if (cr == CUDA_SUCCESS) {
+            uintptr_t al = align ? align : 1;
+            a->ptr = (void *)(((uintptr_t)a->base + al - 1) & ~(al - 1));
+        }
     }
     if (cr != CUDA_SUCCESS) {
         free(a);
         return cr == CUDA_ERROR_OUT_OF_MEMORY ? (kind == L_HOST ? E_OUT_OF_HOST_MEMORY : E_OUT_OF_DEVICE_MEMORY)
                                               : E_UNKNOWN;
-    }
-    if ((uintptr_t)a->ptr % (align ? align : 1)) {
-        /* cuMemAlloc* take no alignment (they give 256 bytes or more): say so, do not lie */
-        free(a);
-        return E_UNSUPPORTED_ALIGNMENT;
     }
 #else
     a->fd = new_memfd(size);
@@ -396,9 +402,9 @@ static void alloc_release(struct alloc *a)
         cuMemAddressFree((CUdeviceptr)a->ptr, a->len);
         cuMemRelease(a->cu_handle);
     } else if (a->kind == L_SHARED) {
-        cuMemFree((CUdeviceptr)a->ptr);
+        cuMemFree((CUdeviceptr)a->base);
     } else if (a->kind == L_HOST) {
-        cuMemFreeHost(a->ptr);
+        cuMemFreeHost(a->base);
     } else { /* L_IPC_OPEN */
         cuMemUnmap((CUdeviceptr)a->ptr, a->len);
         cuMemAddressFree((CUdeviceptr)a->ptr, a->len);
@@ -446,6 +452,10 @@ API ze_result_t zeInit(uint32_t flags)
     }
     if (g_primary)
         cuCtxSetCurrent(g_primary);
+    CUdevice d0;
+    size_t total = 0;
+    if (g_ndev > 0 && cuDeviceGet(&d0, 0) == CUDA_SUCCESS && cuDeviceTotalMem(&total, d0) == CUDA_SUCCESS)
+        g_budget = total;
 #endif
     g_initialized = 1;
     RETURN(OK);
@@ -834,7 +844,7 @@ API ze_result_t zeMemCloseIpcHandle(void *hContext, const void *ptr)
 }
 
 /* -- virtual memory ---------------------------------------------------------------------------- */
-static size_t page_for(size_t size) { return size >= BIG_PAGE ? BIG_PAGE : PAGE; }
+__attribute__((unused)) static size_t page_for(size_t size) { return size >= BIG_PAGE ? BIG_PAGE : PAGE; }
 
 API ze_result_t zeVirtualMemQueryPageSize(void *hContext, void *hDevice, size_t size, size_t *pagesize)
 {
@@ -963,8 +973,10 @@ API ze_result_t zePhysicalMemCreate(void *hContext, void *hDevice, const phys_de
         RETURN(E_UNSUPPORTED_SIZE);
     if (desc->size % min_page())
         RETURN(E_UNSUPPORTED_ALIGNMENT);
+#ifndef ZEDOUBLE_FORWARD_CUDA
     if (g_used[d] + desc->size > g_budget)
         RETURN(E_OUT_OF_DEVICE_MEMORY);
+#endif
     struct physical *p = calloc(1, sizeof *p);
     if (!p)
         RETURN(E_OUT_OF_HOST_MEMORY);
@@ -1023,7 +1035,7 @@ API ze_result_t zePhysicalMemDestroy(void *hContext, void *h)
     RETURN(OK);
 }
 
-static int prot_of(uint32_t access)
+__attribute__((unused)) static int prot_of(uint32_t access)
 {
     return access == 1 ? PROT_READ | PROT_WRITE : access == 2 ? PROT_READ : PROT_NONE;
 }
