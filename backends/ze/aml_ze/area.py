@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import os
 import threading
+from ctypes import byref, c_void_p
 from typing import Any
 
 import attrs
@@ -120,54 +121,55 @@ class ZeArea(Area):
         self._ctx_lock = threading.Lock()
         #: The area's own context (aml_area_ze_*_create: "This area has its own context").
         self.context = runtime.create_context()
+        self._bind_calls()
 
     # -- allocation ----------------------------------------------------------------------
-    def _allocate(self, size: int, options: Any) -> Buffer:
-        from ctypes import byref, c_void_p
+    def _bind_calls(self) -> None:
+        """Prepare the hot path: the native functions and their constant arguments."""
+        native = self.runtime.lib.native
+        self._ctx = c_void_p(self.context)
+        self._dev = c_void_p(self._device_handle or None)
+        self._ddesc_ref = byref(self._ddesc)
+        self._hdesc_ref = byref(self._hdesc)
+        self._alloc_name = {Kind.DEVICE: "zeMemAllocDevice", Kind.MANAGED: "zeMemAllocShared"}.get(
+            self.kind, "zeMemAllocHost"
+        )
+        self._alloc_fn = native.function(self._alloc_name)
+        self._free_fn = native.function("zeMemFree")
+        if self.kind is Kind.HOST:
+            self._dl: tuple[int, int] = (DLDeviceType.CPU, 0)
+        else:
+            self._dl = (DLDeviceType.ONEAPI, self.settings.device)
 
-        lib = self.runtime.lib
-        ctx = c_void_p(self.context)
+    def _allocate(self, size: int, options: Any) -> Buffer:
         out = c_void_p()
         kind = self.kind
         if kind is Kind.DEVICE:
-            name = "zeMemAllocDevice"
-            lib.call(
-                name, ctx, byref(self._ddesc), size, self.alignment, c_void_p(self._device_handle), byref(out)
-            )
+            rc = self._alloc_fn(self._ctx, self._ddesc_ref, size, self.alignment, self._dev, byref(out))
         elif kind is Kind.MANAGED:
-            name = "zeMemAllocShared"
-            lib.call(
-                name,
-                ctx,
-                byref(self._ddesc),
-                byref(self._hdesc),
-                size,
-                self.alignment,
-                c_void_p(self._device_handle),
-                byref(out),
+            rc = self._alloc_fn(
+                self._ctx, self._ddesc_ref, self._hdesc_ref, size, self.alignment, self._dev, byref(out)
             )
         else:
-            name = "zeMemAllocHost"
-            lib.call(name, ctx, byref(self._hdesc), size, self.alignment, byref(out))
-        ptr = int(out.value or 0)
+            rc = self._alloc_fn(self._ctx, self._hdesc_ref, size, self.alignment, byref(out))
+        if rc:
+            raise self.runtime.errors.error(self._alloc_name, rc)
+        ptr = out.value
         if not ptr:
-            raise AMLFailure(f"{name} returned SUCCESS and a NULL pointer")
-        self.runtime.register(ptr, self.context)
-        if kind is Kind.HOST:
-            return self._new_buffer(ptr, size, host_accessible=True, dl_device=(DLDeviceType.CPU, 0))
-        device = self.settings.device
-        return self._new_buffer(
-            ptr, size, host_accessible=kind is Kind.MANAGED, dl_device=(DLDeviceType.ONEAPI, device)
-        )
+            raise AMLFailure(f"{self._alloc_name} returned SUCCESS and a NULL pointer")
+        self.runtime._owners[ptr] = self.context
+        return self._new_buffer(ptr, size, host_accessible=kind is not Kind.DEVICE, dl_device=self._dl)
 
     def _free(self, buffer: Buffer) -> None:
-        from ctypes import c_void_p
-
-        for _export, data in self._exports.pop(buffer.ptr, ()):
-            _export.close()
-            self.runtime.ipc_put_handle(self.context, data)
-        self.runtime.lib.call("zeMemFree", c_void_p(self.context), c_void_p(buffer.ptr))
-        self.runtime.unregister(buffer.ptr)
+        ptr = buffer.ptr
+        if self._exports:
+            for export, data in self._exports.pop(ptr, ()):
+                export.close()
+                self.runtime.ipc_put_handle(self.context, data)
+        rc = self._free_fn(self._ctx, ptr)
+        if rc:
+            raise self.runtime.errors.error("zeMemFree", rc)
+        self.runtime._owners.pop(ptr, None)
 
     # -- what the driver knows ---------------------------------------------------------------
     def alloc_properties(self, buffer: Buffer | int) -> AllocProperties:
