@@ -38,6 +38,7 @@ __all__ = [
     "build_double",
     "build_null_driver",
     "cache_dir",
+    "compile_forward_object",
     "find_cuda",
 ]
 
@@ -156,6 +157,24 @@ def build_double(mode: Mode = "host", *, put: bool = True, outdir: Path | None =
         raise DoubleBuildError(f"building the double failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
     os.replace(tmp, target)
     return target
+
+
+def compile_forward_object(include_dir: Path, out: Path) -> None:
+    """Compile (no link) the forward mode against ``include_dir``/cuda.h, with the same
+    warnings as errors: the CPU-side check that forward mode builds (no libcuda needed)."""
+    cmd = [
+        _compiler(),
+        *CFLAGS[:-1],
+        "-c",
+        "-DZEDOUBLE_FORWARD_CUDA",
+        f"-I{include_dir}",
+        "-o",
+        str(out),
+        str(SOURCE),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise DoubleBuildError(f"compiling forward mode failed ({' '.join(cmd)}):\n{proc.stderr}")
 
 
 def _level_zero_source() -> Path:
