@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aml_core.gpu.plugin import GPU_FUNCTIONS
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -130,17 +131,8 @@ _TYPES = (
     "Reservation",
     "VirtualMemory",
 )
-_FUNCTIONS = (
-    "BACKEND",
-    "destroy",
-    "get_runtime",
-    "ipc_close",
-    "ipc_open",
-    "load_runtime",
-    "pointer_attributes",
-    "probe",
-    "virtual_memory",
-)
+#: Of GPU_FUNCTIONS, those Level Zero has (see the module doc).
+_FUNCTIONS = tuple(n for n in GPU_FUNCTIONS if n not in ("create", "default_area", "unified_area", "stream"))
 _OWN = (
     "AllocProperties",
     "ZeArea",

@@ -94,11 +94,9 @@ class ZeLibrary:
         """Whether the library exports ``name`` (and it was declared)."""
         return name in REQUIRED or (name in OPTIONAL and self.native.has(name))
 
-    def call(self, name: str, *args: Any, message: str | None = None) -> None:
+    def call(self, name: str, *args: Any) -> None:
         """Call a function returning ze_result_t; raise the translated error on failure."""
-        rc = int(self.native.function(name)(*args))
-        if rc != C.ZE_RESULT_SUCCESS:
-            raise self.errors.error(name, rc, message)
+        self.native.call(name, *args)
 
     def raw(self, name: str, *args: Any) -> int:
         """Call a function returning ze_result_t and return the code without raising."""

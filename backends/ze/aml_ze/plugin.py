@@ -10,9 +10,10 @@ loader and calls ``zeInit`` through :mod:`aml_ze.api`, and nothing else if it fa
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from aml_core.descriptor import BackendDescriptor, ProbeResult
+from aml_core.descriptor import BackendDescriptor
+from aml_core.gpu.plugin import lazy_descriptor
 from aml_core.hookspecs import hookimpl
 from aml_core.specs import Capability, Kind
 
@@ -58,29 +59,6 @@ def _backend() -> ZeBackend:
     return BACKEND
 
 
-def _probe() -> ProbeResult:
-    return _backend().probe()
-
-
-def _create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
-    return _backend().create_area(kind, device, **options)
-
-
-def _ipc_open(handle: Any) -> Any:
-    return _backend().ipc_open(handle)
-
-
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
-    return [
-        BackendDescriptor(
-            name=NAME,
-            priority=100,
-            kinds=KINDS,
-            probe=_probe,
-            create_area=_create_area,
-            capabilities=CAPABILITIES,
-            description=DESCRIPTION,
-            ipc_open=_ipc_open,
-        )
-    ]
+    return [lazy_descriptor(NAME, DESCRIPTION, _backend, kinds=KINDS, capabilities=CAPABILITIES)]

@@ -161,6 +161,21 @@ static struct mapping *g_mappings;
 static CUcontext g_primary; /* device 0's primary context, made current on every call */
 #endif
 
+#ifdef ZEDOUBLE_FORWARD_CUDA
+/* A pinned device allocation's properties, exportable as a POSIX fd or not. */
+static CUmemAllocationProp cu_prop(int device, int exportable)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device;
+    if (exportable)
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return prop;
+}
+#endif
+
 static int fn_index(const char *name)
 {
     for (int i = 0; i < NFUNCS; i++)
@@ -307,12 +322,7 @@ static ze_result_t do_alloc(struct context *c, int kind, int device, size_t size
     void *hp = NULL;
     if (kind == L_DEVICE) {
         /* a VMM allocation, so that zeMemGetIpcHandle can export it as a POSIX fd */
-        CUmemAllocationProp prop;
-        memset(&prop, 0, sizeof prop);
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = device;
-        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        CUmemAllocationProp prop = cu_prop(device, 1);
         size_t gran = 0;
         cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
         if (!gran)
@@ -843,6 +853,16 @@ API ze_result_t zeMemCloseIpcHandle(void *hContext, const void *ptr)
     RETURN(OK);
 }
 
+/* The checks every range call starts with (the validation layer's order). Lock held. */
+static ze_result_t check_range(const void *ctx, const void *ptr, size_t size)
+{
+    if (!ctx || !ctx_ok(ctx))
+        return E_INVALID_NULL_HANDLE;
+    if (!ptr)
+        return E_INVALID_NULL_POINTER;
+    return size == 0 ? E_UNSUPPORTED_SIZE : OK;
+}
+
 /* -- virtual memory ---------------------------------------------------------------------------- */
 __attribute__((unused)) static size_t page_for(size_t size) { return size >= BIG_PAGE ? BIG_PAGE : PAGE; }
 
@@ -856,11 +876,7 @@ API ze_result_t zeVirtualMemQueryPageSize(void *hContext, void *hDevice, size_t 
     if (size == 0)
         RETURN(E_UNSUPPORTED_SIZE);
 #ifdef ZEDOUBLE_FORWARD_CUDA
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = dev_index(hDevice);
+    CUmemAllocationProp prop = cu_prop(dev_index(hDevice), 0);
     size_t g = 0;
     cuMemGetAllocationGranularity(&g, &prop, size >= BIG_PAGE ? CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
                                                               : CU_MEM_ALLOC_GRANULARITY_MINIMUM);
@@ -874,10 +890,7 @@ API ze_result_t zeVirtualMemQueryPageSize(void *hContext, void *hDevice, size_t 
 static size_t min_page(void)
 {
 #ifdef ZEDOUBLE_FORWARD_CUDA
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemAllocationProp prop = cu_prop(0, 0);
     size_t g = 0;
     cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     return g ? g : BIG_PAGE;
@@ -931,12 +944,9 @@ API ze_result_t zeVirtualMemReserve(void *hContext, const void *pStart, size_t s
 API ze_result_t zeVirtualMemFree(void *hContext, const void *ptr, size_t size)
 {
     BEGIN(zeVirtualMemFree);
-    if (!hContext || !ctx_ok(hContext))
-        RETURN(E_INVALID_NULL_HANDLE);
-    if (!ptr)
-        RETURN(E_INVALID_NULL_POINTER);
-    if (size == 0)
-        RETURN(E_UNSUPPORTED_SIZE);
+    ze_result_t bad_ = check_range(hContext, ptr, size);
+    if (bad_ != OK)
+        RETURN(bad_);
     for (struct reservation **pp = &g_reservations; *pp; pp = &(*pp)->next) {
         struct reservation *r = *pp;
         if (r->ctx != hContext || r->ptr != ptr)
@@ -982,11 +992,7 @@ API ze_result_t zePhysicalMemCreate(void *hContext, void *hDevice, const phys_de
         RETURN(E_OUT_OF_HOST_MEMORY);
     p->fd = -1;
 #ifdef ZEDOUBLE_FORWARD_CUDA
-    CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = d;
+    CUmemAllocationProp prop = cu_prop(d, 0);
     CUresult cr = cuMemCreate(&p->cu_handle, desc->size, &prop, 0);
     if (cr != CUDA_SUCCESS) {
         free(p);
@@ -1117,12 +1123,9 @@ API ze_result_t zeVirtualMemMap(void *hContext, const void *ptr, size_t size, vo
 API ze_result_t zeVirtualMemUnmap(void *hContext, const void *ptr, size_t size)
 {
     BEGIN(zeVirtualMemUnmap);
-    if (!hContext || !ctx_ok(hContext))
-        RETURN(E_INVALID_NULL_HANDLE);
-    if (!ptr)
-        RETURN(E_INVALID_NULL_POINTER);
-    if (size == 0)
-        RETURN(E_UNSUPPORTED_SIZE);
+    ze_result_t bad_ = check_range(hContext, ptr, size);
+    if (bad_ != OK)
+        RETURN(bad_);
     for (struct mapping **pp = &g_mappings; *pp; pp = &(*pp)->next) {
         struct mapping *m = *pp;
         if (m->ctx != hContext || m->ptr != ptr)
@@ -1276,6 +1279,10 @@ API const char *zedouble_mode(void)
 API void zedouble_reset(void)
 {
     pthread_mutex_lock(&g_lock);
+#ifdef ZEDOUBLE_FORWARD_CUDA
+    if (g_primary)
+        cuCtxSetCurrent(g_primary);
+#endif
     while (g_mappings) {
         struct mapping *m = g_mappings;
         g_mappings = m->next;
