@@ -235,3 +235,20 @@ def test_library_override(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> Non
         aml_ze.BACKEND.reset()
     assert not result.available
     assert "AML_ZE_LIBRARY" in result.reason
+
+
+def test_precheck_without_a_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No loader anywhere: unavailable from the file system alone, nothing loaded."""
+    from aml_ze import plugin
+
+    monkeypatch.delenv("AML_ZE_LIBRARY", raising=False)
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    monkeypatch.setattr(plugin, "_DIRS", ())
+    assert plugin.precheck() == "no Level Zero loader (libze_loader.so.1; Debian: apt-get install libze1)"
+    aml_ze.BACKEND.reset()
+    try:
+        result = aml_ze.probe()
+    finally:
+        aml_ze.BACKEND.reset()
+    assert not result.available
+    assert "no Level Zero loader" in result.reason
