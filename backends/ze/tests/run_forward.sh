@@ -85,6 +85,6 @@ status=${PIPESTATUS[0]}
 echo "pytest exit status: $status" | tee -a "$OUT/pytest.log"
 
 # Allocation cost through aml-ze vs the same ctypes calls, on the forwarded GPU.
-AML_ZE_LIBRARY="$DOUBLE" "$PYTHON" benchmarks/ze_bench.py --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) (forward double)" \
+AML_ZE_LIBRARY="$DOUBLE" "$PYTHON" benchmarks/ze_bench.py --batch 20 --reps 7 --machine "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1) (forward double)" \
     >"$OUT/bench.txt" 2>&1 || echo "the benchmark failed: see $OUT/bench.txt" >&2
 exit "$status"

@@ -143,6 +143,7 @@ def test_success_with_an_impossible_result_is_failure(
 @pytest.mark.parametrize(("native", "code", "cls"), ROWS[:9])
 def test_probe_calls(ze: ZeDouble, native: int, code: ErrorCode, cls: type[AMLError]) -> None:
     """A failing driver or device query makes the backend unavailable, saying which call."""
+    aml_ze.BACKEND.reset()  # forward mode loaded the runtime already
     ze.inject("zeDeviceGet", native)
     result = aml_ze.probe()
     assert not result.available

@@ -354,7 +354,7 @@ static ze_result_t do_alloc(struct context *c, int kind, int device, size_t size
         a->base = a->ptr;
     } else {
         /* cuMemAllocManaged / cuMemHostAlloc take no alignment: over-allocate and align inside */
-        size_t extra = align > 256 ? align : 0;
+        size_t extra = align > 1 ? align - 1 : 0;
         if (kind == L_SHARED) {
             cr = cuMemAllocManaged(&dp, size + extra, CU_MEM_ATTACH_GLOBAL);
             a->base = (void *)dp;
