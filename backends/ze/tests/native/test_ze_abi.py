@@ -73,3 +73,20 @@ def test_result_names_cover_the_header() -> None:
 
     names = set(re.findall(r"^\s+(ZE_RESULT_\w+)\s*=", text, re.M)) - {"ZE_RESULT_FORCE_UINT32"}
     assert names == set(C.RESULT_NAMES.values())
+
+
+def test_the_double_has_the_header_s_layouts() -> None:
+    """The driver double declares its own structs and codes (double_abi.h): abi_check.c
+    compiles them against the header with a static assertion for each."""
+    if not HEADER.exists():
+        pytest.skip(f"{HEADER} is missing (Debian: apt-get install libze-dev)")
+    cc = shutil.which("gcc")
+    if cc is None:
+        pytest.skip("gcc is needed")
+    proc = subprocess.run(
+        [cc, "-fsyntax-only", "-Wall", "-Werror", str(HERE / "abi_check.c")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr

@@ -141,7 +141,7 @@ def build_double(mode: Mode = "host", *, put: bool = True, outdir: Path | None =
     if mode not in ("host", "forward"):
         raise ValueError(f"mode must be 'host' or 'forward', not {mode!r}")
     cc = _compiler()
-    key = hashlib.sha256(SOURCE.read_bytes())
+    key = hashlib.sha256(SOURCE.read_bytes() + (HERE / "double_abi.h").read_bytes())
     key.update("\0".join(_command(cc, mode, put, Path("OUT"))).encode())
     digest = key.hexdigest()[:20]
     outdir = outdir or cache_dir() / "double" / f"{mode}-{'put' if put else 'noput'}-{digest}"
