@@ -109,9 +109,11 @@ def lazy_descriptor(
     *,
     priority: int = GPU_PRIORITY,
     capabilities: Capability = GPU_CAPABILITIES,
+    kinds: frozenset[Kind] = GPU_KINDS,
 ) -> BackendDescriptor:
     """A descriptor whose callables import the backend (``backend()``) only when the
-    registry probes it, builds an area or opens an IPC handle."""
+    registry probes it, builds an area or opens an IPC handle. ``kinds`` defaults to
+    CUDA's and HIP's (aml-ze has no MAPPED memory)."""
 
     def probe() -> ProbeResult:
         return backend().probe()
@@ -125,7 +127,7 @@ def lazy_descriptor(
     return BackendDescriptor(
         name=name,
         priority=priority,
-        kinds=GPU_KINDS,
+        kinds=kinds,
         probe=probe,
         create_area=create_area,
         capabilities=capabilities,
