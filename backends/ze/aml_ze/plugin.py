@@ -13,6 +13,7 @@ import os
 from typing import TYPE_CHECKING
 
 from aml_core.descriptor import BackendDescriptor
+from aml_core.gpu.groups import Group, capabilities
 from aml_core.gpu.plugin import lazy_descriptor
 from aml_core.hookspecs import hookimpl
 from aml_core.specs import Capability, Kind
@@ -20,7 +21,7 @@ from aml_core.specs import Capability, Kind
 if TYPE_CHECKING:
     from .area import ZeBackend
 
-__all__ = ["CAPABILITIES", "DESCRIPTION", "KINDS", "NAME", "aml_backends", "precheck"]
+__all__ = ["CAPABILITIES", "DESCRIPTION", "GROUPS", "KINDS", "NAME", "aml_backends", "precheck"]
 
 NAME = "ze"
 DESCRIPTION = (
@@ -28,13 +29,13 @@ DESCRIPTION = (
     "host areas, IPC, virtual memory"
 )
 KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED})
-CAPABILITIES = (
-    Capability.DLPACK
-    | Capability.BUFFER_PROTOCOL
-    | Capability.MANAGED
-    | Capability.PINNED
-    | Capability.IPC
-    | Capability.VIRTUAL_MEMORY
+#: The capability groups aml-ze's runtime provides (its areas are its own: AML's Level
+#: Zero area, not the CUDA/HIP ALLOCATION group).
+GROUPS = frozenset({Group.IPC, Group.VIRTUAL_MEMORY})
+#: Derived from the groups, plus what the areas' memory is: shared memory is MANAGED,
+#: host memory PINNED; both speak the buffer protocol; all three speak DLPack.
+CAPABILITIES = capabilities(GROUPS, Capability.DLPACK) | (
+    Capability.BUFFER_PROTOCOL | Capability.MANAGED | Capability.PINNED
 )
 _LIBRARY = "libze_loader.so.1"
 _DIRS = ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib", "/opt/intel/oneapi/lib")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-# _ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
-from _ze_helpers import MODE, ZeDouble, aml_ze, build_double, enter_double, leave_double
+# ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
+from ze_helpers import MODE, ZeDouble, aml_ze, build_double, enter_double, leave_double
 
 
 def pytest_configure(config: pytest.Config) -> None:

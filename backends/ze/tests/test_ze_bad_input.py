@@ -10,9 +10,9 @@ from typing import Any
 
 import aml_ze
 import pytest
-from _ze_helpers import ZeDouble
 from aml_ze import IpcHandle, ZeFlags
 from aml_ze.runtime import IPC_HANDLE_SIZE, IPC_MAGIC
+from ze_helpers import ZeDouble
 
 from aml_core.errors import AMLDomainError, AMLError, AMLTypeError, AMLValueError, ErrorCode
 from aml_core.specs import Kind

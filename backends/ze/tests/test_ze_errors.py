@@ -9,10 +9,10 @@ from typing import Any
 
 import aml_ze
 import pytest
-from _ze_helpers import ZeDouble
 from aml_ze import Access
 from aml_ze import abi as C
 from aml_ze.errors import ERRORS, ZE_ERROR_CODES, result_name
+from ze_helpers import ZeDouble
 
 from aml_core.errors import (
     AMLError,

@@ -18,17 +18,17 @@ from typing import Any
 
 import aml_ze
 import pytest
-from _ze_helpers import ZeDouble
 from aml_ze import IpcHandle
 from aml_ze import abi as C
+from ze_helpers import ZeDouble
 
-CHILD = Path(__file__).resolve().parent / "_ipc_child.py"
+CHILD = Path(__file__).resolve().parent / "ze_children.py"
 
 
 def run_child(ze: ZeDouble, handle: IpcHandle, **request: Any) -> dict[str, Any]:
     request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
     proc = subprocess.run(
-        [sys.executable, str(CHILD)],
+        [sys.executable, str(CHILD), "ipc"],
         input=json.dumps(request),
         capture_output=True,
         text=True,

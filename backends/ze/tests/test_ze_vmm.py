@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import aml_ze
 import pytest
-from _ze_helpers import ZeDouble
 from aml_ze import Access
 from aml_ze import abi as C
+from ze_helpers import ZeDouble
 
 from aml_core.errors import AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.testing import VirtualMemoryConformance

@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from _ze_helpers import ZeDouble, build
 from aml_ze import abi as C
+from ze_helpers import ZeDouble, build
 
 
 def _cuda_include() -> Path | None:
