@@ -465,7 +465,8 @@ API void hsadouble_reset(void)
     pthread_mutex_unlock(&lock);
 }
 
-/* Count the call and apply an injected fault (returns the status, or -1 for none). */
+/* Count the call and apply an injected fault (returns the status, or NO_FAULT). */
+#define NO_FAULT INT_MIN
 static int enter(int fn)
 {
     read_env();
@@ -482,13 +483,13 @@ static int enter(int fn)
             f->times--;
         return f->status;
     }
-    return -1;
+    return NO_FAULT;
 }
 
 #define BEGIN(fn)                                                                             \
     pthread_mutex_lock(&lock);                                                                \
     int injected_ = enter(FN_##fn);                                                           \
-    if (injected_ >= 0) {                                                                     \
+    if (injected_ != NO_FAULT) {                                                                     \
         pthread_mutex_unlock(&lock);                                                          \
         return injected_;                                                                     \
     }

@@ -79,7 +79,9 @@ def _command(cc: str, mode: Mode, interface: tuple[int, int], out: Path) -> list
     return cmd
 
 
-def build_double(mode: Mode = "host", interface: tuple[int, int] = (1, 6), outdir: Path | None = None) -> Path:
+def build_double(
+    mode: Mode = "host", interface: tuple[int, int] = (1, 6), outdir: Path | None = None
+) -> Path:
     """Compile the double (cached) and return the path of its ``libhsa-runtime64.so.1``."""
     if mode not in ("host", "forward"):
         raise ValueError(f"mode must be 'host' or 'forward', not {mode!r}")
@@ -92,7 +94,9 @@ def build_double(mode: Mode = "host", interface: tuple[int, int] = (1, 6), outdi
     key.update("\0".join(_command(cc, mode, interface, Path("OUT"))).encode())
     digest = key.hexdigest()[:20]
     if outdir is None:
-        outdir = Path(tempfile.gettempdir()) / "aml-hsadouble" / f"{mode}-{interface[0]}.{interface[1]}-{digest}"
+        outdir = (
+            Path(tempfile.gettempdir()) / "aml-hsadouble" / f"{mode}-{interface[0]}.{interface[1]}-{digest}"
+        )
     outdir.mkdir(parents=True, exist_ok=True)
     target = outdir / "libhsa-runtime64.so.1"
     stamp = outdir / ".stamp"
@@ -103,7 +107,9 @@ def build_double(mode: Mode = "host", interface: tuple[int, int] = (1, 6), outdi
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)
-        raise DoubleBuildError(f"building the HSA double failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
+        raise DoubleBuildError(
+            f"building the HSA double failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}"
+        )
     os.replace(tmp, target)
     stamp.write_text(digest)
     return target
