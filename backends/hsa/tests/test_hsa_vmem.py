@@ -521,3 +521,17 @@ def test_not_initialized(hsa: HsaDouble) -> None:
     aml_hsa.native.shutdown_all()
     assert hsa.live()["init"] == 0
     assert lib.raw("hsa_amd_vmem_address_reserve", byref(c_void_p()), 4096, 0, 0) == 0x100B
+
+
+def test_sequence_script(hsa: HsaDouble) -> None:
+    """The step-by-step log the GPU run writes (``_vmem_sequence.py``) passes here too."""
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "_vmem_sequence.py")],
+        env=hsa.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].split() == ["SEQUENCE", "OK"]

@@ -648,7 +648,7 @@ static int backing_import(int fd, vhandle_t *h)
 {
     if (cuMemImportFromShareableHandle(&h->cu, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) !=
         CUDA_SUCCESS)
-        return -1;
+        return -2; /* not an exported allocation: INVALID_ALLOCATION, as ROCr */
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     if (cuMemGetAllocationPropertiesFromHandle(&prop, h->cu) == CUDA_SUCCESS)
