@@ -99,9 +99,11 @@ def lazy_descriptor(
     *,
     priority: int = GPU_PRIORITY,
     capabilities: Capability = GPU_CAPABILITIES,
+    kinds: frozenset[Kind] = GPU_KINDS,
 ) -> BackendDescriptor:
     """A descriptor whose callables import the backend (``backend()``) only when the
-    registry probes it, builds an area or opens an IPC handle."""
+    registry probes it, builds an area or opens an IPC handle. ``kinds`` is what the
+    backend provides (aml-hsa: device and host memory only)."""
 
     def probe() -> ProbeResult:
         return backend().probe()
@@ -115,7 +117,7 @@ def lazy_descriptor(
     return BackendDescriptor(
         name=name,
         priority=priority,
-        kinds=GPU_KINDS,
+        kinds=kinds,
         probe=probe,
         create_area=create_area,
         capabilities=capabilities,

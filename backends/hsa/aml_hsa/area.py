@@ -12,7 +12,6 @@ with ``hsa_memory_copy`` (:meth:`PoolArea.write` / :meth:`PoolArea.read`).
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import TYPE_CHECKING
 
 import attrs
@@ -20,8 +19,7 @@ import attrs
 from aml_core.area import Area
 from aml_core.buffer import Buffer
 from aml_core.errors import AMLNotSupported, AMLValueError
-from aml_core.gpu.ipc import IpcExport, IpcHandle
-from aml_core.gpu.runtime import Group
+from aml_core.gpu.ipc import IpcExport, export_from
 from aml_core.specs import Capability, Kind
 
 if TYPE_CHECKING:
@@ -86,18 +84,7 @@ class PoolArea(Area):
 
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer for another process (``hsa_amd_ipc_memory_create``)."""
-        if self.kind is not Kind.DEVICE:
-            raise AMLNotSupported(f"IPC shares device memory; this is a {self.kind.value} area")
-        with self._lock:
-            self._check_open()
-            buf = self._lookup(buffer, None)
-            data = self.runtime.require(Group.IPC).ipc_get_handle(buf.ptr, buf.size)
-            handle = IpcHandle(
-                backend="hsa", device=self.device or 0, size=buf.size, data=data, pid=os.getpid()
-            )
-            export = IpcExport(buf, handle)
-            self._exports.setdefault(buf.ptr, []).append(export)
-            return export
+        return export_from(self, self.runtime, self._exports, buffer)
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a buffer of this area (``hsa_memory_copy``)."""

@@ -20,7 +20,7 @@ import threading
 from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint32, c_uint64, c_void_p
 from typing import Any, Final
 
-from aml_core.errors import AMLNotSupported, ErrorCode
+from aml_core.errors import ErrorCode
 from aml_core.native import NativeLibrary
 
 from . import abi as C
@@ -117,23 +117,13 @@ class HsaLibrary:
         self.names = names
         self.errors = native.errors
         self.path = native.path
-        for name, (restype, argtypes) in REQUIRED.items():
-            native.declare(name, restype, *argtypes)
-        for name, (restype, argtypes) in OPTIONAL.items():
-            native.declare(name, restype, *argtypes, required=False)
-        names.bind(status_string_function(native.function("hsa_status_string")))
+        native.declare_all(REQUIRED, OPTIONAL)
+        names.lookup = status_string_function(native.function("hsa_status_string"))
+        self.has = native.has
         self.interface: tuple[int, int] = C.interface_of(self.has)
         self.label = rocr_label(self.path)
         self._lock = threading.Lock()
         self._initialized = False
-
-    def has(self, name: str) -> bool:
-        """Whether the library exports ``name`` (and it was declared)."""
-        try:
-            self.native.function(name)
-        except AMLNotSupported:
-            return False
-        return True
 
     def vmem_missing(self) -> str | None:
         """Why this library has no virtual-memory API (None when it has it)."""

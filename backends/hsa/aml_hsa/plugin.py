@@ -9,9 +9,10 @@ probes. Without an AMD GPU, ``hsa_init`` fails with OUT_OF_RESOURCES and the pro
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from aml_core.descriptor import BackendDescriptor, ProbeResult
+from aml_core.descriptor import BackendDescriptor
+from aml_core.gpu.plugin import lazy_descriptor
 from aml_core.gpu.runtime import Group, capabilities
 from aml_core.hookspecs import hookimpl
 from aml_core.specs import Capability, Kind
@@ -42,29 +43,10 @@ def _backend() -> HsaBackend:
     return BACKEND
 
 
-def _probe() -> ProbeResult:
-    return _backend().probe()
-
-
-def _create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
-    return _backend().create_area(kind, device, **options)
-
-
-def _ipc_open(handle: Any) -> Any:
-    return _backend().ipc_open(handle)
-
-
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
     return [
-        BackendDescriptor(
-            name=NAME,
-            priority=PRIORITY,
-            kinds=KINDS,
-            probe=_probe,
-            create_area=_create_area,
-            capabilities=CAPABILITIES,
-            description=DESCRIPTION,
-            ipc_open=_ipc_open,
+        lazy_descriptor(
+            NAME, DESCRIPTION, _backend, priority=PRIORITY, capabilities=CAPABILITIES, kinds=KINDS
         )
     ]
