@@ -20,20 +20,7 @@ if TYPE_CHECKING:
     from .area import PoolArea
     from .runtime import HsaRuntime
 
-__all__ = [
-    "BACKEND",
-    "HsaBackend",
-    "create",
-    "default_area",
-    "destroy",
-    "get_runtime",
-    "host_area",
-    "ipc_close",
-    "ipc_open",
-    "load_runtime",
-    "probe",
-    "virtual_memory",
-]
+# The public names are listed once, in aml_hsa/__init__.py (its lazy exports).
 
 
 def load_runtime() -> HsaRuntime:

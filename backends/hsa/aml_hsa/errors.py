@@ -34,7 +34,6 @@ never raises and falls back to the names below.
 from __future__ import annotations
 
 import ctypes
-import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -165,34 +164,24 @@ _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
 
 
 class HsaStatusNames:
-    """``hsa_status_string`` as a never-raising ``int -> str``, bound once the library is
-    loaded (the table exists before the library does)."""
+    """Names of statuses as a never-raising ``int -> str``: the built-in names first, then
+    ``hsa_status_string`` of the loaded library (:attr:`lookup`, set once it is loaded)."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._fn: Callable[[int], bytes | None] | None = None
-
-    def bind(self, status_string: Callable[[int], bytes | None] | None) -> None:
-        with self._lock:
-            self._fn = status_string
+    lookup: Callable[[int], bytes | None] | None = None
 
     def __call__(self, code: int) -> str:
         try:
             value = int(code)
         except (TypeError, ValueError, OverflowError):
             return f"hsa_status {code!r}"
-        known = NAMES.get(value)
-        if known is not None:
-            return known
-        fn = self._fn
-        if fn is not None and _INT_MIN <= value <= _INT_MAX:
-            try:
-                raw = fn(value)
-            except Exception:  # never let a name lookup hide the real error
+        text = NAMES.get(value)
+        if text is None and self.lookup is not None and _INT_MIN <= value <= _INT_MAX:
+            try:  # never let a name lookup hide the real error
+                raw = self.lookup(value)
+            except Exception:
                 raw = None
-            if raw:
-                return f"hsa_status {value:#x} ({raw.decode('utf-8', 'replace')})"
-        return f"hsa_status {value:#x}"
+            text = f"hsa_status {value:#x} ({raw.decode('utf-8', 'replace')})" if raw else None
+        return text or f"hsa_status {value:#x}"
 
 
 def status_string_function(fn: object) -> Callable[[int], bytes | None]:

@@ -29,25 +29,7 @@ from collections.abc import Sequence
 from .api import get_runtime
 from .runtime import Agent, MemoryType, Permission, Pool
 
-__all__ = [
-    "address_free",
-    "address_reserve",
-    "address_reserve_align",
-    "agents",
-    "device_pool",
-    "export_shareable_handle",
-    "get_access",
-    "get_alloc_properties_from_handle",
-    "handle_create",
-    "handle_release",
-    "host_pool",
-    "import_shareable_handle",
-    "map",
-    "pools",
-    "retain_alloc_handle",
-    "set_access",
-    "unmap",
-]
+# The public names are listed once, in aml_hsa/__init__.py (its lazy exports).
 
 
 def agents() -> tuple[Agent, ...]:

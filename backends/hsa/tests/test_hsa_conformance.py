@@ -21,21 +21,13 @@ class TestVirtualMemoryConformance(VirtualMemoryConformance):
         vm.close()
 
 
-class TestDeviceAreaConformance(AreaConformance):
+class TestPoolAreaConformance(AreaConformance):
+    """Device memory (a GPU's coarse-grained pool) and host memory (a CPU fine-grained pool)."""
+
     rounds = 10
 
-    @pytest.fixture
-    def area(self, hsa: HsaDouble) -> Iterator[Area]:
-        area = aml_hsa.create(0)
-        yield area
-        area.close()
-
-
-class TestHostAreaConformance(AreaConformance):
-    rounds = 10
-
-    @pytest.fixture
-    def area(self, hsa: HsaDouble) -> Iterator[Area]:
-        area = aml_hsa.host_area()
+    @pytest.fixture(params=["device", "host"])
+    def area(self, request: pytest.FixtureRequest, hsa: HsaDouble) -> Iterator[Area]:
+        area = aml_hsa.create(0) if request.param == "device" else aml_hsa.host_area()
         yield area
         area.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Callable
@@ -32,6 +31,16 @@ def _gpu() -> aml_hsa.Agent:
 
 def _cpu() -> aml_hsa.Agent:
     return next(a for a in aml_hsa.agents() if a.type is aml_hsa.AgentType.CPU)
+
+
+def _one_mapping() -> tuple[int, int, int]:
+    """One granule of the device pool mapped in a reservation of its own: (granule, va, handle)."""
+    pool = aml_hsa.device_pool(0)
+    g = pool.granule
+    va = aml_hsa.address_reserve(g)
+    h = aml_hsa.handle_create(pool, g)
+    aml_hsa.map(va, g, h)
+    return g, va, h
 
 
 def test_rocrtst_sequence(hsa: HsaDouble) -> None:
@@ -77,11 +86,7 @@ def test_rocrtst_sequence(hsa: HsaDouble) -> None:
 
 def test_release_while_mapped_keeps_the_memory(hsa: HsaDouble) -> None:
     """The mapping keeps a released handle alive; retain gives it back; unmap frees it."""
-    pool = aml_hsa.device_pool(0)
-    g = pool.granule
-    va = aml_hsa.address_reserve(g)
-    h = aml_hsa.handle_create(pool, g)
-    aml_hsa.map(va, g, h)
+    g, va, h = _one_mapping()
     aml_hsa.handle_release(h)
     assert hsa.live()["handle"] == 1
     with pytest.raises(AMLValueError):
@@ -96,11 +101,7 @@ def test_release_while_mapped_keeps_the_memory(hsa: HsaDouble) -> None:
 
 def test_set_access_replaces_every_agent(hsa: HsaDouble) -> None:
     """A second set_access overwrites the permissions of the agents it does not name."""
-    pool = aml_hsa.device_pool(0)
-    g = pool.granule
-    va = aml_hsa.address_reserve(g)
-    h = aml_hsa.handle_create(pool, g)
-    aml_hsa.map(va, g, h)
+    g, va, h = _one_mapping()
     try:
         aml_hsa.set_access(va, g, [(_gpu(), Permission.RW)])
         if hsa.mode == "host":
@@ -131,41 +132,6 @@ def test_read_only_really_faults(hsa: HsaDouble, task: str, faults: bool) -> Non
     else:
         assert proc.returncode == 0, proc.stderr
         assert "WROTE" in proc.stdout
-
-
-def test_export_import_between_processes(hsa: HsaDouble) -> None:
-    """Export a dma-buf fd, send it over a Unix socket, import it twice in the child."""
-    pool = aml_hsa.device_pool(0)
-    g = pool.granule
-    rt = aml_hsa.get_runtime()
-    va = aml_hsa.address_reserve(g)
-    h = aml_hsa.handle_create(pool, g, MemoryType.PINNED)
-    aml_hsa.map(va, g, h)
-    aml_hsa.set_access(va, g, [(_gpu(), Permission.RW)])
-    src = ctypes.create_string_buffer(bytes(range(16)), 16)
-    rt.memory_copy(va, ctypes.addressof(src), 16)
-    fd = aml_hsa.export_shareable_handle(h)
-    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, str(CHILD), "import", str(child.fileno()), str(g)],
-            env=hsa.env(),
-            pass_fds=(child.fileno(),),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        child.close()
-        socket.send_fds(parent, [b"fd"], [fd])
-        out, err = proc.communicate(timeout=60)
-    finally:
-        parent.close()
-        os.close(fd)
-        aml_hsa.unmap(va, g)
-        aml_hsa.handle_release(h)
-        aml_hsa.address_free(va, g)
-    assert proc.returncode == 0, err
-    assert out.split() == ["OK", str(int(MemoryType.PINNED))]
 
 
 def test_export_import_in_process(hsa: HsaDouble) -> None:
@@ -451,11 +417,7 @@ def test_impossible_success_is_failure(hsa: HsaDouble, name: str, fake: Any, cal
 
 
 def test_retain_of_another_handle_is_failure(hsa: HsaDouble) -> None:
-    pool = aml_hsa.device_pool(0)
-    g = pool.granule
-    va = aml_hsa.address_reserve(g)
-    h = aml_hsa.handle_create(pool, g)
-    aml_hsa.map(va, g, h)
+    g, va, h = _one_mapping()
     rt = aml_hsa.get_runtime()
 
     def other(out: Any, addr: Any) -> int:
