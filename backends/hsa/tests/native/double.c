@@ -296,7 +296,11 @@ static int pool_of(uint64_t handle, pool_t *out)
             p.granule = page_size();
             p.rec_granule = (size_t)2 << 20; /* VRAM's recommended granule: 2 MiB */
 #endif
+#ifdef HSADOUBLE_FORWARD_CUDA
+            p.alignment = 256; /* what cuMemAlloc guarantees */
+#else
             p.alignment = p.granule;
+#endif
             p.location = 1;
             *out = p;
             return 0;
