@@ -29,7 +29,15 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["LIVE_KINDS", "SOURCE", "DoubleBuildError", "DoubleControl", "build_double", "find_cuda"]
+__all__ = [
+    "LIVE_KINDS",
+    "SOURCE",
+    "DoubleBuildError",
+    "DoubleControl",
+    "build_double",
+    "build_fake_cuda",
+    "find_cuda",
+]
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "double.c"
@@ -45,8 +53,9 @@ class DoubleBuildError(RuntimeError):
     """The double could not be built (no compiler, no CUDA headers or libcuda, compile error)."""
 
 
-def find_cuda() -> tuple[Path, Path]:
-    """``(include dir with cuda.h, libcuda to link)`` or DoubleBuildError."""
+def find_cuda(need_library: bool = True) -> tuple[Path, Path]:
+    """``(include dir with cuda.h, libcuda to link)`` or DoubleBuildError (without
+    ``need_library``, the second is the include dir when no libcuda is found)."""
     incs = [os.environ.get("HSADOUBLE_CUDA_INCLUDE", "")]
     homes = [os.environ.get(v, "") for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
     nvcc = shutil.which("nvcc")
@@ -62,9 +71,34 @@ def find_cuda() -> tuple[Path, Path]:
     for home in filter(None, homes):
         libs += [f"{home}/lib64/stubs/libcuda.so", f"{home}/targets/x86_64-linux/lib/stubs/libcuda.so"]
     lib = next((Path(p) for p in libs if p and Path(p).exists()), None)
+    if lib is None and not need_library:
+        return inc, inc
     if lib is None:
         raise DoubleBuildError("forward mode needs libcuda (the NVIDIA driver or the toolkit stub)")
     return inc, lib
+
+
+def build_fake_cuda(outdir: Path | None = None) -> Path:
+    """Compile ``fake_cuda.c`` (a host-memory stand-in for ``libcuda.so.1``, against the
+    ``cuda.h`` :func:`find_cuda` finds) and return its path: link a forward double to it
+    (``HSADOUBLE_LIBCUDA``) to check forward mode without a GPU."""
+    cc = os.environ.get("CC") or shutil.which("gcc")
+    if not cc or not shutil.which(cc):
+        raise DoubleBuildError("gcc is needed to build the fake libcuda")
+    inc, _ = find_cuda(need_library=False)
+    source = HERE / "fake_cuda.c"
+    digest = hashlib.sha256(source.read_bytes() + str(inc).encode()).hexdigest()[:20]
+    outdir = outdir or Path(tempfile.gettempdir()) / "aml-hsadouble" / f"fakecuda-{digest}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    target = outdir / "libcuda.so.1"
+    if not target.exists():
+        tmp = outdir / f".build.{os.getpid()}.so"
+        cmd = [cc, *CFLAGS, f"-I{inc}", "-Wl,-soname,libcuda.so.1", "-o", str(tmp), str(source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise DoubleBuildError(f"building the fake libcuda failed ({' '.join(cmd)}):\n{proc.stderr}")
+        os.replace(tmp, target)
+    return target
 
 
 def _command(cc: str, mode: Mode, interface: tuple[int, int], out: Path) -> list[str]:
