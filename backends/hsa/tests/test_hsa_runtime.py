@@ -239,3 +239,24 @@ def test_ipc_errors(hsa: HsaDouble) -> None:
         area.munmap(buf)
     with aml_hsa.host_area() as host, pytest.raises(AMLNotSupported, match="device memory"):
         host.ipc_export(host.mmap(10))
+
+
+def test_plugin_is_cheap() -> None:
+    """Importing the plugin and the package and running the hook loads no native library,
+    no runtime and no area code."""
+    code = """
+import sys
+import aml_hsa.plugin as p
+[d] = p.aml_backends()
+import aml_hsa
+heavy = ("aml_hsa.api", "aml_hsa.native", "aml_hsa.runtime", "aml_core.gpu.area")
+loaded = [m for m in heavy if m in sys.modules]
+assert not loaded, loaded
+assert "libhsa-runtime64" not in open("/proc/self/maps").read(), "an HSA library was loaded"
+print(d.name, d.priority, sorted(k.value for k in d.kinds))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["hsa", "90", "['device',", "'host']"]

@@ -1,7 +1,6 @@
 /*
  * A host-memory stand-in for libcuda.so.1, only for checking the HSA double's forward mode
- * on a machine without an NVIDIA GPU (test_forward_on_fake_cuda in test_hsa_abi.py's
- * neighbour, test_hsa_forward.py). It implements the driver calls the forward double makes,
+ * on a machine without an NVIDIA GPU (backends/hsa/tests/test_hsa_forward.py). It implements the driver calls the forward double makes,
  * for one device with a 2 MiB granule: reservations are PROT_NONE mmaps, allocations memfds,
  * exported handles dup'ed memfds. It checks the arguments the forward double must pass
  * (POSIX-fd handle type, device locations, whole-allocation maps, the fd value cast to void*
