@@ -6,9 +6,10 @@
 #   1. the whole vmem sequence, step by step, with a dma-buf fd exported, sent over a Unix
 #      socket and imported twice in a second process (sequence.log);
 #   2. `aml info --json` with the forward double (aml-info.json);
-#   3. the aml-hsa test suite with AML_HSA_TEST_DOUBLE=forward (pytest.log, junit.xml);
-#      tests that need host memory behind the double (page protections, IPC) skip;
-#   4. benchmarks/hsa_bench.py when cuda-bindings is importable (hsa_bench.json/.md).
+#   3. benchmarks/hsa_bench.py when cuda-bindings is importable (hsa_bench.json/.md,
+#      bench.txt; AML_HSA_BENCH_ARGS=--quick for fewer repetitions);
+#   4. the aml-hsa test suite with AML_HSA_TEST_DOUBLE=forward (pytest.log, junit.xml);
+#      tests that need host memory behind the double (page protections, IPC) skip.
 #
 # For a machine with gcc, CUDA in /usr/local/cuda (or CUDA_HOME), Python 3 with pytest, an
 # NVIDIA driver and no network. From the repository root:
@@ -79,24 +80,27 @@ DOUBLE="$(sed -n 's/^double: //p' "$OUT/build.txt")"
 export AML_HSA_LIBRARY="$DOUBLE"
 
 PYTHONPATH="$ROOT/backends/hsa/tests${PYTHONPATH:+:$PYTHONPATH}" \
-    timeout 300 "$PYTHON" backends/hsa/tests/_vmem_sequence.py >"$OUT/sequence.log" 2>&1
+    timeout 120 "$PYTHON" backends/hsa/tests/_vmem_sequence.py >"$OUT/sequence.log" 2>&1
 seq_status=$?
 cat "$OUT/sequence.log"
 echo "sequence exit status: $seq_status" | tee -a "$OUT/sequence.log"
 
 "$PYTHON" -m aml_core info --json >"$OUT/aml-info.json" 2>&1 || true
 
-timeout 540 "$PYTHON" -m pytest backends/hsa/tests -p no:cacheprovider -v -rA \
-    --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
-status=${PIPESTATUS[0]}
-echo "pytest exit status: $status" | tee -a "$OUT/pytest.log"
-
+# The benchmark before the suite, so that a hanging test cannot cost it; the time limits
+# (120 + 120 + 330 s) keep the whole run under the device machine's 10 minutes per command.
 if "$PYTHON" -c "import cuda.bindings.driver" 2>/dev/null; then
-    timeout 300 "$PYTHON" benchmarks/hsa_bench.py --out "$OUT" >"$OUT/bench.txt" 2>&1 ||
+    # shellcheck disable=SC2086
+    timeout 120 "$PYTHON" benchmarks/hsa_bench.py --out "$OUT" ${AML_HSA_BENCH_ARGS:-} >"$OUT/bench.txt" 2>&1 ||
         echo "benchmark failed: see $OUT/bench.txt" | tee -a "$OUT/bench.txt"
 else
     echo "cuda-bindings is not importable: benchmark skipped" | tee "$OUT/bench.txt"
 fi
+
+timeout 330 "$PYTHON" -m pytest backends/hsa/tests -p no:cacheprovider -v -rA \
+    --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
+status=${PIPESTATUS[0]}
+echo "pytest exit status: $status" | tee -a "$OUT/pytest.log"
 
 if [ $seq_status -ne 0 ]; then
     exit "$seq_status"
