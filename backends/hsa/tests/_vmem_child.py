@@ -1,0 +1,68 @@
+"""Child process of the aml-hsa virtual-memory tests (run with the double's environment).
+
+``ro-write`` / ``rw-write``: map one granule, grant the GPU agent RO (or RW) and write to it
+from the CPU: with RO the page protection makes the write fault (the parent sees SIGSEGV).
+``import``: receive a dma-buf fd over the Unix socket on fd ``argv[2]``, import it twice,
+map one import, check the bytes the parent wrote, release everything, print ``OK``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import sys
+
+import aml_hsa
+from aml_hsa import Permission
+
+
+def ro_write(permission: Permission) -> None:
+    pool = aml_hsa.device_pool(0)
+    g = pool.granule
+    gpu = aml_hsa.get_runtime().gpus[0]
+    va = aml_hsa.address_reserve(g)
+    h = aml_hsa.handle_create(pool, g)
+    aml_hsa.map(va, g, h)
+    aml_hsa.set_access(va, g, [(gpu, permission)])
+    print("WRITING", flush=True)
+    ctypes.memset(va, 0x5A, 16)
+    print("WROTE", flush=True)
+    aml_hsa.unmap(va, g)
+    aml_hsa.handle_release(h)
+    aml_hsa.address_free(va, g)
+
+
+def import_twice(sock_fd: int, size: int) -> None:
+    rt = aml_hsa.get_runtime()
+    with socket.socket(fileno=sock_fd) as sock:
+        _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    (fd,) = fds
+    first = aml_hsa.import_shareable_handle(fd)
+    second = aml_hsa.import_shareable_handle(fd)
+    os.close(fd)
+    pool, kind = aml_hsa.get_alloc_properties_from_handle(first)
+    assert pool.agent.device == 0, pool
+    va = aml_hsa.address_reserve(size)
+    aml_hsa.map(va, size, first)
+    aml_hsa.set_access(va, size, [(rt.gpus[0], Permission.RW)])
+    out = ctypes.create_string_buffer(16)
+    rt.memory_copy(ctypes.addressof(out), va, 16)
+    assert out.raw == bytes(range(16)), out.raw
+    aml_hsa.unmap(va, size)
+    aml_hsa.address_free(va, size)
+    aml_hsa.handle_release(first)
+    aml_hsa.handle_release(second)
+    print("OK", int(kind), flush=True)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1]
+    if what in ("ro-write", "rw-write"):
+        ro_write(Permission.RO if what == "ro-write" else Permission.RW)
+    elif what == "import":
+        import_twice(int(sys.argv[2]), int(sys.argv[3]))
+    else:
+        raise SystemExit(f"unknown child task {what!r}")
+    live = aml_hsa.get_runtime().live()
+    assert live == dict.fromkeys(live, 0), live
