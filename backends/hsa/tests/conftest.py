@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from _hsa_helpers import MODE, HsaDouble, build_double, enter_double, leave_double
+from hsa_helpers import MODE, HsaDouble, build_double, enter_double, leave_double
 
 
 def pytest_configure(config: pytest.Config) -> None:

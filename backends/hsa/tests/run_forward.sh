@@ -80,7 +80,7 @@ DOUBLE="$(sed -n 's/^double: //p' "$OUT/build.txt")"
 export AML_HSA_LIBRARY="$DOUBLE"
 
 PYTHONPATH="$ROOT/backends/hsa/tests${PYTHONPATH:+:$PYTHONPATH}" \
-    timeout 120 "$PYTHON" backends/hsa/tests/_vmem_sequence.py >"$OUT/sequence.log" 2>&1
+    timeout 120 "$PYTHON" backends/hsa/tests/hsa_sequence.py >"$OUT/sequence.log" 2>&1
 seq_status=$?
 cat "$OUT/sequence.log"
 echo "sequence exit status: $seq_status" | tee -a "$OUT/sequence.log"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from _hsa_helpers import HsaDouble, aml_hsa
+from hsa_helpers import HsaDouble, aml_hsa
 
 from aml_core import Area
 from aml_core.gpu import VirtualMemory

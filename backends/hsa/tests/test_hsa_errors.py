@@ -9,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from _hsa_helpers import HsaDouble, aml_hsa
 from aml_hsa import abi as C
 from aml_hsa.errors import DOCUMENTED, HSA_ERROR_CODES, NAMES, make_error_table
+from hsa_helpers import HsaDouble, aml_hsa
 
 from aml_core.errors import AMLError, ErrorCode, error_class
 

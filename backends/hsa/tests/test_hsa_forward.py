@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from _hsa_helpers import HERE, build, child_env
+from hsa_helpers import HERE, build, child_env
 
 pytestmark = pytest.mark.host_double
 
@@ -29,7 +29,7 @@ def fake_env() -> dict[str, str]:
 
 def test_sequence_on_fake_cuda(fake_env: dict[str, str]) -> None:
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import _hsa_helpers as h; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import hsa_helpers as h; "
         "print(h.build.build_double('forward'))"
     )
     built = subprocess.run(
@@ -38,7 +38,7 @@ def test_sequence_on_fake_cuda(fake_env: dict[str, str]) -> None:
     assert built.returncode == 0, built.stderr
     env = dict(fake_env, AML_HSA_LIBRARY=built.stdout.strip())
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_vmem_sequence.py")],
+        [sys.executable, str(HERE / "hsa_sequence.py")],
         env=env,
         capture_output=True,
         text=True,

@@ -14,15 +14,15 @@ from ctypes import byref, c_int, c_uint64, c_void_p
 from typing import Any
 
 import pytest
-from _hsa_helpers import HERE, HsaDouble, aml_hsa, open_fds
 from aml_hsa import MemoryType, Permission
 from aml_hsa import abi as C
+from hsa_helpers import HERE, HsaDouble, aml_hsa, open_fds
 
 from aml_core.errors import AMLBusyError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu.runtime import Group
 from aml_core.specs import Capability
 
-CHILD = HERE / "_vmem_child.py"
+CHILD = HERE / "hsa_children.py"
 
 
 def _gpu() -> aml_hsa.Agent:
@@ -486,9 +486,9 @@ def test_not_initialized(hsa: HsaDouble) -> None:
 
 
 def test_sequence_script(hsa: HsaDouble) -> None:
-    """The step-by-step log the GPU run writes (``_vmem_sequence.py``) passes here too."""
+    """The step-by-step log the GPU run writes (``hsa_sequence.py``) passes here too."""
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_vmem_sequence.py")],
+        [sys.executable, str(HERE / "hsa_sequence.py")],
         env=hsa.env(),
         capture_output=True,
         text=True,

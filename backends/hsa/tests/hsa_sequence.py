@@ -1,5 +1,5 @@
 """The whole hsa_amd_vmem_* sequence, step by step with what each call returned (a log for
-a real run: ``python backends/hsa/tests/_vmem_sequence.py`` with ``AML_HSA_LIBRARY`` naming
+a real run: ``python backends/hsa/tests/hsa_sequence.py`` with ``AML_HSA_LIBRARY`` naming
 the library). The rocrtst order: reserve 20 granules, handles of type NONE and PINNED and
 their properties, map, get_access NONE before set_access, RO then RW, data through the
 mapping, retain and release, export a dma-buf fd and import it twice in a second process
@@ -80,7 +80,7 @@ def main() -> None:
     step("export_shareable_handle", f"fd {fd}")
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "_vmem_child.py"), "import", str(child.fileno()), str(g)],
+        [sys.executable, str(HERE / "hsa_children.py"), "import", str(child.fileno()), str(g)],
         pass_fds=(child.fileno(),),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

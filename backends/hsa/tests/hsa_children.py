@@ -1,5 +1,8 @@
-"""Child process of the aml-hsa virtual-memory tests (run with the double's environment).
+"""Child processes of the aml-hsa tests (run with the double's environment), as
+``python hsa_children.py TASK``:
 
+``ipc``: read a pickled IpcHandle on stdin, open it twice (one mapping: the importer
+cache), check the exporter's bytes, write its own, close both opens, print ``OK``.
 ``ro-write`` / ``rw-write``: map one granule, grant the GPU agent RO (or RW) and write to it
 from the CPU: with RO the page protection makes the write fault (the parent sees SIGSEGV).
 ``import``: receive a dma-buf fd over the Unix socket on fd ``argv[2]``, import it twice,
@@ -10,11 +13,31 @@ from __future__ import annotations
 
 import ctypes
 import os
+import pickle
 import socket
 import sys
 
 import aml_hsa
 from aml_hsa import Permission
+
+
+def ipc() -> None:
+    """The importer of the IPC test: reads a pickled IpcHandle on stdin, opens it twice (one
+    mapping: the importer cache), checks the exporter's bytes, writes its own, closes both
+    opens and prints ``OK``."""
+    handle = pickle.loads(sys.stdin.buffer.read())
+    first = aml_hsa.ipc_open(handle)
+    second = aml_hsa.ipc_open(handle)
+    assert first is second
+    rt = aml_hsa.get_runtime()
+    out = ctypes.create_string_buffer(handle.size)
+    rt.memory_copy(ctypes.addressof(out), first.ptr, handle.size)
+    assert out.raw == bytes(range(256)) * (handle.size // 256), out.raw[:16]
+    reply = ctypes.create_string_buffer(b"child", 5)
+    rt.memory_copy(first.ptr, ctypes.addressof(reply), 5)
+    aml_hsa.ipc_close(second)
+    aml_hsa.ipc_close(first)
+    print("OK", first.device, flush=True)
 
 
 def ro_write(permission: Permission) -> None:
@@ -58,6 +81,9 @@ def import_twice(sock_fd: int, size: int) -> None:
 
 if __name__ == "__main__":
     what = sys.argv[1]
+    if what == "ipc":
+        ipc()
+        sys.exit(0)
     if what in ("ro-write", "rw-write"):
         ro_write(Permission.RO if what == "ro-write" else Permission.RW)
     elif what == "import":
