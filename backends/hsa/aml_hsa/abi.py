@@ -15,7 +15,7 @@ interface   ROCm          what it added that aml-hsa uses
 The library does not report its interface version: aml-hsa infers it from the symbols it
 exports (:func:`interface_of`). Every value the Debian 5.2 headers define is checked by the
 ABI probe (``backends/hsa/tests/native/abi_probe.c``); the 6.x-only values are listed in
-:data:`SINCE` and documented in ``docs/native-abi-hsa.md``.
+:data:`SINCE` and documented in ``docs/native-abi.md#hsa-as-aml-hsa-binds-it``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
  * compiled against the vendor headers. test_hsa_abi.py compares the output with
  * aml_hsa.abi.probe_expectations() and requires the same set of names as
  * aml_hsa.abi.DEBIAN_NAMES. The 6.x-only values (interface 1.4+) are checked against
- * docs/native-abi-hsa.md instead.
+ * docs/native-abi.md#hsa-as-aml-hsa-binds-it instead.
  */
 #include <hsa/hsa.h>
 #include <hsa/hsa_ext_amd.h>

@@ -5,7 +5,7 @@
   every value and layout of ``aml_hsa.abi`` those headers define; each must equal
   ``probe_expectations()`` and the printed names must be exactly ``DEBIAN_NAMES``.
 * The values after 5.2 (``aml_hsa.abi.SINCE``) are checked against the table of
-  ``docs/native-abi-hsa.md``.
+  ``docs/native-abi.md#hsa-as-aml-hsa-binds-it``.
 * Debian's library must export every function aml-hsa requires, and no ``hsa_amd_vmem_*``.
 
 Skips (with the reason) only when gcc, the headers or the library are missing.
@@ -71,8 +71,8 @@ def test_every_debian_value(probe: dict[str, str]) -> None:
 
 
 def test_newer_values_match_the_documentation() -> None:
-    doc = (REPO / "docs" / "native-abi-hsa.md").read_text()
-    section = doc.split("## Values and layouts after 5.2", 1)[1].split("\n## ", 1)[0]
+    doc = (REPO / "docs" / "native-abi.md").read_text()
+    section = doc.split("#### Values and layouts after 5.2", 1)[1].split("\n#", 1)[0]
     rows = {
         m.group(1): (int(m.group(2)), tuple(int(x) for x in m.group(3).split(".")))
         for m in re.finditer(r"^\| (\S+) \| (\d+) \| (\d+\.\d+) \|$", section, re.MULTILINE)
