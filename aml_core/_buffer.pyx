@@ -501,15 +501,21 @@ cdef class NativeAllocator:
 
 # A do-nothing allocator in C (no memory: fake, never dereferenced addresses from a
 # counter), for measuring and testing the compiled path without a GPU: its calls fail
-# with `noop_fail_code` while `noop_fail_count` > 0.
+# with `noop_fail_code` while `noop_fail_count` > 0, after `noop_skip` calls.
 cdef size_t noop_next = <size_t>1 << 44
 cdef int noop_fail_code = 0
 cdef int noop_fail_count = 0
 cdef long long noop_live = 0
 
 
+cdef int noop_skip = 0
+
+
 cdef inline int noop_fault() noexcept nogil:
-    global noop_fail_count
+    global noop_fail_count, noop_skip
+    if noop_skip > 0:
+        noop_skip -= 1
+        return 0
     if noop_fail_count > 0:
         noop_fail_count -= 1
         return noop_fail_code
@@ -558,12 +564,13 @@ def _noop_functions():
     }
 
 
-def _noop_control(fail_code=0, fail_count=0):
-    """Make the do-nothing allocator's next ``fail_count`` calls return ``fail_code``;
-    return how many of its allocations are live."""
-    global noop_fail_code, noop_fail_count
+def _noop_control(fail_code=0, fail_count=0, skip=0):
+    """Make the do-nothing allocator's ``fail_count`` calls after the next ``skip`` return
+    ``fail_code``; return how many of its allocations are live."""
+    global noop_fail_code, noop_fail_count, noop_skip
     noop_fail_code = fail_code
     noop_fail_count = fail_count
+    noop_skip = skip
     return noop_live
 
 
