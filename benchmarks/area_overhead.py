@@ -9,8 +9,13 @@ It times, per operation (median over repetitions of the mean of a batch):
   pair_ptr      area.mmap(4096) then area.munmap(buf.ptr)
   allocate      area._allocate(4096, None) alone: the no-op backend's own cost
   loop          an empty loop iteration (subtracted from nothing; for scale)
+  native_pair   area.mmap(4096) then area.munmap(buf) on an area that installed a
+                NativeAllocator (AreaBase._set_native) over aml_core's compiled
+                do-nothing allocator: the compiled path, with no Python frame between
+                mmap and the C calls (get_device, malloc; free), which cost nanoseconds
 ``bookkeeping_us`` is pair_buffer - allocate: what Area.mmap + Area.munmap add to the
-backend's calls (the issue's target: aml's device mmap+munmap within 1 µs of raw
+backend's calls on the Python path; ``native_pair_us`` is what they add on the compiled
+path (the issue's target: aml's device mmap+munmap within 1 µs of raw
 cudaMalloc+cudaFree, so this must stay well under 1 µs). Results go to
 ``DIR/area_overhead_NAME[_LABEL].json``.
 """
@@ -18,6 +23,7 @@ cudaMalloc+cudaFree, so this must stay well under 1 µs). Results go to
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
 import os
@@ -25,8 +31,9 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from aml_core._buffer import NativeAllocator, _noop_control, _noop_functions
 from aml_core.area import Area
 from aml_core.buffer import Buffer
 from aml_core.specs import Kind
@@ -46,6 +53,30 @@ class NoOpArea(Area):
 
     def _free(self, buffer: Buffer) -> None:
         pass
+
+
+class NativeNoOpArea(Area):
+    """The compiled path over aml_core's do-nothing C allocator (fake addresses)."""
+
+    def __init__(self) -> None:
+        super().__init__(backend="noop", kind=Kind.DEVICE, device=0)
+        fn = _noop_functions()
+        self._native_free = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(fn["free"])
+        table = NativeAllocator(**fn, fail=self._fail, names={op: f"noop_{op}" for op in fn})
+        self._set_native(
+            table, "device", dl_device_type=2, host_accessible=False, records={}, record=str, slow_free={}
+        )
+
+    @staticmethod
+    def _fail(function: str, code: int, *args: object) -> NoReturn:
+        raise RuntimeError(f"{function} returned {code}")
+
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        raise AssertionError("the compiled path allocates without _allocate")
+
+    def _free(self, buffer: Buffer) -> None:  # close(): the same C free
+        if self._native_free(buffer.ptr):
+            raise RuntimeError("noop free failed")
 
 
 def per_op_us(body: Any, batch: int, reps: int) -> float:
@@ -105,6 +136,19 @@ def measure(batch: int, reps: int) -> dict[str, float]:
     st = area.stats
     assert st.live_mappings == 0, st
     area.close()
+
+    native = NativeNoOpArea()
+    nmmap, nmunmap = native.mmap, native.munmap
+    live = _noop_control()
+
+    def native_pair(n: int) -> None:
+        for _ in range(n):
+            nmunmap(nmmap(SIZE))
+
+    out["native_pair_us"] = per_op_us(native_pair, batch, reps)
+    assert native.stats.live_mappings == 0
+    assert _noop_control() == live
+    native.close()
     return out
 
 

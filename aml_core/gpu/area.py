@@ -69,7 +69,13 @@ class GpuAllocation:
 
 class GpuArea(Area):
     """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
-    ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas)."""
+    ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas).
+
+    When the runtime offers a compiled allocator (``native_allocator()``), device, managed
+    and host areas install it: ``mmap(size)`` without options on the current device and
+    ``munmap`` then run in C and do not call ``_allocate``/``_free`` (docs/
+    backend-authoring.md, "The compiled allocator"). A subclass that changes how those
+    areas allocate uninstalls it with ``self._set_native(None)``."""
 
     options_type = GpuMmapOptions
 
