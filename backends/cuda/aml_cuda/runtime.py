@@ -167,6 +167,8 @@ class CudaRuntime(
         self._access: dict[tuple[tuple[int, int], ...], list[Any]] = {}
         self._devlocs: dict[int, Any] = {}
         self._libcuda: ctypes.CDLL | None = None
+        self._native: NativeAllocator | None = None
+        self._native_checked = False
 
     def __repr__(self) -> str:
         return f"<CudaRuntime {self.traits.version}>"
@@ -305,6 +307,13 @@ class CudaRuntime(
         through :meth:`_fail` (the last error cleared, :data:`RUNTIME_ERRORS`), with the
         messages of the ``_``-methods. None too for a subclass that replaces one of
         those methods (:func:`aml_core.gpu.runtime.replaces_native`)."""
+        if getattr(self, "_native_checked", False):  # a subclass may skip __init__
+            return self._native
+        self._native = self._make_native_allocator()
+        self._native_checked = True
+        return self._native
+
+    def _make_native_allocator(self) -> NativeAllocator | None:
         if core.replaces_native(self, CudaRuntime):
             return None
         try:

@@ -86,6 +86,8 @@ class HipRuntime(
             range_attributes=_RANGE_ATTRIBUTES,
             version=f"{library.version_text}, {library.path}",
         )
+        self._native: NativeAllocator | None = None
+        self._native_checked = False
 
     # -- helpers -----------------------------------------------------------------------------
     def _out_ptr(self, name: str, *args: object) -> int:
@@ -181,8 +183,13 @@ class HipRuntime(
         failure raises through the same table as :meth:`HipLibrary.call`. None for a
         subclass that replaces one of those methods
         (:func:`aml_core.gpu.runtime.replaces_native`)."""
-        if core.replaces_native(self, HipRuntime):
-            return None
+        if getattr(self, "_native_checked", False):  # a subclass may skip __init__
+            return self._native
+        self._native = None if core.replaces_native(self, HipRuntime) else self._make_native_allocator()
+        self._native_checked = True
+        return self._native
+
+    def _make_native_allocator(self) -> NativeAllocator:
         lib = self.lib
 
         def address(name: str) -> int:
