@@ -500,14 +500,24 @@ cdef class NativeAllocator:
 
 
 # A do-nothing allocator in C (no memory: fake, never dereferenced addresses from a
-# counter), for measuring and testing the compiled path without a GPU: its calls fail
-# with `noop_fail_code` while `noop_fail_count` > 0, after `noop_skip` calls.
-cdef size_t noop_next = <size_t>1 << 44
+# counter), for measuring and testing the compiled path without a GPU. Its address
+# counter and live count are atomic (its calls run without the GIL); its fault
+# injection (calls fail with `noop_fail_code` while `noop_fail_count` > 0, after
+# `noop_skip` calls) is for single-threaded tests.
+cdef extern from *:
+    """
+    static size_t aml_noop_next = (size_t)1 << 44;
+    static long long aml_noop_live = 0;
+    static size_t aml_noop_take(size_t n) { return __atomic_fetch_add(&aml_noop_next, n, __ATOMIC_RELAXED); }
+    static void aml_noop_count(long long d) { __atomic_fetch_add(&aml_noop_live, d, __ATOMIC_RELAXED); }
+    static long long aml_noop_live_now(void) { return __atomic_load_n(&aml_noop_live, __ATOMIC_RELAXED); }
+    """
+    size_t aml_noop_take(size_t n) noexcept nogil
+    void aml_noop_count(long long d) noexcept nogil
+    long long aml_noop_live_now() noexcept nogil
+
 cdef int noop_fail_code = 0
 cdef int noop_fail_count = 0
-cdef long long noop_live = 0
-
-
 cdef int noop_skip = 0
 
 
@@ -530,12 +540,10 @@ cdef int noop_get_device(int *dev) noexcept nogil:
 
 
 cdef int noop_malloc(void **p, size_t size) noexcept nogil:
-    global noop_next, noop_live
     cdef int rc = noop_fault()
     if rc == 0:
-        p[0] = <void *>noop_next
-        noop_next += (size + 4095) & ~(<size_t>4095)
-        noop_live += 1
+        p[0] = <void *>aml_noop_take((size + 4095) & ~(<size_t>4095))
+        aml_noop_count(1)
     return rc
 
 
@@ -544,10 +552,9 @@ cdef int noop_malloc_flags(void **p, size_t size, unsigned int flags) noexcept n
 
 
 cdef int noop_free(void *p) noexcept nogil:
-    global noop_live
     cdef int rc = noop_fault()
     if rc == 0:
-        noop_live -= 1
+        aml_noop_count(-1)
     return rc
 
 
@@ -571,7 +578,7 @@ def _noop_control(fail_code=0, fail_count=0, skip=0):
     noop_fail_code = fail_code
     noop_fail_count = fail_count
     noop_skip = skip
-    return noop_live
+    return aml_noop_live_now()
 
 
 # ---- areas -------------------------------------------------------------------------------

@@ -390,3 +390,43 @@ def test_a_subclass_replacing_an_allocation_method_offers_no_table() -> None:
 
     assert replaces_native(Recording(), NoOpRuntime)
     assert not replaces_native(NoOpRuntime(), NoOpRuntime)
+
+
+def test_threads_on_the_compiled_path_keep_exact_counts() -> None:
+    """The native calls run without the GIL; the bookkeeping stays atomic."""
+    import sys
+    import threading
+
+    area = GpuArea(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    threads, rounds = 8, 500
+    errors: list[BaseException] = []
+    before = live()
+
+    def work() -> None:
+        try:
+            mine = []
+            for i in range(rounds):
+                mine.append(area.mmap(64 + i))
+                if i % 3:
+                    area.munmap(mine.pop(0))
+            for buf in mine:
+                area.munmap(buf)
+        except BaseException as exc:  # collected for the main thread
+            errors.append(exc)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        workers = [threading.Thread(target=work) for _ in range(threads)]
+        for t in workers:
+            t.start()
+        for t in workers:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
+    st = area.stats
+    assert (st.live_mappings, st.bytes_in_use) == (0, 0)
+    assert st.total_maps == st.total_unmaps == threads * rounds
+    assert live() == before
+    area.close()

@@ -74,3 +74,30 @@ def test_a_subclass_replacing_an_allocation_method_offers_none(method: str) -> N
 
     replaced = type("Replaced", (CudaRuntime,), {method: wrapper})
     assert replaced().native_allocator() is None
+
+
+@pytest.mark.gpu
+def test_device_areas_run_the_compiled_path_on_a_gpu() -> None:
+    import aml_cuda
+
+    from aml_core.errors import AMLMemoryError
+
+    rt = aml_cuda.get_runtime()
+    with aml_cuda.create(0, 0) as area:
+        assert area._native_allocator is not None
+        assert area._native_allocator.get_device() == rt.get_device()
+        buf = area.mmap(1 << 20)
+        attrs = rt.pointer_attributes(buf.ptr)
+        assert (attrs.memory_type, attrs.device) == ("device", 0)
+        assert buf.__dlpack_device__() == (2, 0)
+        area.munmap(buf)
+        _free, total = rt.memory_info()
+        with pytest.raises(AMLMemoryError) as info:
+            area.mmap(2 * total)
+        assert info.value.native is not None
+        assert (info.value.native.function, info.value.native.name) == (
+            "cudaMalloc",
+            "cudaErrorMemoryAllocation",
+        )
+        assert f"cudaMalloc of {2 * total} bytes failed" in str(info.value)
+        area.munmap(area.mmap(4096))  # CUDA's last error was cleared
