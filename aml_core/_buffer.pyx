@@ -31,8 +31,8 @@ raised before anything changes.
 addresses of a GPU runtime's allocation calls, whose CUDA and HIP signatures are the
 same. An area installs one for its mode (``AreaBase._set_native``); then ``mmap(size)``
 without options and ``munmap`` of the buffers it made run in C from end to end, with no
-Python frame: get the current device, allocate, make the buffer, track it (and the
-reverse). Anything else (another device to select, options, a buffer with an IPC export)
+Python frame (but the area's native-record factory, on a size's first allocation): get
+the current device, allocate, make the buffer, track it (and the reverse). Anything else (another device to select, options, a buffer with an IPC export)
 takes the Python ``_allocate``/``_free`` path, which frees either kind of buffer.
 """
 
