@@ -12,6 +12,7 @@ here; real semantics are checked on the driver double."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -84,6 +85,25 @@ def test_null_driver_end_to_end(null_driver: Path) -> None:
     assert report["reserve"]["class"] == "AMLFailure"
     assert report["physical"] is True
     assert report["put"] is False  # loader 1.8.12: no zeMemPutIpcHandle
+
+
+def test_aml_info_lists_the_null_device(null_driver: Path) -> None:
+    """With the vendor's null driver built, ``aml info`` lists ze as available with one
+    "Null Device" (the --json report, and the text the user reads)."""
+    env = child_env(ZE_ENABLE_ALT_DRIVERS=str(null_driver))
+    aml = shutil.which("aml") or ""
+    cmd = [aml, "info"] if aml else [sys.executable, "-m", "aml_core", "info"]
+    report = json.loads(
+        subprocess.run(
+            [*cmd, "--json"], capture_output=True, text=True, env=env, timeout=60, check=True
+        ).stdout
+    )
+    (ze,) = [b for b in report["backends"] if b["name"] == "ze"]
+    assert ze["available"] is True
+    assert ze["reason"] is None
+    assert [d["name"] for d in ze["devices"]] == ["Null Device"]
+    text = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, check=True).stdout
+    assert "0: Null Device" in text
 
 
 def test_null_driver_by_name(null_driver: Path) -> None:
