@@ -36,6 +36,7 @@ from .errors import (
     strerror,
 )
 from .hookspecs import hookimpl
+from .pool import Pool, PoolStats, pool
 from .registry import area, backends, choose, default_registry
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
 
@@ -64,12 +65,15 @@ __all__ = [
     "ErrorTable",
     "Kind",
     "NativeCause",
+    "Pool",
+    "PoolStats",
     "ProbeResult",
     "area",
     "backends",
     "choose",
     "hookimpl",
     "ipc_open",
+    "pool",
     "strerror",
 ]
 

@@ -1,0 +1,814 @@
+"""Pools: an :class:`~aml_core.area.Area` that keeps freed memory for reuse.
+
+``aml_core.pool(area)`` returns a :class:`Pool`, itself an area (same ``mmap``,
+``munmap``, ``stats``, ``close`` and the same error table as :mod:`aml_core.area`), over
+any other area: host NUMA, CUDA, HIP, even another pool. It asks the area for large
+*slabs* and hands out *blocks* carved from them, so most ``mmap`` calls make no native
+call at all::
+
+    with aml_core.pool(area, limit=8 << 30) as pool:
+        buf = pool.mmap(4096)          # a normal aml Buffer at the block's address
+        ...
+        pool.munmap(buf)               # back to the pool, not to the area
+        pool.trim()                    # give cached slabs back to the area
+
+Layout
+    Sizes are rounded up to the *granule* (512 bytes; blocks are aligned to it). Requests
+    of at most ``small_max`` (1 MiB) come from a small heap whose slabs are
+    ``small_slab`` (2 MiB) and are split down to the granule; larger requests come from
+    a large heap whose slabs are ``medium_slab`` (20 MiB) for requests under 10 MiB and
+    the request rounded up to 2 MiB otherwise. A large block is split only when at least
+    ``small_max`` would remain (smaller tails stay with the block: bounded waste, no
+    slivers). Each heap indexes its free blocks by exact size (a bin per size: a
+    repeated size is a dictionary hit) over a sorted list of the sizes present, searched
+    with bisect for the best fit. A freed block coalesces at once with its free
+    neighbours in the same slab (blocks of a slab form an address-ordered linked list).
+    Every block remembers its slab: two blocks of one slab are different buffers, with
+    their own addresses, sizes and lifetimes.
+
+Expandable pools
+    ``aml_core.pool(vm, expandable=True)`` over a
+    :class:`~aml_core.gpu.vmm.VirtualMemory` area reserves one large virtual range
+    (``capacity``) and maps physical chunks at its end on demand, as PyTorch's
+    expandable segments do with CUDA VMM: the single segment grows in place instead of
+    adding slabs, so a freed large block and the new bytes after it merge into one
+    block, and :meth:`Pool.trim` unmaps free chunks at the end.
+
+Limit and release
+    ``limit`` caps the bytes reserved from the area. A slab that would pass it first
+    makes the pool release its cached (wholly free) slabs and retry; if it still does
+    not fit, :class:`~aml_core.errors.AMLMemoryError` (ENOMEM). The same trim-and-retry
+    happens when the area itself reports ENOMEM. A limit smaller than one granule is
+    EINVAL at creation. ``release_threshold`` keeps at most that many cached bytes:
+    a slab that becomes wholly free beyond it is returned to the area at once.
+    :meth:`Pool.trim` returns cached slabs on demand.
+
+Statistics
+    :attr:`Pool.stats` is the area's :class:`~aml_core.specs.AreaStats` (requested
+    bytes); :attr:`Pool.pool_stats` is a :class:`PoolStats` with block and reserved
+    bytes, their peaks (:meth:`Pool.reset_peak`), native calls versus pool hits, the
+    largest free block and ``fragmentation = 1 - largest_free_block / free_bytes``
+    (0 when nothing is free): 0 when all cached memory is one block, near 1 when it is
+    scattered in small pieces that a large request cannot use.
+
+Errors
+    A pool over a closed area is EINVAL at creation, and so is an ``mmap`` after its
+    area was closed (close the pool first: the area's close frees the slabs). Freeing a
+    buffer the pool did not make is EINVAL as on any area. A failure of the area while
+    releasing a slab leaves the slab cached (and counted); :meth:`trim` and
+    :meth:`close` raise it, a release triggered by ``release_threshold`` warns
+    (ResourceWarning) instead, since the block was already returned.
+
+Threads
+    One re-entrant lock (``_plock``) guards the heaps, slabs and counters; the area is
+    called with it held (areas are thread-safe and never call back into the pool). The
+    buffer bookkeeping is the area base class's, with its own rules. So every public
+    method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from .area import Area
+from .buffer import Buffer
+from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
+from .specs import MAX_SIZE, Capability, as_size
+
+if TYPE_CHECKING:
+    from .gpu.vmm import Reservation, VirtualMemory
+
+__all__ = ["Pool", "PoolStats", "pool"]
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+#: Capabilities a pooled buffer does not have even if its area's buffers do: a block is
+#: not a VMM mapping, an IPC export of the area's, or a file mapping of its own.
+_NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.IPC | Capability.FILE_BACKED
+
+
+@attrs.frozen
+class PoolStats:
+    """A snapshot of a pool's counters (see the module doc for the formulas)."""
+
+    #: Bytes asked for by live buffers, and their peak since creation or reset_peak().
+    bytes_in_use: int
+    peak_bytes_in_use: int
+    #: Bytes of live blocks (requests rounded up to the granule, unsplit tails included).
+    block_bytes: int
+    #: Bytes held from the area (slabs, or mapped bytes of an expandable pool), and peak.
+    bytes_reserved: int
+    peak_bytes_reserved: int
+    #: Reserved bytes not in a live block (cached for reuse).
+    bytes_cached: int
+    #: Slabs (or mapped chunks of an expandable pool) held from the area.
+    slabs: int
+    #: Native calls to the area: slabs (or chunks) allocated and returned.
+    native_allocations: int
+    native_frees: int
+    #: mmap calls served from cached memory, and those that needed a new slab.
+    pool_hits: int
+    pool_misses: int
+    #: The largest free block, and 1 - largest_free_block / bytes_cached (0 if none).
+    largest_free_block: int
+    fragmentation: float
+
+
+class _Slab:
+    """Memory held from the area: a slab Buffer, or an expandable segment."""
+
+    __slots__ = (
+        "buf",
+        "chunks",
+        "device",
+        "device_ptr",
+        "dl_device",
+        "first",
+        "heap",
+        "host_accessible",
+        "last",
+        "ptr",
+        "readonly",
+        "size",
+    )
+
+    def __init__(
+        self,
+        heap: _Heap,
+        buf: Buffer | None,
+        ptr: int,
+        size: int,
+        *,
+        device_ptr: int,
+        host_accessible: bool,
+        readonly: bool,
+        dl_device: tuple[int, int],
+        device: int | None,
+    ) -> None:
+        self.heap = heap
+        self.buf = buf
+        self.ptr = ptr
+        self.size = size
+        self.device_ptr = device_ptr
+        self.host_accessible = host_accessible
+        self.readonly = readonly
+        self.dl_device = dl_device
+        self.device = device
+        #: Expandable segments: the mapped chunks (ptr, size), in address order.
+        self.chunks: list[tuple[int, int]] = []
+        self.first: _Block | None = None
+        self.last: _Block | None = None
+
+    def whole_free(self) -> bool:
+        first = self.first
+        return first is not None and first.free and first.next is None
+
+
+class _Block:
+    """A piece of a slab: free (in its heap's index) or held by one live buffer."""
+
+    __slots__ = ("addr", "free", "next", "prev", "size", "slab")
+
+    def __init__(self, slab: _Slab, addr: int, size: int, prev: _Block | None, next: _Block | None) -> None:
+        self.slab = slab
+        self.addr = addr
+        self.size = size
+        self.prev = prev
+        self.next = next
+        self.free = True
+
+    def __repr__(self) -> str:
+        state = "free" if self.free else "used"
+        return f"<pool block 0x{self.addr:x}+{self.size} {state} of slab 0x{self.slab.ptr:x}>"
+
+
+class _Heap:
+    """Free blocks of one size class, indexed by exact size over a sorted size list."""
+
+    __slots__ = ("bins", "free_bytes", "sizes", "split_min")
+
+    def __init__(self, split_min: int) -> None:
+        #: size -> {address: block}, insertion-ordered (popitem takes the newest).
+        self.bins: dict[int, dict[int, _Block]] = {}
+        #: The sizes that have a non-empty bin, ascending.
+        self.sizes: list[int] = []
+        self.free_bytes = 0
+        #: Split a block only if at least this much would remain.
+        self.split_min = split_min
+
+    def insert(self, block: _Block) -> None:
+        size = block.size
+        found = self.bins.get(size)
+        if found is None:
+            self.bins[size] = {block.addr: block}
+            bisect.insort(self.sizes, size)
+        else:
+            found[block.addr] = block
+        self.free_bytes += size
+
+    def remove(self, block: _Block) -> None:
+        size = block.size
+        found = self.bins[size]
+        del found[block.addr]
+        if not found:
+            del self.bins[size]
+            sizes = self.sizes
+            del sizes[bisect.bisect_left(sizes, size)]
+        self.free_bytes -= size
+
+    def best_fit(self, size: int) -> _Block | None:
+        """The newest free block of the smallest size >= ``size`` (not removed)."""
+        found = self.bins.get(size)
+        if found is None:
+            sizes = self.sizes
+            i = bisect.bisect_left(sizes, size)
+            if i == len(sizes):
+                return None
+            found = self.bins[sizes[i]]
+        return next(reversed(found.values()))
+
+    def largest(self) -> int:
+        return self.sizes[-1] if self.sizes else 0
+
+
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+def _power_of_two(value: object, what: str) -> int:
+    n = as_size(value, what)
+    if n & (n - 1):
+        raise AMLValueError(f"{what} must be a power of two, got {n}")
+    return n
+
+
+class Pool(Area):
+    """An area that caches the memory of another area (see the module doc).
+    Make one with :func:`pool`."""
+
+    def __init__(
+        self,
+        area: Area,
+        *,
+        limit: int | None = None,
+        release_threshold: int | None = None,
+        options: Any = None,
+        granule: int = 512,
+        small_max: int = 1 * MiB,
+        small_slab: int = 2 * MiB,
+        medium_slab: int = 20 * MiB,
+        expandable: bool = False,
+        capacity: int | None = None,
+    ) -> None:
+        if not isinstance(area, Area):
+            raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
+        area._check_open()
+        granule = _power_of_two(granule, "granule")
+        small_max = as_size(small_max, "small_max")
+        small_slab = as_size(small_slab, "small_slab")
+        medium_slab = as_size(medium_slab, "medium_slab")
+        if small_max < granule or small_slab < small_max:
+            raise AMLValueError(
+                f"need granule <= small_max <= small_slab, got {granule}, {small_max}, {small_slab}"
+            )
+        if limit is not None:
+            limit = as_size(limit, "limit")
+            if limit < granule:
+                raise AMLValueError(f"limit {limit} is smaller than one block ({granule} bytes)")
+        if release_threshold is not None:
+            release_threshold = as_size(release_threshold, "release_threshold", allow_zero=True)
+        super().__init__(
+            backend=area.backend,
+            kind=area.kind,
+            device=area.device,
+            capabilities=area.capabilities & ~_NOT_POOLED,
+        )
+        self._area = area
+        self._options = options
+        self._limit = limit
+        self._release_threshold = release_threshold
+        self._granule = granule
+        self._mask = granule - 1
+        self._small_max = small_max
+        self._small_slab = _round_up(small_slab, granule)
+        self._medium_slab = _round_up(medium_slab, granule)
+        self._plock = threading.RLock()
+        self._small = _Heap(granule)
+        self._large = _Heap(small_max)
+        self._slabs: list[_Slab] = []
+        # counters (under _plock)
+        self._reserved = 0
+        self._peak_reserved = 0
+        self._blocks = 0
+        self._requested = 0
+        self._peak_requested = 0
+        self._native_allocs = 0
+        self._native_frees = 0
+        self._hits = 0
+        self._misses = 0
+        self._vm: VirtualMemory | None = None
+        self._reservation: Reservation | None = None
+        self._segment: _Slab | None = None
+        self._closing = False
+        if expandable:
+            self._init_expandable(area, capacity)
+        elif capacity is not None:
+            raise AMLValueError("capacity is for expandable pools (expandable=True)")
+
+    # -- the area being pooled --------------------------------------------------------------
+    @property
+    def area(self) -> Area:
+        """The area the pool takes its slabs from (the pool never closes it)."""
+        return self._area
+
+    @property
+    def limit(self) -> int | None:
+        return self._limit
+
+    @property
+    def release_threshold(self) -> int | None:
+        return self._release_threshold
+
+    @property
+    def expandable(self) -> bool:
+        return self._segment is not None
+
+    def _init_expandable(self, area: Area, capacity: int | None) -> None:
+        from .gpu.vmm import VirtualMemory
+
+        if not isinstance(area, VirtualMemory):
+            raise AMLNotSupported(
+                f"an expandable pool maps physical memory on demand: it needs a VirtualMemory "
+                f"area, not {type(area).__name__}"
+            )
+        g = area.granularity()
+        if capacity is None:
+            capacity = self._limit if self._limit is not None else 1 << 40
+        cap = _round_up(as_size(capacity, "capacity"), g)
+        self._vm = area
+        self._reservation = area.reserve(cap)
+        seg = _Slab(
+            self._large,
+            None,
+            self._reservation.ptr,
+            0,
+            device_ptr=self._reservation.ptr,
+            host_accessible=False,
+            readonly=False,
+            dl_device=(int(area.runtime.traits.dl_device), area.device or 0),
+            device=area.device,
+        )
+        self._segment = seg
+        # One heap: every size comes from the one segment, split down to the granule.
+        self._small = self._large = _Heap(self._granule)
+        seg.heap = self._large
+        self._small_slab = self._medium_slab = _round_up(2 * MiB, g)
+
+    # -- Area -----------------------------------------------------------------------------
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        if self._area._closed:
+            self._area._check_open()
+        n = (size + self._mask) & ~self._mask
+        with self._plock:
+            blk = self._take(n)
+            self._requested += size
+            if self._requested > self._peak_requested:
+                self._peak_requested = self._requested
+        slab = blk.slab
+        try:
+            return self._new_buffer(
+                blk.addr,
+                size,
+                host_accessible=slab.host_accessible,
+                readonly=slab.readonly,
+                dl_device=slab.dl_device,
+                device_ptr=slab.device_ptr + (blk.addr - slab.ptr),
+                native=blk,
+                device=slab.device,
+            )
+        except BaseException:
+            with self._plock:
+                self._requested -= size
+                self._give(blk)
+            raise
+
+    def _free(self, buffer: Buffer) -> None:
+        blk = buffer.native
+        if not isinstance(blk, _Block):  # pragma: no cover - the base class checks the owner
+            raise AMLValueError(f"{buffer!r} was not made by this pool")
+        with self._plock:
+            self._requested -= buffer.size
+            self._give(blk)
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        return self._area._cuda_array_interface(buffer)
+
+    def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
+        self._area._dlpack_prepare(buffer, stream)
+
+    # -- blocks ---------------------------------------------------------------------------
+    def _take(self, n: int) -> _Block:
+        """A live block of at least ``n`` bytes (under _plock)."""
+        heap = self._small if n <= self._small_max else self._large
+        blk = heap.best_fit(n)
+        if blk is None:
+            blk = self._grow(heap, n)
+            self._misses += 1
+        else:
+            self._hits += 1
+        heap.remove(blk)
+        rest = blk.size - n
+        if rest >= heap.split_min:
+            slab = blk.slab
+            tail = _Block(slab, blk.addr + n, rest, blk, blk.next)
+            if blk.next is None:
+                slab.last = tail
+            else:
+                blk.next.prev = tail
+            blk.next = tail
+            blk.size = n
+            heap.insert(tail)
+        blk.free = False
+        self._blocks += blk.size
+        return blk
+
+    def _give(self, blk: _Block) -> None:
+        """Return a live block: coalesce it with its free neighbours (under _plock)."""
+        if blk.free:  # pragma: no cover - the base class never frees a buffer twice
+            raise AMLValueError(f"{blk!r} is already free")
+        slab = blk.slab
+        heap = slab.heap
+        self._blocks -= blk.size
+        blk.free = True
+        prev = blk.prev
+        if prev is not None and prev.free:
+            heap.remove(prev)
+            prev.size += blk.size
+            prev.next = blk.next
+            if blk.next is None:
+                slab.last = prev
+            else:
+                blk.next.prev = prev
+            blk = prev
+        nxt = blk.next
+        if nxt is not None and nxt.free:
+            heap.remove(nxt)
+            blk.size += nxt.size
+            blk.next = nxt.next
+            if nxt.next is None:
+                slab.last = blk
+            else:
+                nxt.next.prev = blk
+        heap.insert(blk)
+        if self._closed:
+            if not self._closing:  # a buffer close() detached while viewed: its slab goes now
+                self._auto_release(slab, 0)
+        elif self._release_threshold is not None:
+            self._auto_release(slab, self._release_threshold)
+
+    def _auto_release(self, slab: _Slab, keep: int) -> None:
+        """Release what close() or release_threshold asks for once ``slab`` is wholly
+        free; a failure leaves the slab cached and warns (the block was returned already:
+        nothing may raise here)."""
+        try:
+            if self._segment is not None:
+                self._trim_segment(keep)
+            elif slab.whole_free() and self._reserved - self._blocks > keep:
+                self._release_slab(slab)
+        except AMLError as exc:
+            warnings.warn(f"the pool could not return cached memory: {exc}", ResourceWarning, stacklevel=3)
+
+    # -- slabs ----------------------------------------------------------------------------
+    def _slab_size(self, heap: _Heap, n: int) -> int:
+        if heap is self._small and n <= self._small_max:
+            return max(self._small_slab, n)
+        if n < 10 * MiB:
+            return max(self._medium_slab, _round_up(n, 2 * MiB))
+        return _round_up(n, 2 * MiB)
+
+    def _grow(self, heap: _Heap, n: int) -> _Block:
+        """New memory from the area holding a free block of at least ``n`` bytes, indexed
+        in ``heap`` (under _plock). Past the limit or on ENOMEM: trim, retry, then ENOMEM."""
+        if self._segment is not None:
+            return self._grow_segment(n)
+        want = self._slab_size(heap, n)
+        if self._limit is not None:
+            if self._reserved + want > self._limit:
+                self._trim_locked(0)
+            if self._reserved + want > self._limit:
+                want = n  # a slab of just the request may still fit
+            if self._reserved + want > self._limit:
+                raise AMLMemoryError(
+                    f"the pool's limit of {self._limit} bytes is reached: {self._reserved} reserved "
+                    f"({self._blocks} in live blocks), {n} more asked"
+                )
+        if want > MAX_SIZE:
+            raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
+        try:
+            buf = self._area.mmap(want, self._options)
+        except AMLMemoryError:
+            if not self._trim_locked(0):
+                raise
+            buf = self._area.mmap(want, self._options)
+        slab = _Slab(
+            heap,
+            buf,
+            buf.ptr,
+            want,
+            device_ptr=buf.device_ptr,
+            host_accessible=buf.host_accessible,
+            readonly=buf.readonly,
+            dl_device=buf.__dlpack_device__(),
+            device=buf.device,
+        )
+        blk = _Block(slab, buf.ptr, want, None, None)
+        slab.first = slab.last = blk
+        self._slabs.append(slab)
+        self._count_reserved(want)
+        heap.insert(blk)
+        return blk
+
+    def _count_reserved(self, n: int) -> None:
+        self._native_allocs += 1
+        self._reserved += n
+        if self._reserved > self._peak_reserved:
+            self._peak_reserved = self._reserved
+
+    def _release_slab(self, slab: _Slab) -> None:
+        """Give a wholly free slab back to the area (under _plock); on failure it stays."""
+        blk = slab.first
+        assert blk is not None
+        assert blk.free
+        assert blk.next is None
+        assert slab.buf is not None
+        if not self._area._closed:  # a closed area freed its slabs already
+            self._area.munmap(slab.buf)
+        slab.heap.remove(blk)
+        self._slabs.remove(slab)
+        self._reserved -= slab.size
+        self._native_frees += 1
+
+    def _trim_locked(self, keep: int) -> int:
+        """Release cached memory until at most ``keep`` bytes are cached; returns the
+        bytes released. Raises the first failure after trying every slab."""
+        if self._segment is not None:
+            return self._trim_segment(keep)
+        released = 0
+        error: AMLError | None = None
+        # Largest slabs first: fewest native calls for the bytes.
+        for slab in sorted((s for s in self._slabs if s.whole_free()), key=lambda s: -s.size):
+            if self._reserved - self._blocks <= keep:
+                break
+            try:
+                self._release_slab(slab)
+            except AMLError as exc:
+                error = error or exc
+                continue
+            released += slab.size
+        if error is not None:
+            raise error
+        return released
+
+    # -- expandable segment -------------------------------------------------------------------
+    def _grow_segment(self, n: int) -> _Block:
+        """Map chunks at the end of the segment until its free tail holds ``n`` bytes."""
+        seg = self._segment
+        vm = self._vm
+        res = self._reservation
+        assert seg is not None
+        assert vm is not None
+        assert res is not None
+        tail = seg.last if seg.last is not None and seg.last.free else None
+        have = tail.size if tail is not None else 0
+        g = vm.granularity()
+        need = _round_up(n - have, g)
+        chunk = max(need, self._small_slab)
+        if self._limit is not None:
+            if self._reserved + chunk > self._limit:
+                chunk = need
+            if self._reserved + chunk > self._limit:
+                self._trim_segment(0)
+                tail = seg.last if seg.last is not None and seg.last.free else None
+                have = tail.size if tail is not None else 0
+                chunk = _round_up(n - have, g)
+            if self._reserved + chunk > self._limit:
+                raise AMLMemoryError(
+                    f"the pool's limit of {self._limit} bytes is reached: {self._reserved} mapped "
+                    f"({self._blocks} in live blocks), {n} more asked"
+                )
+        end = seg.ptr + seg.size
+        if end + chunk > res.ptr + res.size:
+            raise AMLMemoryError(
+                f"the expandable pool's reservation of {res.size} bytes is full "
+                f"({seg.size} mapped, {chunk} more needed); make the pool with a larger capacity"
+            )
+        self._map_chunk(end, chunk)
+        seg.size += chunk
+        seg.chunks.append((end, chunk))
+        self._count_reserved(chunk)
+        if tail is not None:
+            seg.heap.remove(tail)
+            tail.size += chunk
+        else:
+            tail = _Block(seg, end, chunk, seg.last, None)
+            if seg.last is None:
+                seg.first = tail
+            else:
+                seg.last.next = tail
+            seg.last = tail
+        seg.heap.insert(tail)
+        return tail
+
+    def _map_chunk(self, ptr: int, size: int) -> None:
+        from .gpu.vmm import Access
+
+        vm = self._vm
+        assert vm is not None
+        phys = vm.create(size)
+        try:
+            vm.map(ptr, size, phys)
+            try:
+                vm.set_access(ptr, size, Access.READWRITE)
+            except BaseException:
+                vm.unmap(ptr, size)
+                raise
+        finally:
+            vm.release(phys)  # the mapping keeps the memory alive
+
+    def _trim_segment(self, keep: int) -> int:
+        """Unmap chunks at the segment's end that lie wholly in its free tail."""
+        seg = self._segment
+        vm = self._vm
+        assert seg is not None
+        assert vm is not None
+        released = 0
+        while seg.chunks and self._reserved - self._blocks > keep:
+            tail = seg.last
+            ptr, size = seg.chunks[-1]
+            if tail is None or not tail.free or tail.addr > ptr:
+                break
+            if not self._area._closed:
+                vm.unmap(ptr, size)
+            seg.chunks.pop()
+            seg.heap.remove(tail)
+            tail.size -= size
+            if tail.size:
+                seg.heap.insert(tail)
+            else:
+                seg.last = tail.prev
+                if tail.prev is None:
+                    seg.first = None
+                else:
+                    tail.prev.next = None
+            seg.size -= size
+            self._reserved -= size
+            self._native_frees += 1
+            released += size
+        return released
+
+    # -- public API -----------------------------------------------------------------------
+    def trim(self, keep: int = 0) -> int:
+        """Return cached memory to the area until at most ``keep`` bytes are cached (only
+        wholly free slabs, or free chunks at the end of an expandable segment, can go).
+        Returns the bytes released."""
+        self._check_open()
+        keep = as_size(keep, "keep", allow_zero=True)
+        with self._plock:
+            return self._trim_locked(keep)
+
+    def reset_peak(self) -> None:
+        """Restart the peaks of :attr:`pool_stats` from the current values."""
+        with self._plock:
+            self._peak_requested = self._requested
+            self._peak_reserved = self._reserved
+
+    @property
+    def pool_stats(self) -> PoolStats:
+        with self._plock:
+            cached = self._reserved - self._blocks
+            largest = max(self._small.largest(), self._large.largest())
+            return PoolStats(
+                bytes_in_use=self._requested,
+                peak_bytes_in_use=self._peak_requested,
+                block_bytes=self._blocks,
+                bytes_reserved=self._reserved,
+                peak_bytes_reserved=self._peak_reserved,
+                bytes_cached=cached,
+                slabs=len(self._segment.chunks) if self._segment is not None else len(self._slabs),
+                native_allocations=self._native_allocs,
+                native_frees=self._native_frees,
+                pool_hits=self._hits,
+                pool_misses=self._misses,
+                largest_free_block=largest,
+                fragmentation=1.0 - largest / cached if cached else 0.0,
+            )
+
+    def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]:
+        """The area's buffer a pooled buffer was carved from (None for an expandable
+        pool, whose segment is no buffer) and the buffer's offset in it."""
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+        blk: _Block = buf.native
+        return blk.slab.buf, blk.addr - blk.slab.ptr
+
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into a pooled buffer through the area's ``write`` (GPU areas)."""
+        slab, base = self._slab_io(buffer, "write")
+        n = memoryview(data).nbytes
+        if offset < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        self._area.write(slab, data, base + offset)  # type: ignore[attr-defined]
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of a pooled buffer through the area's ``read`` (GPU areas)."""
+        slab, base = self._slab_io(buffer, "read")
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        data: bytes = self._area.read(slab, n, base + offset)  # type: ignore[attr-defined]
+        return data
+
+    def _slab_io(self, buffer: Buffer, what: str) -> tuple[Buffer, int]:
+        if not hasattr(self._area, what):
+            raise AMLNotSupported(f"the pooled {type(self._area).__name__} has no {what}()")
+        slab, base = self.slab_of(buffer)
+        if slab is None:
+            raise AMLNotSupported(f"an expandable pool's segment has no {what}(); use DLPack")
+        return slab, base
+
+    def close(self) -> None:
+        """Free every live buffer, then return every slab to the area (which stays
+        open). Buffers still viewed are freed when their last view is gone, and their
+        slabs with them. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+        error: AMLError | None = None
+        self._closing = True  # the blocks freed by close() are released below, raising
+        try:
+            super().close()
+        except AMLError as exc:  # pragma: no cover - _free never raises
+            error = exc
+        finally:
+            self._closing = False
+        with self._plock:
+            try:
+                self._trim_locked(0)
+            except AMLError as exc:
+                error = error or exc
+            if self._segment is not None and not self._segment.chunks and self._reservation is not None:
+                res, self._reservation = self._reservation, None
+                if not self._area._closed and not res.freed:
+                    assert self._vm is not None
+                    self._vm.address_free(res)
+        if error is not None:
+            raise error
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else f"{len(self._live)} live"
+        return (
+            f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
+            f"{self._reserved} bytes reserved>"
+        )
+
+
+def pool(
+    area: Area,
+    *,
+    limit: int | None = None,
+    release_threshold: int | None = None,
+    expandable: bool = False,
+    capacity: int | None = None,
+    options: Any = None,
+    granule: int = 512,
+    small_max: int = 1 * MiB,
+    small_slab: int = 2 * MiB,
+    medium_slab: int = 20 * MiB,
+) -> Pool:
+    """A pool over ``area`` (see :mod:`aml_core.pool`): an area that keeps freed blocks.
+
+    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache);
+    ``release_threshold``: most cached bytes kept; ``expandable``: one growing segment
+    over a VirtualMemory area, reserving ``capacity`` bytes of addresses (default: the
+    limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
+    ``small_max``, ``small_slab``, ``medium_slab``: the layout.
+    """
+    return Pool(
+        area,
+        limit=limit,
+        release_threshold=release_threshold,
+        expandable=expandable,
+        capacity=capacity,
+        options=options,
+        granule=granule,
+        small_max=small_max,
+        small_slab=small_slab,
+        medium_slab=medium_slab,
+    )
