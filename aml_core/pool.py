@@ -75,12 +75,14 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ._buffer import address_of
 from .area import Area
 from .buffer import Buffer
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from .specs import MAX_SIZE, Capability, as_size
 
 if TYPE_CHECKING:
+    from .gpu.runtime import AllocationOps
     from .gpu.vmm import Reservation, VirtualMemory
 
 __all__ = ["Pool", "PoolStats", "pool"]
@@ -719,29 +721,44 @@ class Pool(Area):
         return blk.slab.buf, blk.addr - blk.slab.ptr
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
-        """Copy host bytes into a pooled buffer through the area's ``write`` (GPU areas)."""
-        slab, base = self._slab_io(buffer, "write")
+        """Copy host bytes into a pooled buffer: through the area's ``write`` (GPU areas)
+        or, in an expandable pool, the runtime's copy."""
+        slab, base = self._slab_io(buffer)
         n = memoryview(data).nbytes
         if offset < 0 or offset + n > buffer.size:
             raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        if slab is None:
+            if n:
+                src, _, _ = address_of(data)
+                self._copy_ops().memcpy(buffer.device_ptr + offset, src, n)
+            return
         self._area.write(slab, data, base + offset)  # type: ignore[attr-defined]
 
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        """Copy bytes out of a pooled buffer through the area's ``read`` (GPU areas)."""
-        slab, base = self._slab_io(buffer, "read")
+        """Copy bytes out of a pooled buffer (see :meth:`write`)."""
+        slab, base = self._slab_io(buffer)
         n = buffer.size - offset if size is None else size
         if offset < 0 or n < 0 or offset + n > buffer.size:
             raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        if slab is None:
+            out = bytearray(n)
+            if n:
+                dst, _, _ = address_of(out)
+                self._copy_ops().memcpy(dst, buffer.device_ptr + offset, n)
+            return bytes(out)
         data: bytes = self._area.read(slab, n, base + offset)  # type: ignore[attr-defined]
         return data
 
-    def _slab_io(self, buffer: Buffer, what: str) -> tuple[Buffer, int]:
-        if not hasattr(self._area, what):
-            raise AMLNotSupported(f"the pooled {type(self._area).__name__} has no {what}()")
-        slab, base = self.slab_of(buffer)
-        if slab is None:
-            raise AMLNotSupported(f"an expandable pool's segment has no {what}(); use DLPack")
-        return slab, base
+    def _slab_io(self, buffer: Buffer) -> tuple[Buffer | None, int]:
+        if self._segment is None and not hasattr(self._area, "write"):
+            raise AMLNotSupported(f"the pooled {type(self._area).__name__} has no write() or read()")
+        return self.slab_of(buffer)
+
+    def _copy_ops(self) -> AllocationOps:
+        from .gpu.runtime import Group
+
+        assert self._vm is not None
+        return self._vm.runtime.require(Group.ALLOCATION)
 
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays

@@ -1,0 +1,174 @@
+"""Pools on the HIP driver double: the conformance kit over a pooled device area and over
+an expandable pool (one virtual range growing in place with hipMemMap), its growth,
+trimming, limit and capacity, and errors injected into the driver. The ``hip`` fixture
+checks after each test that nothing native leaked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import aml_hip
+import pytest
+from _hip_helpers import HipDouble
+
+import aml_core
+from aml_core import Pool
+from aml_core.errors import AMLError, AMLMemoryError, AMLValueError, ErrorCode
+from aml_core.gpu.vmm import VirtualMemory
+from aml_core.testing import AreaConformance
+
+MiB = 1 << 20
+G = 2 * MiB  # the double's VMM granularity
+
+
+class TestPoolOverHipDevice(AreaConformance):
+    rounds = 20
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[Pool]:
+        device = aml_hip.create(0, 0)
+        p = aml_core.pool(device)
+        yield p
+        p.close()
+        assert device.stats.live_mappings == 0
+        device.close()
+
+
+class TestExpandablePool(AreaConformance):
+    rounds = 20
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[Pool]:
+        vm = aml_hip.virtual_memory(0)
+        p = aml_core.pool(vm, expandable=True, capacity=256 * MiB)
+        yield p
+        p.close()
+        vm.close()
+
+
+@pytest.fixture
+def vm(hip: HipDouble) -> Iterator[VirtualMemory]:
+    vm = aml_hip.virtual_memory(0)
+    yield vm
+    vm.close()
+
+
+def test_device_pool_blocks_share_a_slab(hip: HipDouble) -> None:
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
+        a, b = p.mmap(4096), p.mmap(4096)
+        assert hip.calls("hipMalloc") == 1
+        assert b.ptr == a.ptr + 4096
+        assert b.__cuda_array_interface__["data"][0] == b.ptr
+        assert b.__dlpack_device__() == a.__dlpack_device__()
+        p.write(a, b"\x11" * 4096)
+        p.write(b, b"\x22" * 4096)
+        assert p.read(a) == b"\x11" * 4096
+        assert p.read(b, 16, offset=8) == b"\x22" * 16
+        with pytest.raises(AMLValueError):
+            p.write(b, b"x" * 4097)
+        p.munmap(a)
+        p.munmap(b)
+        assert hip.calls("hipFree") == 0
+    assert hip.calls("hipFree") == 1
+
+
+def test_expandable_pool_grows_in_place(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        assert p.expandable
+        a = p.mmap(MiB)
+        base = a.ptr
+        b = p.mmap(3 * MiB)  # past the first 2 MiB chunk: the segment grows at its end
+        assert b.ptr == base + MiB
+        s = p.pool_stats
+        assert s.bytes_reserved == 4 * MiB
+        assert s.slabs == 2
+        assert hip.calls("hipMemAddressReserve") == 1
+        p.write(a, b"a" * MiB)
+        p.write(b, b"b" * (3 * MiB))
+        c = p.mmap(10 * MiB)
+        assert c.ptr == base + 4 * MiB
+        assert p.read(a, 4) == b"aaaa"
+        assert p.read(b, 4, offset=3 * MiB - 4) == b"bbbb"
+        p.munmap(c)
+        d = p.mmap(12 * MiB)  # the freed tail and new bytes after it: one block, same place
+        assert d.ptr == base + 4 * MiB
+        assert p.pool_stats.bytes_reserved == 16 * MiB
+        for buf in (a, b, d):
+            p.munmap(buf)
+        s = p.pool_stats
+        assert s.largest_free_block == 16 * MiB
+        assert s.fragmentation == 0.0
+
+
+def test_expandable_trim_unmaps_the_free_end(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        a = p.mmap(MiB)
+        b = p.mmap(9 * MiB)
+        p.munmap(b)
+        unmaps = hip.calls("hipMemUnmap")
+        assert p.trim() == 8 * MiB  # the chunk holding `a` stays
+        assert hip.calls("hipMemUnmap") == unmaps + 1
+        assert p.pool_stats.bytes_reserved == 2 * MiB
+        p.munmap(a)
+        assert p.trim() == 2 * MiB
+        assert p.pool_stats.bytes_reserved == 0
+        again = p.mmap(100)  # grows again from the start of the range
+        assert again.ptr == a.ptr
+        p.munmap(again)
+
+
+def test_expandable_release_threshold(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB, release_threshold=0) as p:
+        a = p.mmap(6 * MiB)
+        assert p.pool_stats.bytes_reserved == 6 * MiB
+        p.munmap(a)
+        assert p.pool_stats.bytes_reserved == 0
+
+
+def test_expandable_limit_and_capacity(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, limit=8 * MiB) as p:
+        a = p.mmap(7 * MiB)
+        with pytest.raises(AMLMemoryError, match="limit") as info:
+            p.mmap(2 * MiB)
+        assert info.value.code is ErrorCode.ENOMEM
+        small = p.mmap(MiB)  # the free MiB of the last chunk
+        p.munmap(small)
+        p.munmap(a)
+        b = p.mmap(8 * MiB)
+        p.munmap(b)
+    with aml_core.pool(vm, expandable=True, capacity=4 * MiB) as p:
+        a = p.mmap(3 * MiB)
+        with pytest.raises(AMLMemoryError, match="capacity"):
+            p.mmap(2 * MiB)
+        p.munmap(a)
+
+
+def test_expandable_driver_failure_leaves_the_pool_usable(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        a = p.mmap(MiB)
+        hip.inject("hipMemMap", 2)  # hipErrorOutOfMemory
+        with pytest.raises(AMLError):
+            p.mmap(5 * MiB)
+        s = p.pool_stats
+        assert s.bytes_reserved == 2 * MiB
+        assert s.bytes_in_use == MiB
+        b = p.mmap(5 * MiB)
+        assert b.ptr == a.ptr + MiB
+        p.munmap(b)
+        p.munmap(a)
+
+
+def test_expandable_close_returns_the_range(hip: HipDouble) -> None:
+    vm = aml_hip.virtual_memory(0)
+    p = aml_core.pool(vm, expandable=True, capacity=64 * MiB)
+    bufs = [p.mmap(n) for n in (100, 3 * MiB, 5000)]
+    p.close()
+    assert all(b.freed for b in bufs)
+    assert hip.calls("hipMemAddressFree") == 1
+    assert hip.calls("hipMemUnmap") == hip.calls("hipMemMap")
+    vm.close()
+
+
+def test_expandable_needs_a_virtual_memory_area(hip: HipDouble) -> None:
+    with aml_hip.create(0, 0) as device, pytest.raises(aml_core.AMLNotSupported):
+        aml_core.pool(device, expandable=True)
