@@ -21,8 +21,12 @@ Layout
     ``small_max`` would remain (smaller tails stay with the block: bounded waste, no
     slivers). Each heap indexes its free blocks by exact size (a bin per size: a
     repeated size is a dictionary hit) over a sorted list of the sizes present, searched
-    with bisect for the best fit. A freed block coalesces at once with its free
-    neighbours in the same slab (blocks of a slab form an address-ordered linked list).
+    with bisect for the best fit. A freed block first goes on a stack of its exact size
+    (the next request of that size pops it: no search, no split); those stacks are
+    coalesced into the heaps (deferred coalescing) when a request finds no fit, and
+    before trimming or reading the statistics. A block that is coalesced merges with its
+    free neighbours in the same slab (blocks of a slab form an address-ordered linked
+    list). With ``release_threshold`` set, freed blocks coalesce at once.
     Every block remembers its slab: two blocks of one slab are different buffers, with
     their own addresses, sizes and lifetimes.
 
@@ -318,6 +322,10 @@ class Pool(Area):
         self._reservation: Reservation | None = None
         self._segment: _Slab | None = None
         self._closing = False
+        #: Freed blocks by exact size, not coalesced yet (LIFO): the fast path of a
+        #: repeated size. Unused when release_threshold is set and after close.
+        self._fast: dict[int, list[_Block]] = {}
+        self._keep_fast = release_threshold is None
         if expandable:
             self._init_expandable(area, capacity)
         elif capacity is not None:
@@ -378,10 +386,17 @@ class Pool(Area):
             self._area._check_open()
         n = (size + self._mask) & ~self._mask
         with self._plock:
-            blk = self._take(n)
-            self._requested += size
-            if self._requested > self._peak_requested:
-                self._peak_requested = self._requested
+            stack = self._fast.get(n)
+            if stack:  # a block of exactly this size, freed earlier: no search, no split
+                blk = stack.pop()
+                self._hits += 1
+                self._blocks += n
+            else:
+                blk = self._take(n)
+            req = self._requested + size
+            self._requested = req
+            if req > self._peak_requested:
+                self._peak_requested = req
         slab = blk.slab
         try:
             return self._new_buffer(
@@ -401,12 +416,19 @@ class Pool(Area):
             raise
 
     def _free(self, buffer: Buffer) -> None:
-        blk = buffer.native
-        if not isinstance(blk, _Block):  # pragma: no cover - the base class checks the owner
-            raise AMLValueError(f"{buffer!r} was not made by this pool")
+        blk: _Block = buffer.native
         with self._plock:
             self._requested -= buffer.size
-            self._give(blk)
+            if self._keep_fast:
+                size = blk.size
+                self._blocks -= size
+                stack = self._fast.get(size)
+                if stack is None:
+                    self._fast[size] = [blk]
+                else:
+                    stack.append(blk)
+            else:
+                self._give(blk)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return self._area._cuda_array_interface(buffer)
@@ -419,6 +441,9 @@ class Pool(Area):
         """A live block of at least ``n`` bytes (under _plock)."""
         heap = self._small if n <= self._small_max else self._large
         blk = heap.best_fit(n)
+        if blk is None and self._fast:
+            self._flush()
+            blk = heap.best_fit(n)
         if blk is None:
             blk = self._grow(heap, n)
             self._misses += 1
@@ -441,12 +466,21 @@ class Pool(Area):
         return blk
 
     def _give(self, blk: _Block) -> None:
-        """Return a live block: coalesce it with its free neighbours (under _plock)."""
+        """Return a live block to its heap now (under _plock)."""
+        self._blocks -= blk.size
+        slab = self._coalesce(blk)
+        if self._closed:
+            if not self._closing:  # a buffer close() detached while viewed: its slab goes now
+                self._auto_release(slab, 0)
+        elif self._release_threshold is not None:
+            self._auto_release(slab, self._release_threshold)
+
+    def _coalesce(self, blk: _Block) -> _Slab:
+        """Mark a block free, merge it with its free neighbours and index the result."""
         if blk.free:  # pragma: no cover - the base class never frees a buffer twice
             raise AMLValueError(f"{blk!r} is already free")
         slab = blk.slab
         heap = slab.heap
-        self._blocks -= blk.size
         blk.free = True
         prev = blk.prev
         if prev is not None and prev.free:
@@ -468,11 +502,16 @@ class Pool(Area):
             else:
                 nxt.next.prev = blk
         heap.insert(blk)
-        if self._closed:
-            if not self._closing:  # a buffer close() detached while viewed: its slab goes now
-                self._auto_release(slab, 0)
-        elif self._release_threshold is not None:
-            self._auto_release(slab, self._release_threshold)
+        return slab
+
+    def _flush(self) -> None:
+        """Coalesce the blocks kept on the exact-size stacks into the heaps (deferred
+        coalescing: done when a request finds no fit, and before trimming or stats)."""
+        fast = self._fast
+        self._fast = {}
+        for stack in fast.values():
+            for blk in stack:
+                self._coalesce(blk)
 
     def _auto_release(self, slab: _Slab, keep: int) -> None:
         """Release what close() or release_threshold asks for once ``slab`` is wholly
@@ -559,6 +598,8 @@ class Pool(Area):
     def _trim_locked(self, keep: int) -> int:
         """Release cached memory until at most ``keep`` bytes are cached; returns the
         bytes released. Raises the first failure after trying every slab."""
+        if self._fast:
+            self._flush()
         if self._segment is not None:
             return self._trim_segment(keep)
         released = 0
@@ -693,6 +734,8 @@ class Pool(Area):
     @property
     def pool_stats(self) -> PoolStats:
         with self._plock:
+            if self._fast:
+                self._flush()
             cached = self._reserved - self._blocks
             largest = max(self._small.largest(), self._large.largest())
             return PoolStats(
@@ -768,6 +811,9 @@ class Pool(Area):
             if self._closed:
                 return
         error: AMLError | None = None
+        with self._plock:
+            self._keep_fast = False
+            self._flush()
         self._closing = True  # the blocks freed by close() are released below, raising
         try:
             super().close()

@@ -102,6 +102,16 @@ class TestPoolOverHostTight(AreaConformance):
 # -- blocks --------------------------------------------------------------------------------
 
 
+def test_exact_size_stacks_are_coalesced_when_nothing_fits(pool: Pool, host: FaultyArea) -> None:
+    bufs = [pool.mmap(256 * 1024) for _ in range(8)]  # the whole 2 MiB small slab
+    for b in bufs:
+        pool.munmap(b)  # onto the 256 KiB stack, not merged yet
+    big = pool.mmap(MiB)  # no 1 MiB block anywhere: the stack is coalesced, no new slab
+    assert big.ptr == bufs[0].ptr
+    assert host.allocs == 1
+    pool.munmap(big)
+
+
 def test_freed_block_is_reused_without_a_native_call(pool: Pool, host: FaultyArea) -> None:
     a = pool.mmap(1000)
     ptr = a.ptr
@@ -178,6 +188,7 @@ def test_best_fit_takes_the_smallest_hole(pool: Pool) -> None:
     small_ptr, big_ptr = small.ptr, big.ptr
     pool.munmap(big)
     pool.munmap(small)
+    assert pool.pool_stats.largest_free_block > 64 * 1024  # reading the stats coalesces the stacks
     got = pool.mmap(3000)  # fits both holes; the 4 KiB one is the best fit
     assert got.ptr == small_ptr
     got2 = pool.mmap(50_000)
