@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -36,13 +37,26 @@ from ..specs import Capability, Kind
 from . import managed
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
 from .ipc import IpcExport, IpcHandle
-from .runtime import Group, Runtime, capabilities
+from .runtime import Group, Runtime, StreamOrderedOps, capabilities
+from .stream import as_stream_handle
 
-__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions"]
+__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "StreamOrdered"]
 
 
 def _opt_device(value: object) -> int | None:
     return None if value is None else checks.c_int(value, "options.device")
+
+
+def _opt_stream(value: object) -> int | None:
+    return None if value is None else as_stream_handle(value)
+
+
+@attrs.frozen
+class StreamOrdered:
+    """The ``keep`` of a stream-ordered device allocation: the stream it was made on,
+    which frees it unless munmap names another."""
+
+    stream: int
 
 
 @attrs.frozen
@@ -54,6 +68,9 @@ class GpuMmapOptions:
 
     device: int | None = attrs.field(default=None, converter=_opt_device)
     ptr: Any = None
+    #: Device memory only: allocate in stream order on this stream (any stream object
+    #: or int handle; 0 is the default stream) through the STREAM_ORDERED group.
+    stream: int | None = attrs.field(default=None, converter=_opt_stream)
 
 
 @attrs.frozen
@@ -92,6 +109,8 @@ class GpuArea(Area):
         self._mode = mode_of_flags(checked)
         self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
         self._default_options = GpuMmapOptions()
+        self._stream_ordered: StreamOrderedOps | None = None
+        self._free_stream = threading.local()
 
     def _device_count(self) -> int:
         try:
@@ -106,6 +125,31 @@ class GpuArea(Area):
         if options is None:
             return self._default_options  # frozen: one instance serves every mmap
         return super()._coerce_options(options)
+
+    def mmap(self, size: int, options: Any = None, *, stream: Any = None) -> Buffer:
+        """Allocate ``size`` bytes (see :class:`~aml_core.area.Area`); with ``stream``,
+        device memory is allocated in stream order on it (cudaMallocAsync/hipMallocAsync)."""
+        if stream is not None:
+            opts = self._coerce_options(options)
+            options = attrs.evolve(opts, stream=stream)
+        return super().mmap(size, options)
+
+    def munmap(self, buffer: Buffer | int, size: int | None = None, *, stream: Any = None) -> None:
+        """Free a mapping; a stream-ordered one is freed in order on ``stream`` (default:
+        the stream it was allocated on). Other buffers are freed at once, as always."""
+        if stream is None:
+            return super().munmap(buffer, size)
+        self._free_stream.value = as_stream_handle(stream)
+        try:
+            super().munmap(buffer, size)
+        finally:
+            self._free_stream.value = None
+
+    def _stream_ops(self) -> StreamOrderedOps:
+        ops = self._stream_ordered
+        if ops is None:
+            ops = self._stream_ordered = self.runtime.require(Group.STREAM_ORDERED)
+        return ops
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
@@ -148,6 +192,20 @@ class GpuArea(Area):
         ops = self._alloc
         traits = self.runtime.traits
         mode = self._mode
+        if options.stream is not None:
+            if mode is not AllocMode.DEVICE:
+                raise AMLNotSupported(
+                    f"stream-ordered allocation makes device memory; this is a {self.kind.value} area"
+                )
+            ptr = self._stream_ops()._malloc_async(size, options.stream)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=False,
+                dl_device=(traits.dl_device, used),
+                native=GpuAllocation(mode, size, StreamOrdered(options.stream)),
+                device=used,
+            )
         if mode is AllocMode.DEVICE:
             ptr = ops._malloc(size)
             return self._new_buffer(
@@ -233,7 +291,10 @@ class GpuArea(Area):
             for export in self._exports.pop(buffer.ptr, ()):
                 export.close()
         mode = native.mode
-        if mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
+        if mode is AllocMode.DEVICE and native.keep is not None:  # stream-ordered
+            stream = getattr(self._free_stream, "value", None)
+            self._stream_ops()._free_async(buffer.ptr, native.keep.stream if stream is None else stream)
+        elif mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
             ops._free(buffer.ptr)
         elif mode is AllocMode.REGISTERED:
             ops._host_unregister(buffer.ptr)
