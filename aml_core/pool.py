@@ -63,6 +63,19 @@ Errors
     :meth:`close` raise it, a release triggered by ``release_threshold`` warns
     (ResourceWarning) instead, since the block was already returned.
 
+Streams (GPU pools)
+    ``pool.mmap(size, stream=s)`` takes a block in ``s``'s order and ``pool.munmap(buf,
+    stream=s)`` frees it in that order (default: the stream it was allocated on): the
+    block may still be used by work queued on ``s``, so it goes on ``s``'s own free list
+    and is reused at once only by later requests on ``s``. A request on another stream
+    ``t`` takes host-free memory first, then a block of its exact size freed on another
+    stream after making ``t`` wait for an event recorded on that stream (no host wait);
+    before the pool would grow, trim or close, every stream holding freed blocks is
+    synchronized and the blocks return to host order. Requests without a stream never
+    take a block still held by a stream. This needs the area's runtime to provide the
+    ``STREAMS`` and ``STREAM_ORDERED`` groups (AMLNotSupported otherwise); slabs are still
+    allocated with the area's ordinary (synchronous) mmap.
+
 Threads
     One re-entrant lock (``_plock``) guards the heaps, slabs and counters; the area is
     called with it held (areas are thread-safe and never call back into the pool). The
@@ -83,6 +96,7 @@ from ._buffer import address_of
 from .area import Area
 from .buffer import Buffer
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
+from .gpu.runtime import Group
 from .specs import MAX_SIZE, Capability, as_size
 
 if TYPE_CHECKING:
@@ -179,7 +193,7 @@ class _Slab:
 class _Block:
     """A piece of a slab: free (in its heap's index) or held by one live buffer."""
 
-    __slots__ = ("addr", "free", "next", "prev", "size", "slab")
+    __slots__ = ("addr", "free", "next", "prev", "size", "slab", "stream")
 
     def __init__(self, slab: _Slab, addr: int, size: int, prev: _Block | None, next: _Block | None) -> None:
         self.slab = slab
@@ -188,6 +202,8 @@ class _Block:
         self.prev = prev
         self.next = next
         self.free = True
+        #: The stream the block was last allocated or freed on (None: host order).
+        self.stream: int | None = None
 
     def __repr__(self) -> str:
         state = "free" if self.free else "used"
@@ -326,6 +342,15 @@ class Pool(Area):
         #: repeated size. Unused when release_threshold is set and after close.
         self._fast: dict[int, list[_Block]] = {}
         self._keep_fast = release_threshold is None
+        # Streams (see "Streams" in the module doc): blocks freed on a stream and not yet
+        # known to be idle, by (stream, size); how many each stream holds; the stream of
+        # the mmap/munmap in progress in this thread; the event and stream operations.
+        self._sfast: dict[tuple[int, int], list[_Block]] = {}
+        self._stream_held: dict[int, int] = {}
+        self._any_stream = False
+        self._tls = threading.local()
+        self._stream_ops: Any = None
+        self._event: int | None = None
         if expandable:
             self._init_expandable(area, capacity)
         elif capacity is not None:
@@ -381,18 +406,61 @@ class Pool(Area):
         self._small_slab = self._medium_slab = _round_up(2 * MiB, g)
 
     # -- Area -----------------------------------------------------------------------------
+    def mmap(self, size: int, options: Any = None, *, stream: Any = None) -> Buffer:
+        """Allocate ``size`` bytes; with ``stream`` (GPU pools), in that stream's order:
+        the block may still be in use by earlier work on the stream (see the module doc)."""
+        if stream is None:
+            return super().mmap(size, options)
+        self._tls.stream = self._stream_handle(stream)
+        try:
+            return super().mmap(size, options)
+        finally:
+            self._tls.stream = None
+
+    def munmap(self, buffer: Buffer | int, size: int | None = None, *, stream: Any = None) -> None:
+        """Free a buffer; with ``stream`` (GPU pools), once the work queued on that stream
+        so far is done (default: the stream it was allocated on, if any)."""
+        if stream is None:
+            return super().munmap(buffer, size)
+        self._tls.stream = self._stream_handle(stream)
+        try:
+            super().munmap(buffer, size)
+        finally:
+            self._tls.stream = None
+
+    def _stream_handle(self, stream: Any) -> int:
+        from .gpu.stream import as_stream_handle
+
+        handle = as_stream_handle(stream)
+        if self._stream_ops is None:
+            runtime = getattr(self._area, "runtime", None)
+            if runtime is None or not hasattr(runtime, "require"):
+                raise AMLNotSupported(
+                    f"streams need a GPU area; the pooled {type(self._area).__name__} has no runtime"
+                )
+            runtime.require(Group.STREAMS)
+            self._stream_ops = runtime.require(Group.STREAM_ORDERED)
+        self._any_stream = True
+        return handle
+
     def _allocate(self, size: int, options: Any) -> Buffer:
         if self._area._closed:
             self._area._check_open()
         n = (size + self._mask) & ~self._mask
         with self._plock:
-            stack = self._fast.get(n)
+            stream = getattr(self._tls, "stream", None) if self._any_stream else None
+            stack = self._fast.get(n) if stream is None else self._sfast.get((stream, n))
             if stack:  # a block of exactly this size, freed earlier: no search, no split
                 blk = stack.pop()
+                if stream is not None:
+                    self._stream_held[stream] -= 1
                 self._hits += 1
                 self._blocks += n
-            else:
+            elif stream is None:
                 blk = self._take(n)
+            else:
+                blk = self._take_on_stream(n, stream)
+            blk.stream = stream
             req = self._requested + size
             self._requested = req
             if req > self._peak_requested:
@@ -419,7 +487,27 @@ class Pool(Area):
         blk: _Block = buffer.native
         with self._plock:
             self._requested -= buffer.size
-            if self._keep_fast:
+            stream = blk.stream
+            if self._any_stream:
+                override = getattr(self._tls, "stream", None)
+                if override is not None:
+                    stream = override
+                if stream is not None and self._closed and not self._closing:
+                    # a buffer close() detached: its slab is released now, after its stream
+                    self._area.runtime.require(Group.STREAMS).stream_synchronize(stream)  # type: ignore[attr-defined]
+                    stream = blk.stream = None
+            if stream is not None:  # reusable at once on this stream, elsewhere after an event
+                size = blk.size
+                self._blocks -= size
+                blk.stream = stream
+                key = (stream, size)
+                stack = self._sfast.get(key)
+                if stack is None:
+                    self._sfast[key] = [blk]
+                else:
+                    stack.append(blk)
+                self._stream_held[stream] = self._stream_held.get(stream, 0) + 1
+            elif self._keep_fast:
                 size = blk.size
                 self._blocks -= size
                 stack = self._fast.get(size)
@@ -436,12 +524,63 @@ class Pool(Area):
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         self._area._dlpack_prepare(buffer, stream)
 
+    # -- streams --------------------------------------------------------------------------
+    def _take_on_stream(self, n: int, stream: int) -> _Block:
+        """A block for ``stream`` (under _plock): host-free memory first; then a block of
+        this size freed on another stream, which ``stream`` waits for through an event;
+        then, before growing, every stream holding blocks is synchronized and its blocks
+        coalesced (:meth:`_reclaim_streams`)."""
+        heap = self._small if n <= self._small_max else self._large
+        stack = self._fast.get(n)
+        if stack:
+            self._hits += 1
+            self._blocks += n
+            return stack.pop()
+        if heap.best_fit(n) is not None:
+            return self._take(n)
+        for (other, size), stack in self._sfast.items():
+            if size == n and stack:
+                blk = stack.pop()
+                self._stream_held[other] -= 1
+                ops = self._stream_ops
+                if self._event is None:
+                    self._event = ops.event_create()
+                # The wait captures the event's state now: one event serves every hand-over.
+                ops.event_record(self._event, other)
+                ops.stream_wait_event(stream, self._event)
+                self._hits += 1
+                self._blocks += n
+                return blk
+        self._reclaim_streams()
+        return self._take(n)
+
+    def _reclaim_streams(self) -> None:
+        """Wait for every stream that holds freed blocks, then return them to the host
+        order (fast stacks), where they can be coalesced and reused anywhere."""
+        if not any(self._stream_held.values()):
+            return
+        streams = self._area.runtime.require(Group.STREAMS)  # type: ignore[attr-defined]
+        for stream, held in list(self._stream_held.items()):
+            if held:
+                streams.stream_synchronize(stream)
+        sfast, self._sfast = self._sfast, {}
+        self._stream_held = {}
+        fast = self._fast
+        for (_stream, size), stack in sfast.items():
+            for blk in stack:
+                blk.stream = None
+            fast.setdefault(size, []).extend(stack)
+
     # -- blocks ---------------------------------------------------------------------------
     def _take(self, n: int) -> _Block:
         """A live block of at least ``n`` bytes (under _plock)."""
         heap = self._small if n <= self._small_max else self._large
         blk = heap.best_fit(n)
         if blk is None and self._fast:
+            self._flush()
+            blk = heap.best_fit(n)
+        if blk is None and self._sfast:
+            self._reclaim_streams()
             self._flush()
             blk = heap.best_fit(n)
         if blk is None:
@@ -598,6 +737,8 @@ class Pool(Area):
     def _trim_locked(self, keep: int) -> int:
         """Release cached memory until at most ``keep`` bytes are cached; returns the
         bytes released. Raises the first failure after trying every slab."""
+        if self._sfast:
+            self._reclaim_streams()
         if self._fast:
             self._flush()
         if self._segment is not None:
@@ -798,8 +939,6 @@ class Pool(Area):
         return self.slab_of(buffer)
 
     def _copy_ops(self) -> AllocationOps:
-        from .gpu.runtime import Group
-
         assert self._vm is not None
         return self._vm.runtime.require(Group.ALLOCATION)
 
@@ -826,6 +965,12 @@ class Pool(Area):
                 self._trim_locked(0)
             except AMLError as exc:
                 error = error or exc
+            if self._event is not None:
+                event, self._event = self._event, None
+                try:
+                    self._stream_ops.event_destroy(event)
+                except AMLError as exc:
+                    error = error or exc
             if self._segment is not None and not self._segment.chunks and self._reservation is not None:
                 res, self._reservation = self._reservation, None
                 if not self._area._closed and not res.freed:
