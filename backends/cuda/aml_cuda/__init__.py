@@ -17,7 +17,8 @@ ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()
 ``ipc_open(handle)`` / ``ipc_close(buffer)``, ``virtual_memory(device)``, ``stream()``,
 ``probe()``, ``pointer_attributes(ptr)``, ``get_runtime()``, ``load_runtime()``,
 ``BACKEND`` and the managed-memory, IPC and virtual-memory types of :mod:`aml_core.gpu`;
-``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on).
+``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on), and so are
+``use_with_cupy(area)`` / ``CupyHook`` (CuPy allocates from an aml area or pool).
 
 Importing this package is cheap: the API (and aml_core.gpu) is loaded on first use,
 cuda-bindings only when the runtime is first needed, so that the registry can import
@@ -135,7 +136,16 @@ if TYPE_CHECKING:
     from .api import (
         virtual_memory as virtual_memory,
     )
+    from .hooks import (
+        CupyHook as CupyHook,
+    )
+    from .hooks import (
+        use_with_cupy as use_with_cupy,
+    )
 
 _OWN = ("CudaArea", "CudaFlags", "CudaMmapOptions", "MIN_BINDINGS")
-__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN, "__version__"]  # noqa: PLE0604
-__getattr__, __dir__ = lazy_exports(__name__, gpu_exports(*_OWN), distribution="aml-cuda")
+_HOOKS = ("CupyHook", "use_with_cupy")
+__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN, *_HOOKS, "__version__"]  # noqa: PLE0604
+__getattr__, __dir__ = lazy_exports(
+    __name__, gpu_exports(*_OWN) | dict.fromkeys(_HOOKS, ".hooks"), distribution="aml-cuda"
+)
