@@ -100,6 +100,7 @@ from .gpu.runtime import Group
 from .specs import MAX_SIZE, Capability, as_size
 
 if TYPE_CHECKING:
+    from .gpu.ipc import IpcExport
     from .gpu.runtime import AllocationOps
     from .gpu.vmm import Reservation, VirtualMemory
 
@@ -109,8 +110,8 @@ KiB = 1 << 10
 MiB = 1 << 20
 
 #: Capabilities a pooled buffer does not have even if its area's buffers do: a block is
-#: not a VMM mapping, an IPC export of the area's, or a file mapping of its own.
-_NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.IPC | Capability.FILE_BACKED
+#: not a VMM mapping or a file mapping of its own (IPC: see Pool.ipc_export).
+_NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.FILE_BACKED
 
 
 @attrs.frozen
@@ -353,6 +354,7 @@ class Pool(Area):
         self._event: int | None = None
         if expandable:
             self._init_expandable(area, capacity)
+            self.capabilities &= ~Capability.IPC
         elif capacity is not None:
             raise AMLValueError("capacity is for expandable pools (expandable=True)")
 
@@ -903,6 +905,26 @@ class Pool(Area):
             buf = self._lookup(buffer, None)
         blk: _Block = buf.native
         return blk.slab.buf, blk.addr - blk.slab.ptr
+
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Share a pooled device buffer with another process: its slab's IPC handle with
+        the block's offset and size (``aml_core.ipc_open`` maps the slab once per process
+        and returns a buffer at the block's address)."""
+        from .gpu.ipc import IpcExport
+
+        export_slab = getattr(self._area, "ipc_export", None)
+        if export_slab is None or self._segment is not None:
+            raise AMLNotSupported(
+                f"this pool's memory cannot be shared by IPC handle ({type(self._area).__name__}"
+                f"{', expandable' if self._segment is not None else ''})"
+            )
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+        slab, offset = self.slab_of(buf)
+        assert slab is not None
+        handle = export_slab(slab).handle
+        return IpcExport(buf, attrs.evolve(handle, size=buf.size, offset=offset))
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a pooled buffer: through the area's ``write`` (GPU areas)

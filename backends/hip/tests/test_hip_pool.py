@@ -182,3 +182,83 @@ def test_stream_ordered_allocation_is_not_offered_by_hip(hip: HipDouble) -> None
             device.mmap(4096, stream=0)
         assert device.stats.live_mappings == 0
         assert hip.calls("hipMalloc") == 0
+
+
+_POOL_CHILD = r"""
+import base64, ctypes, json, pickle, sys
+import aml_hip
+sys.path.insert(0, sys.argv[1])
+from _ipc_child import _control
+handles = [pickle.loads(base64.b64decode(h)) for h in json.loads(sys.stdin.read())]
+ctl = _control()
+bufs = [aml_hip.ipc_open(h) for h in handles]
+rt = aml_hip.get_runtime()
+out = []
+for buf in bufs:
+    data = (ctypes.c_char * 8)()
+    rt.memcpy(ctypes.addressof(data), buf.device_ptr, 8)
+    out.append(bytes(data).hex())
+report = {"read": out, "ptrs": [b.ptr for b in bufs], "sizes": [b.size for b in bufs],
+          "open_calls": ctl.calls("hipIpcOpenMemHandle")}
+aml_hip.ipc_close(bufs[0])
+report["close_calls_after_first"] = ctl.calls("hipIpcCloseMemHandle")
+for b in bufs[1:]:
+    aml_hip.ipc_close(b)
+report["close_calls"] = ctl.calls("hipIpcCloseMemHandle")
+aml_hip.BACKEND.reset()
+report["live_ipc"] = ctl.live("ipc")
+print(json.dumps(report))
+"""
+
+
+def test_pooled_blocks_are_shared_with_their_offsets(hip: HipDouble) -> None:
+    """Two blocks of one slab cross the process boundary as one native handle and two
+    offsets: the importer maps the slab once and sees each block at its own address."""
+    import base64
+    import json
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
+        a, b = p.mmap(4096), p.mmap(1000)
+        p.write(a, b"block A!")
+        p.write(b, b"block B!")
+        ha, hb = p.ipc_export(a).handle, p.ipc_export(b).handle
+        assert ha.data == hb.data  # one slab, one native handle
+        assert (ha.offset, ha.size, hb.offset, hb.size) == (0, 4096, 4096, 1000)
+        assert pickle.loads(pickle.dumps(hb)) == hb
+        proc = subprocess.run(
+            [sys.executable, "-c", _POOL_CHILD, str(Path(__file__).resolve().parent)],
+            input=json.dumps([base64.b64encode(pickle.dumps(h)).decode() for h in (ha, hb)]),
+            capture_output=True,
+            text=True,
+            env=hip.env(),
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert [bytes.fromhex(r) for r in report["read"]] == [b"block A!", b"block B!"]
+        assert report["ptrs"][1] - report["ptrs"][0] == 4096
+        assert report["sizes"] == [4096, 1000]
+        assert report["open_calls"] == 1  # the slab is mapped once
+        assert report["close_calls_after_first"] == 0  # b still uses the mapping
+        assert report["close_calls"] == 1
+        assert report["live_ipc"] == 0
+        export_b = p.ipc_export(b)
+        p.munmap(a)
+        with pytest.raises(AMLValueError, match="unmapped"):
+            p.ipc_export(a)  # a freed block is not exported
+        p.munmap(b)
+        with pytest.raises(AMLValueError, match="freed"):
+            _ = export_b.handle
+
+
+def test_expandable_pools_do_not_export(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=8 * MiB) as p:
+        buf = p.mmap(4096)
+        with pytest.raises(aml_core.AMLNotSupported):
+            p.ipc_export(buf)
+        p.munmap(buf)
