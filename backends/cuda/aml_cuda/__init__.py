@@ -18,7 +18,8 @@ ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()
 ``probe()``, ``pointer_attributes(ptr)``, ``get_runtime()``, ``load_runtime()``,
 ``BACKEND`` and the managed-memory, IPC and virtual-memory types of :mod:`aml_core.gpu`;
 ``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on), and so are
-``use_with_cupy(area)`` / ``CupyHook`` (CuPy allocates from an aml area or pool).
+``use_with_cupy(area)`` / ``use_with_torch(area)`` (CuPy or PyTorch allocates from an
+aml area or pool).
 
 Importing this package is cheap: the API (and aml_core.gpu) is loaded on first use,
 cuda-bindings only when the runtime is first needed, so that the registry can import
@@ -140,11 +141,17 @@ if TYPE_CHECKING:
         CupyHook as CupyHook,
     )
     from .hooks import (
+        TorchHook as TorchHook,
+    )
+    from .hooks import (
         use_with_cupy as use_with_cupy,
+    )
+    from .hooks import (
+        use_with_torch as use_with_torch,
     )
 
 _OWN = ("CudaArea", "CudaFlags", "CudaMmapOptions", "MIN_BINDINGS")
-_HOOKS = ("CupyHook", "use_with_cupy")
+_HOOKS = ("CupyHook", "TorchHook", "use_with_cupy", "use_with_torch")
 __all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN, *_HOOKS, "__version__"]  # noqa: PLE0604
 __getattr__, __dir__ = lazy_exports(
     __name__, gpu_exports(*_OWN) | dict.fromkeys(_HOOKS, ".hooks"), distribution="aml-cuda"

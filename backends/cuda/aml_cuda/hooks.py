@@ -1,4 +1,4 @@
-"""Allocator hooks: CuPy allocates from an aml area or pool.
+"""Allocator hooks: CuPy and PyTorch allocate from an aml area or pool.
 
 ``use_with_cupy(area)`` makes ``cupy.cuda.set_allocator`` take device memory from
 ``area`` (an ``aml_cuda`` area or an ``aml_core.pool`` over one): each CuPy allocation
@@ -28,16 +28,19 @@ Rules (errors are aml's, with their codes):
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib
 import threading
 from typing import Any
 
 from aml_core.area import Area
 from aml_core.buffer import Buffer
-from aml_core.errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
+from aml_core.errors import AMLBusyError, AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.gpu.area import GpuArea
+from aml_core.pool import Pool
 from aml_core.specs import Kind
 
-__all__ = ["CupyHook", "use_with_cupy"]
+__all__ = ["CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"]
 
 _lock = threading.Lock()
 _installed: CupyHook | None = None
@@ -180,4 +183,108 @@ def use_with_cupy(area: Area, *, pinned: Area | None = None) -> CupyHook:
         cuda.set_allocator(hook.malloc)
         hook.installed = True
         _installed = hook
+        return hook
+
+
+# -- PyTorch ----------------------------------------------------------------------------------
+
+#: ``void* malloc(ssize_t size, int device, cudaStream_t stream)`` and
+#: ``void free(void* ptr, ssize_t size, int device, cudaStream_t stream)``: the entry
+#: points torch.cuda.memory.CUDAPluggableAllocator takes.
+_MALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+_torch_hook: TorchHook | None = None
+
+
+class TorchHook:
+    """PyTorch's CUDA allocator, replaced by an aml area or pool (see
+    :func:`use_with_torch`). ``malloc_fn`` / ``free_fn`` are the C entry points (ctypes
+    callbacks into this object); ``live`` counts the blocks PyTorch holds."""
+
+    def __init__(self, area: Area) -> None:
+        self.area = area
+        self._lock = threading.Lock()
+        self._bufs: dict[int, Buffer] = {}
+        self._streams = isinstance(area, (Pool, GpuArea))
+        self.errors: list[BaseException] = []
+        # Kept referenced for as long as PyTorch may call them (the process).
+        self.malloc_fn = _MALLOC_FN(self._malloc)
+        self.free_fn = _FREE_FN(self._free)
+
+    @property
+    def live(self) -> int:
+        return len(self._bufs)
+
+    def _malloc(self, size: int, device: int, stream: int | None) -> int | None:
+        try:
+            if size <= 0:
+                return None
+            streamed = self._streams and stream
+            buf = self.area.mmap(size, stream=stream) if streamed else self.area.mmap(size)  # type: ignore[call-arg]
+            with self._lock:
+                self._bufs[buf.device_ptr] = buf
+            return buf.device_ptr
+        except BaseException as exc:  # a callback must not raise: NULL is PyTorch's OOM
+            self.errors.append(exc)
+            return None
+
+    def _free(self, ptr: int | None, size: int, device: int, stream: int | None) -> None:
+        try:
+            with self._lock:
+                buf = self._bufs.pop(ptr or 0, None)
+            if buf is None:
+                raise AMLValueError(f"PyTorch freed 0x{ptr or 0:x}, which this hook did not allocate")
+            if buf.freed:
+                return  # the area was closed: the memory went with it
+            if self._streams and stream:
+                self.area.munmap(buf, stream=stream)  # type: ignore[call-arg]
+            else:
+                self.area.munmap(buf)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def uninstall(self) -> None:
+        """PyTorch cannot swap its allocator back once it has allocated: always
+        :class:`~aml_core.errors.AMLNotSupported`; the hook stays for the process."""
+        raise AMLNotSupported(
+            "PyTorch cannot change its CUDA allocator once it is in use; the aml hook stays installed"
+        )
+
+    def __repr__(self) -> str:
+        return f"<aml TorchHook over {self.area!r}, {self.live} live>"
+
+
+def use_with_torch(area: Area) -> TorchHook:
+    """Make PyTorch allocate CUDA memory from ``area`` (an aml_cuda device area or a pool
+    over one) through ``torch.cuda.memory.CUDAPluggableAllocator``: PyTorch's caching is
+    replaced by the area's (a pool is the right area). Must run before PyTorch allocates
+    any CUDA memory (PyTorch's rule: otherwise :class:`~aml_core.errors.AMLBusyError`),
+    and only once per process (EBUSY too); the hook cannot be removed
+    (:meth:`TorchHook.uninstall` says so). The entry points are ctypes callbacks: no
+    compiled shim, at the cost of a call into Python per allocation (PyTorch's caching
+    allocator is bypassed, so a pool should be the area)."""
+    global _torch_hook
+    area = _check_area(area, "area")
+    if area.kind is not Kind.DEVICE and area.kind is not Kind.MANAGED:
+        raise AMLValueError(f"PyTorch tensors live in device or managed memory, not {area.kind.value} memory")
+    torch: Any = importlib.import_module("torch")
+    with _lock:
+        if _torch_hook is not None:
+            raise AMLBusyError(f"{_torch_hook!r} is installed already (PyTorch takes one allocator)")
+        hook = TorchHook(area)
+        memory = torch.cuda.memory
+        allocator = memory.CUDAPluggableAllocator.__new__(memory.CUDAPluggableAllocator)
+        # What CUDAPluggableAllocator.__init__ does with the symbols of a shared library,
+        # with the addresses of the ctypes entry points instead.
+        allocator._allocator = torch._C._cuda_customAllocator(
+            ctypes.cast(hook.malloc_fn, ctypes.c_void_p).value,
+            ctypes.cast(hook.free_fn, ctypes.c_void_p).value,
+        )
+        try:
+            memory.change_current_allocator(allocator)
+        except RuntimeError as exc:
+            raise AMLBusyError(
+                f"PyTorch has allocated CUDA memory already; call use_with_torch first ({exc})"
+            ) from exc
+        _torch_hook = hook
         return hook
