@@ -260,6 +260,12 @@ class _Heap:
         return self.sizes[-1] if self.sizes else 0
 
 
+# The base class's mmap and munmap, called without super(): the pool's overrides only add
+# the stream keyword, and this is every allocation's path.
+_area_mmap = Area.mmap
+_area_munmap = Area.munmap
+
+
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -412,10 +418,10 @@ class Pool(Area):
         """Allocate ``size`` bytes; with ``stream`` (GPU pools), in that stream's order:
         the block may still be in use by earlier work on the stream (see the module doc)."""
         if stream is None:
-            return super().mmap(size, options)
+            return _area_mmap(self, size, options)
         self._tls.stream = self._stream_handle(stream)
         try:
-            return super().mmap(size, options)
+            return _area_mmap(self, size, options)
         finally:
             self._tls.stream = None
 
@@ -423,10 +429,10 @@ class Pool(Area):
         """Free a buffer; with ``stream`` (GPU pools), once the work queued on that stream
         so far is done (default: the stream it was allocated on, if any)."""
         if stream is None:
-            return super().munmap(buffer, size)
+            return _area_munmap(self, buffer, size)
         self._tls.stream = self._stream_handle(stream)
         try:
-            super().munmap(buffer, size)
+            _area_munmap(self, buffer, size)
         finally:
             self._tls.stream = None
 
