@@ -99,6 +99,9 @@ class Peer:
     def sync(self) -> None:
         pass
 
+    def thread_init(self) -> None:
+        """Called first in each thread of the threads test (a context to make current)."""
+
     def close(self) -> None:
         pass
 
@@ -430,6 +433,9 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             def sync(self) -> None:
                 self.stream.sync()
 
+            def thread_init(self) -> None:
+                self.dev.set_current()
+
         meta["cuda.core"] = getattr(cuda.core, "__version__", "?")
         return CudaCore()
 
@@ -599,12 +605,18 @@ def ideal_peak(trace: list[tuple[str, int, int]]) -> int:
 def threads(peer: Peer, nthreads: int, per_thread: int) -> dict[str, Any]:
     sizes = (256, 4096, 64 * KiB, 512 * KiB, MiB)
     errors: list[BaseException] = []
-    start = threading.Barrier(nthreads + 1)
+    start = threading.Barrier(nthreads + 1, timeout=120)
 
     def work(seed: int) -> None:
         try:
+            peer.thread_init()
+        except BaseException as exc:
+            errors.append(exc)
+        start.wait()  # every thread reaches the barrier, failed or not
+        if errors:
+            return
+        try:
             alloc, free = peer.alloc, peer.free
-            start.wait()
             held: list[Any] = []
             for i in range(per_thread):
                 held.append(alloc(sizes[(seed + i) % len(sizes)]))
