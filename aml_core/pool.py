@@ -96,12 +96,11 @@ from ._buffer import address_of
 from .area import Area
 from .buffer import Buffer
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
-from .gpu.runtime import Group
 from .specs import MAX_SIZE, Capability, as_size
 
 if TYPE_CHECKING:
     from .gpu.ipc import IpcExport
-    from .gpu.runtime import AllocationOps
+    from .gpu.runtime import AllocationOps, StreamOps
     from .gpu.vmm import Reservation, VirtualMemory
 
 __all__ = ["Pool", "PoolStats", "pool"]
@@ -436,7 +435,13 @@ class Pool(Area):
         finally:
             self._tls.stream = None
 
+    def _streams(self) -> StreamOps:
+        from .gpu.runtime import Group
+
+        return self._area.runtime.require(Group.STREAMS)  # type: ignore[attr-defined,no-any-return]
+
     def _stream_handle(self, stream: Any) -> int:
+        from .gpu.runtime import Group
         from .gpu.stream import as_stream_handle
 
         handle = as_stream_handle(stream)
@@ -502,7 +507,7 @@ class Pool(Area):
                     stream = override
                 if stream is not None and self._closed and not self._closing:
                     # a buffer close() detached: its slab is released now, after its stream
-                    self._area.runtime.require(Group.STREAMS).stream_synchronize(stream)  # type: ignore[attr-defined]
+                    self._streams().stream_synchronize(stream)
                     stream = blk.stream = None
             if stream is not None:  # reusable at once on this stream, elsewhere after an event
                 size = blk.size
@@ -567,7 +572,7 @@ class Pool(Area):
         order (fast stacks), where they can be coalesced and reused anywhere."""
         if not any(self._stream_held.values()):
             return
-        streams = self._area.runtime.require(Group.STREAMS)  # type: ignore[attr-defined]
+        streams = self._streams()
         for stream, held in list(self._stream_held.items()):
             if held:
                 streams.stream_synchronize(stream)
@@ -967,6 +972,8 @@ class Pool(Area):
         return self.slab_of(buffer)
 
     def _copy_ops(self) -> AllocationOps:
+        from .gpu.runtime import Group
+
         assert self._vm is not None
         return self._vm.runtime.require(Group.ALLOCATION)
 
