@@ -31,7 +31,7 @@ from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
@@ -197,7 +197,14 @@ class GpuArea(Area):
                 raise AMLNotSupported(
                     f"stream-ordered allocation makes device memory; this is a {self.kind.value} area"
                 )
-            ptr = self._stream_ops()._malloc_async(size, options.stream)
+            ops_async = self._stream_ops()
+            try:
+                ptr = ops_async._malloc_async(size, options.stream)
+            except AMLMemoryError:
+                # Frees queued on streams return memory to the device's pool only when
+                # they run: wait for the device, then try once more (then ENOMEM).
+                self.runtime.synchronize()
+                ptr = ops_async._malloc_async(size, options.stream)
             return self._new_buffer(
                 ptr,
                 size,

@@ -35,7 +35,7 @@ def _recorder() -> Any:
         def __init__(self) -> None:
             super().__init__()
             self.calls: list[tuple[Any, ...]] = []
-            self.fail_malloc = False
+            self.fail_malloc = 0
             self.fail_free = False
             self.next = 0x7000_0000
 
@@ -56,9 +56,13 @@ def _recorder() -> Any:
         def _free(self, ptr: int) -> None:
             self.calls.append(("free", ptr))
 
+        def synchronize(self) -> None:
+            self.calls.append(("synchronize",))
+
         def _malloc_async(self, size: int, stream: int) -> int:
             self.calls.append(("malloc_async", size, stream))
             if self.fail_malloc:
+                self.fail_malloc -= 1
                 raise self.errors.error("cudaMallocAsync", int(E.cudaErrorMemoryAllocation))
             self.next += 1 << 20
             return self.next
@@ -131,14 +135,21 @@ def test_bad_streams_allocate_nothing(area: Any, rec: Any) -> None:
     area.munmap(buf)
 
 
+def test_out_of_memory_waits_for_the_device_and_retries(area: Any, rec: Any) -> None:
+    rec.fail_malloc = 1  # pending frees: the first try fails, the one after a sync succeeds
+    buf = area.mmap(4096, stream=1)
+    assert rec.calls == [("malloc_async", 4096, 1), ("synchronize",), ("malloc_async", 4096, 1)]
+    area.munmap(buf)
+
+
 def test_failures_are_translated_and_nothing_leaks(area: Any, rec: Any) -> None:
-    rec.fail_malloc = True
+    rec.fail_malloc = 2
     with pytest.raises(AMLMemoryError) as info:
         area.mmap(4096, stream=1)
     assert info.value.native is not None
     assert info.value.native.name == "cudaErrorMemoryAllocation"
     assert area.stats.live_mappings == 0
-    rec.fail_malloc = False
+    assert rec.calls.count(("synchronize",)) == 1
     buf = area.mmap(4096, stream=1)
     rec.fail_free = True
     with pytest.raises(AMLValueError):
