@@ -1,10 +1,26 @@
-"""Build the two small C extensions of aml-core (metadata lives in pyproject.toml)."""
+"""Build the two compiled modules of aml-core from Cython (metadata lives in pyproject.toml).
 
+aml_core/_buffer.pyx: buffers (buffer protocol, DLPack) and the areas' bookkeeping;
+aml_core/_os.pyx: the Linux memory system calls of the host backend. Building needs
+Cython, a C compiler (gcc) and the Python headers (Debian: python3-dev).
+"""
+
+from Cython.Build import cythonize
 from setuptools import Extension, setup
 
+DIRECTIVES = {
+    "language_level": 3,
+    "boundscheck": False,  # no indexing of Python sequences by C ints goes out of range
+    "wraparound": False,  # and none uses negative indices
+    "embedsignature": True,
+}
+
 setup(
-    ext_modules=[
-        Extension("aml_core._buffer", ["aml_core/_buffer.c"], extra_compile_args=["-O2", "-Wall", "-Wextra"]),
-        Extension("aml_core._os", ["aml_core/_os.c"], extra_compile_args=["-O2", "-Wall", "-Wextra"]),
-    ],
+    ext_modules=cythonize(
+        [
+            Extension("aml_core._buffer", ["aml_core/_buffer.pyx"], extra_compile_args=["-O2"]),
+            Extension("aml_core._os", ["aml_core/_os.pyx"], extra_compile_args=["-O2"]),
+        ],
+        compiler_directives=DIRECTIVES,
+    ),
 )

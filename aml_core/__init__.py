@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import _compiled  # noqa: F401  # first: imports the Cython modules, or says how to build them
 from .area import Area
 from .buffer import Buffer, DLDeviceType
 from .descriptor import BackendDescriptor, ProbeResult
@@ -37,10 +38,33 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .pool import Pool, PoolStats, pool
-from .registry import area, backends, choose, default_registry
+from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The version, written once in pyproject.toml: from the installed distribution's
+    metadata, else (an uninstalled source tree) from the pyproject.toml beside the package."""
+    from importlib import metadata
+    from pathlib import Path
+
+    try:
+        return metadata.version("aml-core")
+    except metadata.PackageNotFoundError:
+        pass
+    try:
+        import tomllib
+
+        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
+            project = tomllib.load(f).get("project", {})
+        if project.get("name") == "aml-core" and isinstance(project.get("version"), str):
+            return f"{project['version']}+source"
+    except (OSError, ValueError):
+        pass
+    return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "AMLBusyError",
@@ -74,7 +98,9 @@ __all__ = [
     "hookimpl",
     "ipc_open",
     "pool",
+    "register",
     "strerror",
+    "unregister",
 ]
 
 

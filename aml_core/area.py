@@ -26,11 +26,12 @@ is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
 safely: close() detaches it instead, and its memory is released when the last view
 and the buffer object itself are gone. Areas are thread-safe.
 
-The bookkeeping is a :class:`~aml_core._buffer.LiveTable` (C): each of its methods is
-atomic under the GIL, so the common mmap and munmap take no Python lock. ``_lock`` is
-still a re-entrant lock for the rare paths and for subclasses: while a thread holds it,
-the table is pinned, the lock-free paths step aside and wait for the lock, so holding
-``_lock`` excludes every change to the live mappings, as it always did.
+The bookkeeping (live mappings, counters, the closed flag), mmap and munmap live in the
+compiled base class :class:`~aml_core._buffer.AreaBase`, with one rule: every change to
+an area's live mappings happens inside one of AreaBase's bookkeeping methods, each of
+which runs under the GIL without releasing it, so each change is atomic; the backend's
+native ``_allocate`` and ``_free`` run outside them. No lock guards the bookkeeping.
+``_lock`` is a re-entrant lock for subclasses' own state only.
 
 Writing a backend means subclassing :class:`Area` and implementing ``_allocate`` and
 ``_free`` (see docs/backend-authoring.md).
@@ -44,18 +45,16 @@ import threading
 import warnings
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self
 
 import attrs
 
-from ._buffer import AreaBase, LiveTable
+from ._buffer import AreaBase
 from .buffer import Buffer
-from .errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
-from .specs import MAX_SIZE, AreaStats, Capability, Kind, as_size
+from .errors import AMLError, AMLTypeError
+from .specs import AreaStats, Capability, Kind
 
 __all__ = ["Area", "NoOptions"]
-
-_B = TypeVar("_B", bound=Buffer)
 
 
 @attrs.frozen
@@ -66,39 +65,14 @@ class NoOptions:
 _NO_OPTIONS = NoOptions()  # frozen and empty: one instance serves every mmap
 
 
-class _TableLock:
-    """``Area._lock``: a re-entrant lock that also pins the area's live table while held,
-    so that the lock-free fast paths of mmap and munmap wait for it (an RLock's API)."""
-
-    __slots__ = ("_rlock", "_table")
-
-    def __init__(self, table: LiveTable) -> None:
-        self._rlock = threading.RLock()
-        self._table = table
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if not self._rlock.acquire(blocking, timeout):
-            return False
-        self._table.pin()
-        return True
-
-    def release(self) -> None:
-        self._rlock.release()  # raises (and keeps the pin count) if not held
-        self._table.unpin()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-
 class Area(AreaBase, abc.ABC):
     """Base class of every area.
 
     Subclasses set :attr:`options_type` (an attrs class; ``mmap`` accepts an instance,
     a mapping of its fields, or None) and implement :meth:`_allocate` and :meth:`_free`.
-    ``kind``, ``device`` and :meth:`_new_buffer` come from the C base class.
+    ``kind``, ``device``, :meth:`mmap`, :meth:`munmap`, the bookkeeping (:meth:`_track`,
+    :meth:`_restore`, :meth:`_resized`, :meth:`buffers`, :attr:`closed`),
+    :meth:`_lookup` and :meth:`_new_buffer` come from the compiled base class.
     """
 
     #: The attrs class of mmap options.
@@ -118,12 +92,8 @@ class Area(AreaBase, abc.ABC):
         self.kind = kind
         self.device = device
         self.capabilities = capabilities
-        #: The live mappings (base pointer -> Buffer, oldest first) and the counters.
-        #: munmap's fast path checks what Area._lookup checks: a subclass that redefines
-        #: _lookup has every munmap go through it.
-        self._live = LiveTable(fast=type(self)._lookup is Area._lookup)
-        self._lock = _TableLock(self._live)
-        self._closed = False
+        #: For subclasses' own state; the bookkeeping needs no lock (see the module doc).
+        self._lock = threading.RLock()
         #: Mappings detached by close() while still viewed: ptr -> (native, size).
         self._orphans: dict[int, tuple[Any, int]] = {}
 
@@ -146,23 +116,6 @@ class Area(AreaBase, abc.ABC):
         """Make the buffer's pending work visible to a DLPack consumer's stream."""
 
     # -- helpers for subclasses ---------------------------------------------------------
-    if TYPE_CHECKING:  # implemented in C (AreaBase): backends call it on every mmap
-
-        def _new_buffer(
-            self,
-            ptr: int,
-            size: int,
-            *,
-            host_accessible: bool,
-            readonly: bool = False,
-            dl_device: tuple[int, int] = (0, 0),
-            device_ptr: int | None = None,
-            native: Any = None,
-            device: int | None = None,
-        ) -> Buffer:
-            """A new :attr:`buffer_type` bound to the memory and to this area;
-            ``device_ptr`` defaults to ``ptr`` and ``device`` to the area's."""
-
     def _coerce_options(self, options: Any) -> Any:
         cls = self.options_type
         if options is None:
@@ -184,112 +137,19 @@ class Area(AreaBase, abc.ABC):
 
     # -- public API ---------------------------------------------------------------------
     @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise AMLValueError(f"this {self.backend} {self.kind.value} area is closed")
-
-    def mmap(self, size: int, options: Any = None) -> Buffer:
-        """Allocate ``size`` bytes; see the module documentation for errors."""
-        # The common case (a plain positive int) skips the full validation.
-        n = size if type(size) is int and 0 < size <= MAX_SIZE else as_size(size)
-        if self._closed:
-            self._check_open()
-        buf = self._allocate(n, self._coerce_options(options))
-        if self._live.add(buf):
-            return buf
-        return self._track(buf)
-
-    def _track(self, buf: _B, during: str = "mmap") -> _B:
-        """Track a new buffer (made by a subclass outside mmap, or one the table refused
-        without the lock): if the area was closed meanwhile, give the memory back and raise."""
-        with self._lock:
-            if self._live.add(buf, True):
-                return buf
-        buf._release()
-        self._free(buf)
-        raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during {during}")
-
-    def _resized(self, buf: Buffer, old_size: int) -> None:
-        """Count the new size of a buffer a subclass re-bound (a growable buffer), if it
-        is still live."""
-        self._live.resized(buf, old_size)
-
-    def _lookup(self, target: Buffer | int, size: int | None) -> Buffer:
-        if isinstance(target, Buffer):
-            if target.area is not self:
-                raise AMLValueError(f"{target!r} was not mapped by this area")
-            if target.freed:
-                raise AMLValueError(f"{target!r} was already unmapped")
-            buf = self._live.get(target.ptr)
-            if buf is not target:
-                raise AMLValueError(f"{target!r} is not live in this area")
-        elif isinstance(target, int) and not isinstance(target, bool):
-            found = self._live.get(target)
-            if found is None:
-                for live in self._live.buffers():
-                    base = live.ptr
-                    if base < target < base + live.size:
-                        raise AMLValueError(
-                            f"0x{target:x} is inside the mapping at 0x{base:x} (offset "
-                            f"{target - base}); munmap takes the mapping's base pointer"
-                        )
-                raise AMLValueError(
-                    f"0x{target:x} was not mapped by this area (a foreign pointer, or already unmapped)"
-                )
-            buf = found
-        else:
-            raise AMLTypeError(f"munmap takes a Buffer or an int pointer, not {type(target).__name__}")
-        if size is not None:
-            n = as_size(size)
-            if n != buf.size:
-                raise AMLValueError(f"munmap size {n} does not match the mapping's size {buf.size}")
-        return buf
-
-    def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
-        """Free a mapping made by this area, given as the Buffer or its base pointer."""
-        # The common case (a live, unviewed buffer or its exact pointer) in one atomic
-        # call; anything else, under the lock, says precisely what is wrong.
-        buf = self._live.take(self, buffer, size)
-        if buf is None:
-            with self._lock:
-                self._check_open()
-                buf = self._lookup(buffer, size)
-                if not buf._release():
-                    raise AMLBusyError(
-                        f"{buf!r} is still viewed ({buf.exports} memoryview/NumPy/DLPack exports); "
-                        "release the views first"
-                    )
-                self._live.remove(buf)
-        try:
-            self._free(buf)
-        except BaseException:
-            with self._lock:  # the memory is still there: keep tracking it
-                self._live.restore(buf)
-            raise
-
-    @property
     def stats(self) -> AreaStats:
         """Bytes in use, peak bytes, live mappings, total maps and unmaps."""
-        nbytes, peak, live, maps, unmaps = self._live.stats()
+        nbytes, peak, live, maps, unmaps = self._stats()
         return AreaStats(
             bytes_in_use=nbytes, peak_bytes=peak, live_mappings=live, total_maps=maps, total_unmaps=unmaps
         )
 
-    def buffers(self) -> tuple[Buffer, ...]:
-        """The live buffers, oldest first."""
-        return self._live.buffers()
-
     def close(self) -> None:
         """Free every live mapping and refuse further use. Buffers still viewed are
         detached and freed when their last view is gone. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            live = self._live.drain()  # counted as unmapped
+        live = self._drain()  # closed from now on; the buffers are counted as unmapped
+        if live is None:  # already closed
+            return
         errors: list[AMLError] = []
         for buf in live:
             if buf._release():
@@ -328,12 +188,12 @@ class Area(AreaBase, abc.ABC):
         self.close()
 
     def __del__(self) -> None:
-        if not getattr(self, "_closed", True) and self._live:
+        if not self.closed and self._live:
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
             with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()
 
     def __repr__(self) -> str:
         dev = "" if self.device is None else f" device={self.device}"
-        state = "closed" if self._closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{len(self._live)} live"
         return f"<aml {type(self).__name__} {self.backend}:{self.kind.value}{dev} {state}>"

@@ -49,7 +49,8 @@ class DLDeviceType(enum.IntEnum):
 class Buffer(BufferBase):
     """A mapping returned by ``area.mmap()``.
 
-    Attributes (read-only by convention):
+    Attributes (read-only: the area sets them when it makes the buffer, and frees the
+    memory from them):
 
     ``ptr``
         address of the first byte (for MAPPED memory: the host address).
@@ -64,18 +65,26 @@ class Buffer(BufferBase):
         live buffer-protocol views and DLPack consumers.
     ``freed``
         True once unmapped.
+    ``native``
+        backend-specific data the area needs to free the mapping (a handle, a
+        reference that keeps registered host memory alive...).
     """
 
-    # The attributes below and weak references live in BufferBase's C struct.
+    # The attributes and weak references live in BufferBase's C struct.
     __slots__ = ()
 
-    area: Area
-    kind: Kind
-    device: int | None
-    device_ptr: int
-    #: Backend-specific data the area needs to free the mapping (a handle, a
-    #: reference that keeps registered host memory alive...).
-    native: Any
+    if TYPE_CHECKING:  # read-only properties of BufferBase, with their precise types
+
+        @property
+        def area(self) -> Area: ...
+        @property
+        def kind(self) -> Kind: ...
+        @property
+        def device(self) -> int | None: ...
+        @property
+        def device_ptr(self) -> int: ...
+        @property
+        def native(self) -> Any: ...
 
     def free(self) -> None:
         """Unmap this buffer (``self.area.munmap(self)``)."""

@@ -24,10 +24,12 @@ __all__ = [
     "c_int",
     "device",
     "fd",
+    "flag_bits",
     "handle_bytes",
     "integer",
     "member",
     "pointer",
+    "power_of_two",
     "size",
 ]
 
@@ -106,6 +108,25 @@ def member(value: object, allowed: Collection[int], what: str) -> int:
     v = c_int(value, what)
     if v not in allowed:
         raise AMLValueError(f"{what} {v} is not one of {sorted(allowed)}")
+    return v
+
+
+def power_of_two(value: object, what: str = "alignment") -> int:
+    """A positive power of two that fits ``size_t`` (an alignment)."""
+    v = integer(value, what)
+    if v <= 0 or v > U64_MAX or v & (v - 1):
+        raise AMLValueError(f"{what} must be a power of two, got {v}")
+    return v
+
+
+def flag_bits(value: object, mask: int, what: str) -> int:
+    """A ``uint32`` bit field using only the bits of ``mask`` (the flags a native API
+    defines); unknown bits are refused before the call."""
+    v = integer(value, what)
+    if v < 0 or v > 0xFFFFFFFF:
+        raise AMLValueError(f"{what} {v} does not fit in 32 bits")
+    if v & ~mask:
+        raise AMLValueError(f"{what} {v:#x} has unknown bits {v & ~mask:#x} (allowed: {mask:#x})")
     return v
 
 

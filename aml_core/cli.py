@@ -1,86 +1,210 @@
 """The ``aml`` command.
 
-``aml info`` lists every backend (name, distribution and version, available or why not,
-devices, capabilities, priority) and which backend ``aml_core.area()`` would choose for
-each kind of memory; ``aml info --json`` prints the same for scripts.
+``aml info`` (or bare ``aml``) shows at a glance which backends are installed, which
+are available (first) and why the others are not, their versions and the versions of
+the drivers and runtimes they found, their devices (NUMA nodes with CPUs and memory,
+GPUs with total and free memory), huge pages, and which backend ``aml_core.area()``
+would choose for each kind of memory. Lines fit the terminal (``--verbose`` prints
+every text in full); ``aml info --json`` prints the same for scripts
+(docs/aml-info-json.md).
+
+Each entry-point backend is probed in its own process, so a probe that crashes or hangs
+is reported and the command still answers. A bad environment (``AML_BACKEND``,
+``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives a warning line and the rest
+of the report, with exit status 0. When the output cannot be written (a closed pipe, a
+full disk), the command says so in one line on stderr and exits with status 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
+import platform
+import re
+import shutil
 import sys
+import textwrap
+import warnings
 from collections.abc import Sequence
 
 from . import __version__
 from .errors import AMLError
-from .registry import backends, choose
+from .registry import AMLConfigWarning, default_registry
 from .specs import BackendStatus, Kind
 
-__all__ = ["main"]
+__all__ = ["JSON_SCHEMA_VERSION", "info_data", "main", "render"]
+
+#: Bumped when a field of ``aml info --json`` changes meaning or disappears.
+JSON_SCHEMA_VERSION = 1
+_STATE_ORDER = {"available": 0, "unavailable": 1, "broken": 2, "disabled": 3, "shadowed": 4}
+_ELLIPSIS = "..."
+#: Below this many columns left of a table row, its text goes on the next line.
+_INLINE_MIN = 50
 
 
-def _gib(n: int) -> str:
-    return f"{n / (1 << 30):.1f} GiB" if n else "?"
-
-
-def _info_data() -> dict[str, object]:
-    statuses = backends()
+def info_data() -> dict[str, object]:
+    """What ``aml info --json`` prints (docs/aml-info-json.md)."""
+    reg = default_registry()
+    with warnings.catch_warnings():  # the report shows them as warning lines
+        warnings.simplefilter("ignore", AMLConfigWarning)
+        statuses = reg.statuses(isolated=True)
     chosen: dict[str, object] = {}
     for kind in Kind:
-        choice = choose(kind)
+        choice = reg.choose(kind, statuses=statuses)
         chosen[kind.value] = {"backend": choice.backend, "rejected": [list(r) for r in choice.rejected]}
     return {
+        "schema_version": JSON_SCHEMA_VERSION,
         "aml_core": __version__,
-        "backends": [s.to_json() for s in statuses],
+        "aml_core_path": os.path.dirname(os.path.abspath(__file__)),
+        "python": platform.python_version(),
+        "warnings": list(reg.warnings()),
+        "backends": [s.to_json() for s in _display_order(statuses)],
         "chosen": chosen,
     }
 
 
-def _print_status(st: BackendStatus, out: list[str]) -> None:
-    state = "available" if st.available else "unavailable"
-    out.append(f"{st.name}  ({st.distribution} {st.version}, priority {st.priority})")
-    out.append(f"  {state}: {st.reason}")
-    if st.kinds:
-        out.append("  kinds: " + ", ".join(sorted(k.value for k in st.kinds)))
-    caps = st.capabilities.names()
-    if caps:
-        out.append("  capabilities: " + ", ".join(caps))
-    for dev in st.devices:
-        out.append(f"  device {dev.index}: {dev.name}, {_gib(dev.total_memory)}")
-        dcaps = dev.capabilities.names()
-        if dcaps and dcaps != caps:
-            out.append("    " + ", ".join(dcaps))
-        for key, value in dev.details.items():
-            out.append(f"    {key}: {value}")
+def _display_order(statuses: Sequence[BackendStatus]) -> list[BackendStatus]:
+    return sorted(
+        statuses,
+        key=lambda s: (_STATE_ORDER.get(s.state, 9), -(s.priority if s.priority is not None else -1), s.name),
+    )
 
 
-def info(as_json: bool) -> int:
-    data = _info_data()
-    if as_json:
-        print(json.dumps(data, indent=2, sort_keys=True))
-        return 0
-    out = [f"aml {__version__}", "", "backends (best first):"]
-    for st in backends():
-        _print_status(st, out)
-    out += ["", "aml_core.area(kind=...) would use:"]
+# -- text ---------------------------------------------------------------------------------------
+def compact(text: str) -> str:
+    """A native error message without its repetitions: ``"x.so: x.so: msg"`` becomes
+    ``"x.so: msg"``, a path or library name already said is not said again, and a
+    ``"; "``-separated part already said is dropped."""
+    text = re.sub(r"(\S+): \1: ", r"\1: ", text)
+    seen: list[str] = []
+    for token in re.findall(r"[\w./+-]*(?:/[\w.+-]+|\.so[\w.]*)", text):
+        if token in seen:
+            continue
+        seen.append(token)
+        first = text.find(token) + len(token)
+        rest = text[first:]
+        rest = re.sub(r"\b(AML_\w+)='" + re.escape(token) + "'", r"\1", rest)
+        rest = re.sub(r"(?<![\w/.])" + re.escape(token) + r": ", "", rest)
+        text = text[:first] + rest
+    parts: list[str] = []
+    for part in text.split("; "):
+        if not any(part in said for said in parts):
+            parts.append(part)
+    return "; ".join(parts)
+
+
+def _shorten(text: str, width: int) -> tuple[str, bool]:
+    if len(text) <= width:
+        return text, False
+    return text[: max(0, width - len(_ELLIPSIS))].rstrip() + _ELLIPSIS, True
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
+def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -> str:
+    """The text of ``aml info`` from :func:`info_data`, no line wider than ``width``
+    (unless ``verbose``, which prints every text in full, wrapped)."""
+    width = max(width, 40)
+    out: list[str] = []
+    cut = False
+
+    def line(text: str) -> None:
+        nonlocal cut
+        if verbose:
+            out.extend(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False) or [""])
+        else:
+            short, was_cut = _shorten(text, width)
+            cut |= was_cut
+            out.append(short)
+
+    def wrapped(text: str, indent: str = "  ") -> None:
+        out.extend(textwrap.wrap(text, width, subsequent_indent=indent + "  ", break_on_hyphens=False))
+
+    line(f"aml-core {data['aml_core']} (Python {data['python']}) at {data['aml_core_path']}")
+    notes = data["warnings"]
+    assert isinstance(notes, list)
+    for note in notes:
+        wrapped(f"warning: {note}")
+    backends = data["backends"]
+    assert isinstance(backends, list)
+    out.append("")
+    if not backends:
+        out.append("no backends installed (is aml-core installed? pip install aml-core)")
+    names_w = max((len(str(b["name"])) for b in backends), default=4)
+    labels = [
+        f"{b['name']!s:<{names_w}}  ({b['distribution'] or 'registered'} {b['version']})".replace(" )", ")")
+        for b in backends
+    ]
+    label_w = max((len(x) for x in labels), default=7)
+    inline = width - (label_w + 21) >= _INLINE_MIN and not verbose  # one layout for every row
+    line(f"{'BACKEND':<{label_w}}  PRIO  {'STATE':<11}  {'DETAIL OR REASON' if inline else ''}".rstrip())
+    for b, label in zip(backends, labels, strict=True):
+        prio = "-" if b["priority"] is None else str(b["priority"])
+        text = str(b["detail"] if b["available"] else b["reason"])
+        left = f"{label:<{label_w}}  {prio:>4}  {b['state']:<11}  "
+        if verbose:
+            out.append(left.rstrip())
+            out.extend(textwrap.wrap(text, width, initial_indent="    ", subsequent_indent="    ") or [])
+        elif inline:
+            line(left + compact(text))
+        else:  # a narrow terminal: the text on its own line
+            line(left.rstrip())
+            line("    " + compact(text))
+    for b in backends:
+        versions = b["versions"]
+        assert isinstance(versions, dict)
+        if not (b["available"] or versions):
+            continue
+        out.append("")
+        head = f"{b['name']}: " + (
+            ", ".join(f"{k} {v}" for k, v in versions.items()) or "no versions reported"
+        )
+        line(head)
+        if not b["available"]:  # what an unavailable backend found: its versions only
+            continue
+        caps = b["capabilities"]
+        assert isinstance(caps, list)
+        wrapped("  capabilities: " + (", ".join(caps) or "none"), "  ")
+        devices = b["devices"]
+        assert isinstance(devices, list)
+        for dev in devices:
+            mem = _size(dev["total_memory"]) if dev["total_memory"] else "memory ?"
+            if dev["free_memory"] is not None:
+                mem += f", {_size(dev['free_memory'])} free"
+            details = dev["details"]
+            extra = ""
+            if "cpus" in details:
+                extra = f", cpus {details['cpus']}"
+            if verbose:
+                extra = "".join(f", {k} {v}" for k, v in details.items())
+            line(f"  {dev['index']}: {dev['name']}, {mem}{extra}")
+    out.append("")
+    out.append("aml_core.area(kind=...) would use:")
     chosen = data["chosen"]
     assert isinstance(chosen, dict)
     for kind, entry in chosen.items():
-        name = entry["backend"]
-        if name:
-            out.append(f"  {kind:8} -> {name}")
-        else:
-            why = "; ".join(f"{n}: {r}" for n, r in entry["rejected"]) or "no backends installed"
-            out.append(f"  {kind:8} -> none ({why})")
-    print("\n".join(out))
-    return 0
+        line(f"  {kind:8} -> {entry['backend'] or 'none'}")
+    if cut:
+        out.append("")
+        out.extend(textwrap.wrap("(texts shortened to fit; aml info --verbose prints them in full)", width))
+    return "\n".join(out) + "\n"
 
 
+# -- command ------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aml",
-        description="aml: place, advise, map and share memory on heterogeneous nodes.",
+        description="aml: place, advise, map and share memory on heterogeneous nodes. "
+        "Without a command, runs 'aml info'.",
         epilog="Environment: AML_BACKEND forces a backend, AML_DISABLE_BACKENDS=a,b blocks some, "
         "AML_PROBE_TIMEOUT bounds each probe (seconds), AML_<NAME>_LIBRARY points a ctypes "
         "backend at a library.",
@@ -90,24 +214,56 @@ def build_parser() -> argparse.ArgumentParser:
     p_info = sub.add_parser(
         "info",
         help="list backends, their devices and capabilities, and the backend chosen for each kind",
-        description="List every installed backend (available or the reason it is not), its devices "
-        "and capabilities, and which backend aml_core.area() would choose for each kind of memory.",
+        description="List every installed backend (available first, or the reason it is not), its "
+        "versions, devices and capabilities, and which backend aml_core.area() would choose for each "
+        "kind of memory. Each probe runs in its own process.",
     )
-    p_info.add_argument("--json", action="store_true", help="print JSON for scripts")
+    p_info.add_argument("--json", action="store_true", help="print JSON for scripts (docs/aml-info-json.md)")
+    p_info.add_argument("-v", "--verbose", action="store_true", help="print every text in full")
     return parser
+
+
+def _write(text: str) -> int:
+    """Write to stdout; a closed pipe or a full disk is one line on stderr and status 1."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return 0
+    except OSError as exc:
+        _drop_stdout()
+        if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
+            why = "the reader closed the pipe (broken pipe)"
+        else:
+            why = exc.strerror or str(exc)
+        print(f"aml: error: cannot write to standard output: {why}", file=sys.stderr)
+        return 1
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush does not fail again."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 2
+    as_json = bool(getattr(args, "json", False))
+    verbose = bool(getattr(args, "verbose", False))
     try:
-        return info(args.json)
+        data = info_data()
     except AMLError as exc:
         print(f"aml: error: {exc}", file=sys.stderr)
         return 1
+    if as_json:
+        text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    else:
+        text = render(data, width=shutil.get_terminal_size((80, 24)).columns, verbose=verbose)
+    return _write(text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -4,7 +4,8 @@ cheap probe returning a :class:`ProbeResult`, and a lazy area factory."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,7 +23,41 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 def _devices(devices: Any) -> tuple[DeviceInfo, ...]:
+    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+        raise AMLTypeError(f"ProbeResult.devices must be DeviceInfo objects, not {type(devices).__name__}")
     return tuple(devices)
+
+
+def _check_devices(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, tuple):
+        raise AMLTypeError(f"ProbeResult.devices must be a tuple, not {type(value).__name__}")
+    for i, dev in enumerate(value):
+        if not isinstance(dev, DeviceInfo):
+            raise AMLTypeError(f"ProbeResult.devices[{i}] must be a DeviceInfo, not {type(dev).__name__}")
+
+
+def _versions(mapping: Any) -> Mapping[str, str]:
+    if not isinstance(mapping, Mapping):
+        raise AMLTypeError(f"ProbeResult.versions must be a mapping, not {type(mapping).__name__}")
+    return MappingProxyType(dict(mapping))
+
+
+def _check_versions(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, Mapping):
+        raise AMLTypeError(f"ProbeResult.versions must be a mapping, not {type(value).__name__}")
+    for key, version in value.items():
+        if not isinstance(key, str) or not isinstance(version, str):
+            raise AMLTypeError(f"ProbeResult.versions must map str to str, got {key!r}: {version!r}")
+
+
+def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], None]:
+    def check(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+        if not isinstance(value, kind):
+            raise AMLTypeError(
+                f"ProbeResult.{attribute.name} must be {kind.__name__}, not {type(value).__name__}"
+            )
+
+    return check
 
 
 def _kinds(values: Any) -> frozenset[Kind]:
@@ -33,13 +68,24 @@ def _kinds(values: Any) -> frozenset[Kind]:
 
 @attrs.frozen
 class ProbeResult:
-    """The outcome of a probe: available or not, why, and what was found."""
+    """The outcome of a probe: available or not, why, and what was found.
 
-    available: bool
-    reason: str = ""
-    devices: tuple[DeviceInfo, ...] = attrs.field(converter=_devices, factory=tuple)
+    Every field is type-checked (a wrong type raises :class:`AMLTypeError`); the
+    registry checks again what a probe returns and reports the backend as broken when
+    it is not a valid ProbeResult.
+    """
+
+    available: bool = attrs.field(validator=_check_type(bool))
+    #: Why the backend is unavailable (shown by ``aml info``); for an available
+    #: backend, put what was found in ``detail`` (a reason given there is read as detail).
+    reason: str = attrs.field(default="", validator=_check_type(str))
+    devices: tuple[DeviceInfo, ...] = attrs.field(converter=_devices, factory=tuple, validator=_check_devices)
     #: Capabilities found at probe time; combined with the descriptor's declared ones.
-    capabilities: Capability = Capability.NONE
+    capabilities: Capability = attrs.field(default=Capability.NONE, validator=_check_type(Capability))
+    #: What an available backend found, in one line ("2 device(s), driver 580.1").
+    detail: str = attrs.field(default="", validator=_check_type(str))
+    #: Versions of the driver, runtime and bindings found ({"CUDA driver": "13.0"}).
+    versions: Mapping[str, str] = attrs.field(factory=dict, converter=_versions, validator=_check_versions)
 
     @classmethod
     def unavailable(cls, reason: str) -> ProbeResult:

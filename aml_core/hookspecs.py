@@ -7,7 +7,9 @@ A plugin is a module named by an entry point in the group ``aml.backends``::
     cxl = "aml_cxl.plugin"
 
 The module must be cheap to import (no native library loaded at import time): the
-registry imports every installed plugin to list backends.
+registry imports every installed plugin to list backends. A plugin object can also be
+registered in-process with ``aml_core.register(plugin, name=...)``; it takes the same
+path through pluggy as an entry point.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ def aml_backends() -> Sequence[BackendDescriptor]:  # type: ignore[empty-body]
 
     Called once per process by the registry (results are cached; tests may call
     ``aml_core.registry.reset()``). Must not touch hardware: put that in the
-    descriptor's ``probe``. An exception here makes the plugin's backends
-    unavailable with the error as reason; it never stops other backends.
+    descriptor's ``probe``. An exception here, or a return value that is not
+    descriptors, makes the plugin ``broken`` with the error as reason; it never stops
+    other backends. Two plugins declaring the same backend name: the higher priority
+    wins (ties: distribution name, then plugin name); the other is ``shadowed``.
 
     Complete example (the module ``aml_cxl/plugin.py`` of a third-party backend)::
 

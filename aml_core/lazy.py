@@ -15,8 +15,9 @@ def lazy_exports(
     package: str, where: Mapping[str, str], *, distribution: str | None = None
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``__getattr__`` and ``__dir__`` for ``package``: each name of ``where`` is read from
-    its module (relative to the package) on first use and then cached in the package;
-    ``__version__`` is the installed ``distribution``'s version."""
+    its module (relative to the package) on first use, or from a dotted path in it
+    (``"module:BACKEND.create"``, ``"aml_core.gpu:GpuFlags"`` for an alias), and then
+    cached in the package; ``__version__`` is the installed ``distribution``'s version."""
     namespace = importlib.import_module(package).__dict__
 
     def __getattr__(name: str) -> Any:
@@ -31,7 +32,10 @@ def lazy_exports(
             module = where.get(name)
             if module is None:
                 raise AttributeError(f"module {package!r} has no attribute {name!r}")
-            value = getattr(importlib.import_module(module, package), name)
+            module, _, path = module.partition(":")
+            value = importlib.import_module(module, package)
+            for attribute in (path or name).split("."):
+                value = getattr(value, attribute)
         namespace[name] = value
         return value
 

@@ -457,7 +457,7 @@ class Pool(Area):
         return handle
 
     def _allocate(self, size: int, options: Any) -> Buffer:
-        if self._area._closed:
+        if self._area.closed:
             self._area._check_open()
         n = (size + self._mask) & ~self._mask
         with self._plock:
@@ -505,7 +505,7 @@ class Pool(Area):
                 override = getattr(self._tls, "stream", None)
                 if override is not None:
                     stream = override
-                if stream is not None and self._closed and not self._closing:
+                if stream is not None and self.closed and not self._closing:
                     # a buffer close() detached: its slab is released now, after its stream
                     self._streams().stream_synchronize(stream)
                     stream = blk.stream = None
@@ -621,7 +621,7 @@ class Pool(Area):
         """Return a live block to its heap now (under _plock)."""
         self._blocks -= blk.size
         slab = self._coalesce(blk)
-        if self._closed:
+        if self.closed:
             if not self._closing:  # a buffer close() detached while viewed: its slab goes now
                 self._auto_release(slab, 0)
         elif self._release_threshold is not None:
@@ -740,7 +740,7 @@ class Pool(Area):
         assert blk.free
         assert blk.next is None
         assert slab.buf is not None
-        if not self._area._closed:  # a closed area freed its slabs already
+        if not self._area.closed:  # a closed area freed its slabs already
             self._area.munmap(slab.buf)
         slab.heap.remove(blk)
         self._slabs.remove(slab)
@@ -850,7 +850,7 @@ class Pool(Area):
             ptr, size = seg.chunks[-1]
             if tail is None or not tail.free or tail.addr > ptr:
                 break
-            if not self._area._closed:
+            if not self._area.closed:
                 vm.unmap(ptr, size)
             seg.chunks.pop()
             seg.heap.remove(tail)
@@ -982,7 +982,7 @@ class Pool(Area):
         open). Buffers still viewed are freed when their last view is gone, and their
         slabs with them. Idempotent."""
         with self._lock:
-            if self._closed:
+            if self.closed:
                 return
         error: AMLError | None = None
         with self._plock:
@@ -1008,14 +1008,14 @@ class Pool(Area):
                     error = error or exc
             if self._segment is not None and not self._segment.chunks and self._reservation is not None:
                 res, self._reservation = self._reservation, None
-                if not self._area._closed and not res.freed:
+                if not self._area.closed and not res.freed:
                     assert self._vm is not None
                     self._vm.address_free(res)
         if error is not None:
             raise error
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{len(self._live)} live"
         return (
             f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
             f"{self._reserved} bytes reserved>"

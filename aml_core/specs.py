@@ -19,6 +19,7 @@ import attrs
 from .errors import AMLDomainError, AMLTypeError, AMLValueError
 
 __all__ = [
+    "BACKEND_STATES",
     "AreaSpec",
     "AreaStats",
     "BackendStatus",
@@ -145,6 +146,22 @@ def _frozen_mapping(mapping: Mapping[str, object]) -> Mapping[str, object]:
     return MappingProxyType(dict(mapping))
 
 
+def _optional_non_negative_int(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value is not None:
+        _non_negative_int(instance, attribute, value)
+
+
+def _str_mapping(mapping: Mapping[str, str]) -> Mapping[str, str]:
+    if not isinstance(mapping, Mapping):
+        raise AMLTypeError(
+            f"versions must be a mapping of names to version strings, not {type(mapping).__name__}"
+        )
+    for key, value in mapping.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise AMLTypeError(f"versions must map str to str, got {key!r}: {value!r}")
+    return MappingProxyType(dict(mapping))
+
+
 def _devices(devices: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
     return tuple(devices)
 
@@ -165,12 +182,15 @@ class DeviceInfo:
     capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
     #: Extra facts (driver version, PCI id, NUMA node...), as plain strings/ints.
     details: Mapping[str, object] = attrs.field(factory=dict, converter=_frozen_mapping)
+    #: Free memory in bytes when the probe ran (None: not known).
+    free_memory: int | None = attrs.field(default=None, validator=_optional_non_negative_int)
 
     def to_json(self) -> dict[str, object]:
         return {
             "index": self.index,
             "name": self.name,
             "total_memory": self.total_memory,
+            "free_memory": self.free_memory,
             "capabilities": self.capabilities.names(),
             "details": dict(self.details),
         }
@@ -199,32 +219,67 @@ class AreaSpec:
             raise AMLValueError(f"backend must be a non-empty backend name or None, got {value!r}")
 
 
+#: The states of a backend in :class:`BackendStatus` (and ``aml info``).
+BACKEND_STATES = ("available", "unavailable", "broken", "disabled", "shadowed")
+
+
+def _default_state(status: BackendStatus) -> str:
+    return "available" if status.available else "unavailable"
+
+
+def _check_state(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
+    if value not in BACKEND_STATES:
+        raise AMLValueError(f"state must be one of {', '.join(BACKEND_STATES)}, got {value!r}")
+
+
 @attrs.frozen
 class BackendStatus:
-    """What the registry knows of one backend (``aml_core.backends()``)."""
+    """What the registry knows of one backend (``aml_core.backends()``).
+
+    ``state`` is ``available``; ``unavailable`` (the probe said why); ``broken`` (the
+    plugin failed to import, its hook or probe raised, hung, crashed or returned junk);
+    ``disabled`` (``AML_DISABLE_BACKENDS``); or ``shadowed`` (another plugin provides a
+    backend of the same name and wins, see ``shadowed_by``). ``reason`` says why a
+    backend is not available (``""`` when it is); ``detail`` is what an available
+    backend's probe found. ``priority`` is None when it is not known (a plugin that
+    failed before declaring its backends).
+    """
 
     name: str
     distribution: str
     version: str
-    priority: int
+    priority: int | None
     available: bool
     reason: str
     kinds: frozenset[Kind] = attrs.field(converter=_to_kinds, factory=frozenset)
     devices: tuple[DeviceInfo, ...] = attrs.field(converter=_devices, factory=tuple)
     capabilities: Capability = attrs.field(default=Capability.NONE, validator=_capability)
     description: str = ""
+    detail: str = ""
+    #: Driver, runtime and binding versions the probe found ({"CUDA driver": "13.0"}).
+    versions: Mapping[str, str] = attrs.field(factory=dict, converter=_str_mapping)
+    state: str = attrs.field(default=attrs.Factory(_default_state, takes_self=True), validator=_check_state)
+    #: For a shadowed backend: the plugin that provides the backend of this name instead.
+    shadowed_by: str | None = None
+    #: The plugin (entry point or ``aml_core.register`` name) that declared the backend.
+    plugin: str = ""
 
     def to_json(self) -> dict[str, object]:
         return {
             "name": self.name,
+            "state": self.state,
+            "available": self.available,
+            "reason": None if self.available else self.reason,
+            "detail": self.detail,
             "distribution": self.distribution,
             "version": self.version,
+            "plugin": self.plugin,
             "priority": self.priority,
-            "available": self.available,
-            "reason": self.reason,
+            "shadowed_by": self.shadowed_by,
             "kinds": sorted(k.value for k in self.kinds),
             "devices": [d.to_json() for d in self.devices],
             "capabilities": self.capabilities.names(),
+            "versions": dict(self.versions),
             "description": self.description,
         }
 

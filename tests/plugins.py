@@ -80,3 +80,38 @@ def raising_create(kind: Kind, device: int | None = None, **options: Any) -> Any
 
 def unsupported_create(kind: Kind, device: int | None = None, **options: Any) -> Any:
     raise AMLNotSupported("this configuration is not supported")
+
+
+STARTED: set[str] = set()
+
+
+def tracking_probe(name: str, probe: Any = _ok_probe) -> Any:
+    """A probe that records that it was started (in STARTED) before running ``probe``."""
+
+    def run() -> ProbeResult:
+        STARTED.add(name)
+        result: ProbeResult = probe()
+        return result
+
+    return run
+
+
+def none_create(kind: Kind, device: int | None = None, **options: Any) -> Any:
+    return None
+
+
+def junk_types_probe() -> ProbeResult:
+    result = ProbeResult(available=True)
+    object.__setattr__(result, "capabilities", "huge_pages")  # bypasses the validators
+    return result
+
+
+def junk_devices_probe() -> ProbeResult:
+    return ProbeResult(available=True, devices=["x"])
+
+
+class NoHook:
+    """A plugin object without an ``aml_backends`` hook."""
+
+    def aml_backend(self) -> list[BackendDescriptor]:  # misspelt: not a hook
+        return []

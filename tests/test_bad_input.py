@@ -140,8 +140,16 @@ CASES: list[tuple[str, Callable[[Env], Any], type[BaseException], ErrorCode | No
         lambda e: _registry_with(P.Plugin(P.descriptor("x", 1, create=P.raising_create))).area(
             aml_core.AreaSpec("host")
         ),
-        RuntimeError,
-        None,
+        E.AMLNotSupported,
+        ErrorCode.ENOTSUP,
+    ),
+    (
+        "plugin area creation returns None",
+        lambda e: _registry_with(P.Plugin(P.descriptor("x", 1, create=P.none_create))).area(
+            aml_core.AreaSpec("host")
+        ),
+        E.AMLNotSupported,
+        ErrorCode.ENOTSUP,
     ),
 ]
 

@@ -1,4 +1,5 @@
-"""The GPU area: AML's CUDA/HIP area flag logic (seed 000), written once.
+"""The GPU area: AML's CUDA/HIP area flag logic (``aml_area_hip_*``, ``aml_area_cuda_*``;
+docs/aml-contract.md#hip-area), written once.
 
 ``GpuArea(runtime, device, flags)`` behaves as ``aml_area_hip_create`` /
 ``aml_area_cuda_create``:
@@ -13,9 +14,9 @@
   mapped host allocation (portable with ALLOC_GLOBAL); ALLOC_MAPPED alone → registers
   the caller's ``options.ptr`` (missing: EINVAL) and takes its device pointer;
   ALLOC_HOST → host allocation (portable with ALLOC_GLOBAL); no flag → device memory.
-* native errors are translated by the backend's table (seed: insufficient driver or no
-  device → ENOTSUP, allocation failure → ENOMEM, invalid value/device → EINVAL, device
-  in use → EBUSY, initialization error and anything unknown → FAILURE).
+* native errors are translated by the backend's table (docs/aml-contract.md#hip-area:
+  insufficient driver or no device → ENOTSUP, allocation failure → ENOMEM, invalid
+  value/device → EINVAL, device in use → EBUSY, initialization error and anything unknown → FAILURE).
 """
 
 from __future__ import annotations
@@ -153,7 +154,7 @@ class GpuArea(Area):
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
-        # even on failure (seed 000). Written out inline: the hot path of every GPU mmap.
+        # even on failure (aml_area_hip_mmap). Written out inline: the hot path of every GPU mmap.
         device = self.device if options.device is None else options.device
         assert device is not None
         rt = self.runtime
@@ -161,7 +162,7 @@ class GpuArea(Area):
             return self._allocate_on(size, options, rt.get_device())
         if device >= self._count:
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
-        # A failing hipGetDevice/cudaGetDevice is translated like any call (seed 000: no
+        # A failing hipGetDevice/cudaGetDevice is translated like any call (aml_area_hip_mmap: no
         # device or driver -> ENOTSUP, initialization error -> FAILURE...).
         current = rt.get_device()
         if current == device:
@@ -313,7 +314,7 @@ class GpuArea(Area):
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
 
-    # -- managed memory (seed 002) -----------------------------------------------------------
+    # -- managed memory (docs/aml-contract.md#hip-managed-memory) ----------------------------
     def _managed(self, buffer: Buffer) -> None:
         if self.kind is not Kind.MANAGED:
             raise AMLNotSupported(f"this {self.kind.value} area has no managed memory (needs ALLOC_UNIFIED)")
@@ -376,7 +377,7 @@ class GpuArea(Area):
         self._managed(buffer)
         managed.stream_attach(self.runtime, buffer, stream, flags)
 
-    # -- IPC (seed 004) ---------------------------------------------------------------------
+    # -- IPC (docs/aml-contract.md#hip-ipc) ---------------------------------------------------
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer (or its base pointer) for another process."""
         if self.kind is not Kind.DEVICE:

@@ -151,22 +151,27 @@ class GpuBackend:
             why = self._precheck()
             if why:
                 return ProbeResult.unavailable(why)
+        versions: dict[str, str] = {}  # what was found, also when no device is
         try:
             rt = self.runtime
+            # "cuda-bindings 13.3.1, driver API 13.0" -> {"cuda-bindings": "13.3.1", "driver API": "13.0"}
+            parts = [p.strip().rpartition(" ") for p in rt.traits.version.split(",") if p.strip()]
+            versions = {k or "library": v for k, _, v in parts}
             count = rt.device_count()
             if count <= 0:
-                return ProbeResult.unavailable(f"no {self.name} device found")
+                return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)
             devices = tuple(rt.device_info(i) for i in range(count))
         except AMLError as exc:
-            return ProbeResult.unavailable(str(exc))
+            return ProbeResult(available=False, reason=str(exc), versions=versions)
         caps = Capability.NONE
         for dev in devices:
             caps |= dev.capabilities
         return ProbeResult(
             available=True,
-            reason=f"{count} device(s), {rt.traits.version}".rstrip(", "),
+            detail=f"{count} device(s)",
             devices=devices,
             capabilities=caps,
+            versions=versions,
         )
 
     def create_area(

@@ -1,4 +1,4 @@
-"""AML's GPU area flags (seed 000), shared by the CUDA and HIP areas."""
+"""AML's GPU area flags (``AML_AREA_HIP_FLAG_*``, docs/aml-contract.md#hip-area), shared by CUDA and HIP."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Inter-process sharing of device memory (seed 004), written once for CUDA and HIP.
+"""Inter-process sharing of device memory (docs/aml-contract.md#hip-ipc), written once for CUDA and HIP.
 
 Exporter side: ``area.ipc_export(buffer)`` returns an :class:`IpcExport`; its
 ``handle`` is a picklable :class:`IpcHandle` to send to another process. Only the base
@@ -6,12 +6,12 @@ of a live device allocation can be exported; once the buffer is freed (or the ex
 closed) the export raises, and a new allocation gets a new handle.
 
 Importer side: ``backend.ipc_open(handle)`` maps the memory into the caller's current
-device, as the seed says (with lazy peer access: another device's memory is reached by
+device, as hipIpcOpenMemHandle does (with lazy peer access: another device's memory is reached by
 peer access), and returns a :class:`~aml_core.buffer.Buffer` of the backend's import
 area whose ``device`` is the exporter's device index. Opening the
 same handle twice in one process maps it once (an importer-side cache, as UMF has): the
 same Buffer comes back and must be closed as many times as it was opened. Importers must
-close before the exporter frees (the seed: freeing first is undefined behaviour).
+close before the exporter frees (HIP: freeing first is undefined behaviour).
 
 A block of a pool (``pool.ipc_export(buf)``) is shared as its slab's native handle plus
 the block's ``offset``: the importer maps each slab once (runtimes refuse to open one

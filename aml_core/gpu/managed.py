@@ -1,5 +1,6 @@
 """Managed (unified) memory: prefetch, advise, range attributes and stream attach
-(seed 002), written once over the ``MANAGED`` group of :class:`~aml_core.gpu.runtime.Runtime`.
+(docs/aml-contract.md#hip-managed-memory), written once over the ``MANAGED`` group of
+:class:`~aml_core.gpu.runtime.Runtime`.
 
 Locations are device indices, with :data:`CPU` (-1) for the host. Range attributes come
 back as Python values: ``bool`` for READ_MOSTLY, ``int`` locations (``CPU`` -1 for the

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
 from ..specs import Capability, Kind
-from .runtime import Group, capabilities
+from .groups import Group, capabilities
 
 if TYPE_CHECKING:
     from .backend import GpuBackend
@@ -24,6 +24,7 @@ __all__ = [
     "GPU_GROUPS",
     "GPU_INTERFACES",
     "GPU_KINDS",
+    "GPU_METHODS",
     "GPU_PRIORITY",
     "GPU_TYPES",
     "gpu_exports",
@@ -45,11 +46,12 @@ GPU_INTERFACES = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
 GPU_CAPABILITIES = capabilities(GPU_GROUPS, GPU_INTERFACES)
 
 #: The public names every GPU backend package (aml_cuda, aml_hip) exports for the same
-#: things: the types of :mod:`aml_core.gpu` it re-exports, and the functions of its
-#: ``api`` module (the bound methods of its :class:`~aml_core.gpu.backend.GpuBackend`).
-#: Each also exports AML's names for its area, flags and options (``CudaArea``,
-#: ``HipFlags``...); aml_cuda alone exports ``MIN_BINDINGS``, the oldest cuda-bindings it
-#: runs on (aml-hip loads its library through ctypes and has no binding).
+#: things, typed once in ``aml_core/gpu/exports.pyi``: the types of :mod:`aml_core.gpu`,
+#: its ``BACKEND`` (a :class:`~aml_core.gpu.backend.GpuBackend`) and that backend's bound
+#: methods, AML's area API among them. Each package also exports ``get_runtime`` and
+#: ``load_runtime`` (typed with its own runtime class) and AML's names for its area, flags
+#: and options (``CudaArea``, ``HipFlags``...); aml_cuda alone exports ``MIN_BINDINGS``, the
+#: oldest cuda-bindings it runs on (aml-hip loads its library through ctypes: no binding).
 GPU_TYPES = (
     "CPU",
     "INVALID",
@@ -69,27 +71,35 @@ GPU_TYPES = (
     "Stream",
     "VirtualMemory",
 )
-GPU_FUNCTIONS = (
-    "BACKEND",
+#: The methods of ``BACKEND`` a GPU backend package exports as functions.
+GPU_METHODS = (
     "create",
     "default_area",
     "destroy",
-    "get_runtime",
     "ipc_close",
     "ipc_open",
-    "load_runtime",
     "pointer_attributes",
     "probe",
     "stream",
     "unified_area",
     "virtual_memory",
 )
+GPU_FUNCTIONS = ("BACKEND", "get_runtime", "load_runtime", *GPU_METHODS)
 
 
-def gpu_exports(*api_names: str) -> dict[str, str]:
+def gpu_exports(prefix: str) -> dict[str, str]:
     """The lazy-export table of a GPU backend package: :data:`GPU_TYPES` from
-    :mod:`aml_core.gpu`, :data:`GPU_FUNCTIONS` and ``api_names`` from its ``api`` module."""
-    return dict.fromkeys(GPU_TYPES, "aml_core.gpu") | dict.fromkeys((*GPU_FUNCTIONS, *api_names), ".api")
+    :mod:`aml_core.gpu`, :data:`GPU_METHODS` from its ``api.BACKEND``, ``BACKEND``,
+    ``get_runtime`` and ``load_runtime`` from its ``api`` module, and AML's
+    names for the area, its flags and mmap options: ``<prefix>Area``, ``<prefix>Flags``
+    and ``<prefix>MmapOptions`` (``HipFlags`` is :class:`~aml_core.gpu.GpuFlags`...)."""
+    aliases = {f"{prefix}{what}": f"aml_core.gpu:Gpu{what}" for what in ("Area", "Flags", "MmapOptions")}
+    return (
+        dict.fromkeys(GPU_TYPES, "aml_core.gpu")
+        | {name: f".api:BACKEND.{name}" for name in GPU_METHODS}
+        | dict.fromkeys(("BACKEND", "get_runtime", "load_runtime"), ".api")
+        | aliases
+    )
 
 
 def lazy_descriptor(
@@ -99,9 +109,11 @@ def lazy_descriptor(
     *,
     priority: int = GPU_PRIORITY,
     capabilities: Capability = GPU_CAPABILITIES,
+    kinds: frozenset[Kind] = GPU_KINDS,
 ) -> BackendDescriptor:
     """A descriptor whose callables import the backend (``backend()``) only when the
-    registry probes it, builds an area or opens an IPC handle."""
+    registry probes it, builds an area or opens an IPC handle. ``kinds`` defaults to
+    CUDA's and HIP's (aml-ze has no MAPPED memory)."""
 
     def probe() -> ProbeResult:
         return backend().probe()
@@ -115,7 +127,7 @@ def lazy_descriptor(
     return BackendDescriptor(
         name=name,
         priority=priority,
-        kinds=GPU_KINDS,
+        kinds=kinds,
         probe=probe,
         create_area=create_area,
         capabilities=capabilities,

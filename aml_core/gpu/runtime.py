@@ -24,8 +24,8 @@ A runtime provides a group wholly or not at all: each group class declares its n
 operations as abstract ``_``-methods, so a class that misses one cannot be instantiated;
 a runtime whose *library* lacks a group (an old version without virtual memory) says so
 in :meth:`Runtime.missing_groups`, and that group is then absent with the reason.
-:func:`capabilities` derives what a backend reports from the groups it provides: it is
-the one place where groups become capabilities.
+:func:`~aml_core.gpu.groups.capabilities` derives what a backend reports from the groups it
+provides: it is the one place where groups become capabilities.
 
 Each group's public method validates its arguments (through :mod:`aml_core.checks`)
 and then calls the backend's ``_``-method, so no backend hand-writes a check and no bad
@@ -41,8 +41,7 @@ raises the backend's translated :class:`~aml_core.errors.AMLError` (through its
 from __future__ import annotations
 
 import abc
-import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, overload
 
 import attrs
@@ -51,6 +50,7 @@ from .. import checks
 from ..buffer import DLDeviceType
 from ..errors import AMLNotSupported, AMLValueError, ErrorTable
 from ..specs import Capability, DeviceInfo
+from .groups import Group, capabilities
 
 __all__ = [
     "CPU_DEVICE",
@@ -82,17 +82,6 @@ _ACCESS_FLAGS = frozenset({0, 1, 3})
 _ATTACH_FLAGS = frozenset({1, 2, 4})
 #: Range attribute data is at most this many ints (one per device and the host).
 _MAX_ATTRIBUTE_INTS = 4096
-
-
-class Group(enum.Enum):
-    """A capability group: a set of native operations provided wholly or not at all."""
-
-    ALLOCATION = "allocation"
-    MANAGED = "managed"
-    STREAMS = "streams"
-    IPC = "ipc"
-    VIRTUAL_MEMORY = "virtual_memory"
-    STREAM_ORDERED = "stream_ordered"
 
 
 @attrs.frozen
@@ -535,25 +524,6 @@ GROUP_OPS: Mapping[Group, type] = {
     Group.VIRTUAL_MEMORY: VirtualMemoryOps,
     Group.STREAM_ORDERED: StreamOrderedOps,
 }
-
-_GROUP_CAPABILITIES: Mapping[Group, Capability] = {
-    Group.ALLOCATION: Capability.PINNED | Capability.MAPPED | Capability.BUFFER_PROTOCOL,
-    Group.MANAGED: Capability.MANAGED,
-    Group.STREAMS: Capability.NONE,
-    Group.IPC: Capability.IPC,
-    Group.VIRTUAL_MEMORY: Capability.VIRTUAL_MEMORY,
-    Group.STREAM_ORDERED: Capability.NONE,
-}
-
-
-def capabilities(groups: Iterable[Group], interfaces: Capability) -> Capability:
-    """What a backend providing ``groups`` reports, with the exchange ``interfaces`` its
-    device memory speaks (DLPack, CUDA Array Interface). The one place where groups
-    become capabilities."""
-    caps = interfaces
-    for group in groups:
-        caps |= _GROUP_CAPABILITIES[group]
-    return caps
 
 
 def device_capabilities(

@@ -1,6 +1,6 @@
-"""Virtual memory (seed 003's semantics on CUDA VMM and HIP VMM), written once.
+"""Virtual memory (HSA's ``hsa_amd_vmem_*`` semantics on CUDA VMM and HIP VMM), written once.
 
-:class:`VirtualMemory` is both the low-level API of the seed and an area:
+:class:`VirtualMemory` is both the low-level API (docs/aml-contract.md#hsa-virtual-memory) and an area:
 
 * ``reserve(size)`` / ``address_free(r)``: a range of device virtual addresses;
 * ``create(size)`` / ``release(p)``: physical memory on the device;
@@ -172,7 +172,7 @@ class VirtualMemory(Area):
                 return res
         raise AMLValueError(f"0x{ptr:x}+{size} is not inside a live reservation of this area")
 
-    # -- seed 003 API ---------------------------------------------------------------
+    # -- the hsa_amd_vmem_* API (docs/aml-contract.md#hsa-virtual-memory) -------------
     def reserve(self, size: int, alignment: int = 0, address: int = 0) -> Reservation:
         """Reserve a virtual range of ``size`` bytes (a multiple of the granularity).
         ``address`` is a hint; another range is returned if it is taken."""
@@ -380,13 +380,14 @@ class VirtualMemory(Area):
         except BaseException:
             self.address_free(res)
             raise
-        buf = GrowableBuffer.__new__(GrowableBuffer)
-        buf._bind(res.ptr, first, 0, self._runtime.traits.dl_device, self.device or 0)
-        buf.area = self
-        buf.kind = Kind.DEVICE
-        buf.device = self.device
-        buf.device_ptr = res.ptr
-        buf.native = _VmmBuffer("vmm", res, [chunk])
+        buf = self._new_buffer(
+            res.ptr,
+            first,
+            host_accessible=False,
+            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            native=_VmmBuffer("vmm", res, [chunk]),
+            buffer_type=GrowableBuffer,
+        )
         return self._track(buf, "growable")
 
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:

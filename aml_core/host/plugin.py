@@ -1,8 +1,17 @@
 """The built-in host backend's plugin: registered through the ``aml.backends`` entry
-point of aml-core, like any third-party backend."""
+point of aml-core (its only registration), like any third-party backend.
+
+The probe reports each NUMA node this process may use (CPUs, total and free memory),
+the huge pages configured per page size, and transparent huge pages. ``huge_pages`` is
+claimed as a capability only when explicit huge pages (``MAP_HUGETLB``) are configured
+(some ``nr_hugepages`` > 0): without them a huge-page mapping fails. Transparent huge
+pages are reported separately (``transparent_huge_pages=`` of HostArea only advises).
+"""
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
@@ -11,28 +20,112 @@ from ..hookspecs import hookimpl
 from ..specs import Capability, DeviceInfo, Kind
 
 PRIORITY = 0
+NODE_ROOT = "/sys/devices/system/node"
+HUGEPAGES_ROOT = "/sys/kernel/mm/hugepages"
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+#: Declared statically; HUGE_PAGES is added by the probe when huge pages are configured.
+CAPABILITIES = Capability.NUMA | Capability.FILE_BACKED | Capability.BUFFER_PROTOCOL | Capability.DLPACK
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def node_cpus(node: int) -> str:
+    """The CPU list of a NUMA node as the kernel writes it ("0-3,8-11"; "" if unknown)."""
+    return _read(f"{NODE_ROOT}/node{node}/cpulist") or ""
+
+
+def node_meminfo(node: int) -> tuple[int, int | None]:
+    """Total and free memory of a NUMA node in bytes (total 0 and free None if unknown)."""
+    from . import numa
+
+    total, free = 0, None
+    text = _read(f"{NODE_ROOT}/node{node}/meminfo") or ""
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[-1] == "kB" and parts[-2].isdigit():
+            if parts[2] == "MemTotal:":
+                total = int(parts[-2]) * 1024
+            elif parts[2] == "MemFree:":
+                free = int(parts[-2]) * 1024
+    return (total or numa.node_memory(node)), free
+
+
+def huge_pages(root: str = HUGEPAGES_ROOT) -> dict[int, int]:
+    """Configured huge pages: page size in bytes → ``nr_hugepages`` (``root`` is
+    ``/sys/kernel/mm/hugepages`` or a node's ``hugepages`` directory)."""
+    out: dict[int, int] = {}
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return out
+    for name in names:
+        m = re.fullmatch(r"hugepages-(\d+)kB", name)
+        count = _read(f"{root}/{name}/nr_hugepages")
+        if m and count is not None and count.isdigit():
+            out[int(m.group(1)) * 1024] = int(count)
+    return dict(sorted(out.items()))
+
+
+def transparent_huge_pages() -> str | None:
+    """The THP mode (``always``, ``madvise`` or ``never``), None if unknown."""
+    text = _read(THP_ENABLED)
+    m = re.search(r"\[(\w+)\]", text or "")
+    return m.group(1) if m else None
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def describe_huge_pages(pages: dict[int, int]) -> str:
+    """``"2 MiB x 0, 1 GiB x 4"``, or ``"none"`` without huge page support."""
+    return ", ".join(f"{_size(size)} x {count}" for size, count in pages.items()) or "none"
 
 
 def probe() -> ProbeResult:
     """Always available on Linux; the devices are the NUMA nodes this process may use."""
     from . import numa
-    from .area import CAPABILITIES
 
+    pages = huge_pages()
+    caps = CAPABILITIES | (Capability.HUGE_PAGES if any(pages.values()) else Capability.NONE)
     allowed = sorted(numa.allowed_nodes())
-    devices = tuple(
-        DeviceInfo(
-            index=node,
-            name=f"NUMA node {node}",
-            total_memory=numa.node_memory(node),
-            capabilities=CAPABILITIES,
+    devices = []
+    for node in allowed:
+        total, free = node_meminfo(node)
+        details: dict[str, object] = {"cpus": node_cpus(node)}
+        node_pages = huge_pages(f"{NODE_ROOT}/node{node}/hugepages")
+        if node_pages:
+            details["huge_pages"] = describe_huge_pages(node_pages)
+        devices.append(
+            DeviceInfo(
+                index=node,
+                name=f"NUMA node {node}",
+                total_memory=total,
+                free_memory=free,
+                capabilities=caps,
+                details=details,
+            )
         )
-        for node in allowed
-    )
+    thp = transparent_huge_pages()
+    detail = f"NUMA nodes {allowed}; huge pages: {describe_huge_pages(pages)}"
+    if thp is not None:
+        detail += f"; THP: {thp}"
     return ProbeResult(
         available=True,
-        reason=f"{len(devices)} NUMA node(s) allowed: {allowed}",
-        devices=devices,
-        capabilities=CAPABILITIES,
+        detail=detail,
+        devices=tuple(devices),
+        capabilities=caps,
+        versions={"Linux": os.uname().release},
     )
 
 
@@ -61,11 +154,7 @@ def aml_backends() -> list[BackendDescriptor]:
             kinds={Kind.HOST},
             probe=probe,
             create_area=create_area,
-            capabilities=Capability.NUMA
-            | Capability.HUGE_PAGES
-            | Capability.FILE_BACKED
-            | Capability.BUFFER_PROTOCOL
-            | Capability.DLPACK,
+            capabilities=CAPABILITIES,
             description="Linux mmap with NUMA policy (mbind), huge pages and file mappings",
         )
     ]

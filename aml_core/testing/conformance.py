@@ -232,11 +232,11 @@ class AreaConformance:
         errors: list[BaseException] = []
         start = area.stats
 
-        def work(seed: int) -> None:
+        def work(worker: int) -> None:
             try:
                 for i in range(self.rounds):
-                    buf = area.mmap(4096 + seed * 64 + i)
-                    payload = bytes([seed]) * 32
+                    buf = area.mmap(4096 + worker * 64 + i)
+                    payload = bytes([worker]) * 32
                     self.write(area, buf, payload)
                     assert self.read(area, buf, 32) == payload
                     area.munmap(buf)
@@ -443,7 +443,7 @@ class ManagedConformance:
 
 
 class VirtualMemoryConformance:
-    """Virtual memory (seed 003): needs a fixture ``vm`` yielding an open
+    """Virtual memory (docs/aml-contract.md#hsa-virtual-memory): needs a fixture ``vm`` yielding an open
     :class:`~aml_core.gpu.vmm.VirtualMemory` of device 0."""
 
     def test_granularity(self, vm: Any) -> None:

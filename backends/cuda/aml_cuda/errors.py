@@ -1,4 +1,4 @@
-"""CUDA's native error codes translated into AML's (seed 000, on ``cudaError_t``).
+"""CUDA's native error codes translated into AML's (docs/aml-contract.md#cuda-area, on ``cudaError_t``).
 
 Runtime API (``cudaError_t``), as AML's HIP/CUDA area documents it:
 
@@ -15,7 +15,7 @@ cudaErrorNotPermitted (extension)                      EPERM
 anything else                                          FAILURE
 =====================================================  ==========
 
-The two extensions are not in the seed: AML's C library folds them into FAILURE, but a
+The two extensions are not in AML's area: its C library folds them into FAILURE, but a
 caller can act on "not supported here" and "not permitted" differently, so they get the
 AML codes of the same name.
 

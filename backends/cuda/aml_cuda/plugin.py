@@ -7,7 +7,6 @@ area factory and IPC opener import :mod:`aml_cuda.api` when the registry calls t
 
 from __future__ import annotations
 
-import ctypes
 from typing import TYPE_CHECKING
 
 from aml_core.descriptor import BackendDescriptor
@@ -30,6 +29,8 @@ def precheck() -> str | None:
     """Why CUDA cannot work here before cuda-bindings is even imported (about 50 ms saved
     on every machine without an NVIDIA driver), or None. The CUDA runtime looks for the
     driver exactly so: ``dlopen("libcuda.so.1")``."""
+    import ctypes
+
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError as exc:

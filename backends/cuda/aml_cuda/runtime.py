@@ -31,20 +31,7 @@ from typing import Any, NoReturn
 
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, ErrorTable
-from aml_core.gpu.runtime import (
-    CPU_DEVICE,
-    AllocationOps,
-    AllocationProperties,
-    IpcOps,
-    ManagedOps,
-    PointerAttributes,
-    Runtime,
-    RuntimeTraits,
-    StreamOps,
-    StreamOrderedOps,
-    VirtualMemoryOps,
-    device_capabilities,
-)
+from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from .errors import DRIVER_ERRORS, RUNTIME_ERRORS
@@ -117,7 +104,15 @@ def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualMemoryOps, StreamOrderedOps):
+class CudaRuntime(
+    core.Runtime,
+    core.AllocationOps,
+    core.ManagedOps,
+    core.StreamOps,
+    core.IpcOps,
+    core.VirtualMemoryOps,
+    core.StreamOrderedOps,
+):
     """Every capability group over ``cuda-bindings``."""
 
     def __init__(self) -> None:
@@ -135,7 +130,7 @@ class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, Virtual
             parts.append(f"driver API {_version(self.driver_version)}")
         if self.display_driver:
             parts.append(f"driver {self.display_driver}")
-        self.traits = RuntimeTraits(
+        self.traits = core.RuntimeTraits(
             name="cuda",
             dl_device=DLDeviceType.CUDA,
             dl_host=DLDeviceType.CUDA_HOST,
@@ -267,7 +262,7 @@ class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, Virtual
             "unified_addressing": bool(unified),
             "vmm_posix_fd": bool(posix_fd),
         }
-        caps = device_capabilities(
+        caps = core.device_capabilities(
             self,
             managed=bool(managed),
             concurrent=bool(concurrent),
@@ -334,12 +329,12 @@ class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, Virtual
             self._fail("cudaHostGetDevicePointer", err)
         return int(dptr)
 
-    def _pointer_attributes(self, ptr: int) -> PointerAttributes:
+    def _pointer_attributes(self, ptr: int) -> core.PointerAttributes:
         err, attrs = _rt.cudaPointerGetAttributes(ptr)
         if err:
             self._fail("cudaPointerGetAttributes", err)
         kind = int(attrs.type)
-        return PointerAttributes(
+        return core.PointerAttributes(
             memory_type=_MEMORY_TYPES.get(kind, "unregistered"),
             device=int(attrs.device),
             device_pointer=int(attrs.devicePointer or 0),
@@ -369,7 +364,7 @@ class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, Virtual
         loc = self._locations.get(device)
         if loc is None:
             loc = _rt.cudaMemLocation()
-            if device == CPU_DEVICE:
+            if device == core.CPU_DEVICE:
                 loc.type = _rt.cudaMemLocationType.cudaMemLocationTypeHost
                 loc.id = 0
             else:
@@ -670,12 +665,12 @@ class CudaRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, Virtual
             self._dfail("cuMemRetainAllocationHandle", err)
         return int(handle)
 
-    def _vmm_properties(self, handle: int) -> AllocationProperties:
+    def _vmm_properties(self, handle: int) -> core.AllocationProperties:
         self._context()
         err, prop = _drv.cuMemGetAllocationPropertiesFromHandle(handle)
         if err:
             self._dfail("cuMemGetAllocationPropertiesFromHandle", err)
-        return AllocationProperties(
+        return core.AllocationProperties(
             type=int(prop.type),
             location_device=int(prop.location.id),
             handle_types=int(prop.requestedHandleTypes),

@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from aml_core.buffer import Buffer
-from aml_core.gpu import GpuArea, GpuFlags, GpuMmapOptions
+from aml_core.gpu import AllocMode, GpuArea, GpuFlags, GpuMmapOptions
 from aml_core.specs import Kind
 
 ALL_FLAGS = tuple(range(16))
@@ -22,7 +22,7 @@ def flag_name(flags: int) -> str:
 
 
 def mode(flags: int) -> str:
-    """What the seed says an area of these flags allocates."""
+    """What AML's area says an area of these flags allocates (docs/aml-contract.md#hip-area)."""
     if flags & GpuFlags.ALLOC_UNIFIED:
         return "managed"
     if flags & GpuFlags.ALLOC_MAPPED:
@@ -46,7 +46,7 @@ class AutoRegisteringArea(GpuArea):
     fresh anonymous host memory (kept alive by the buffer) instead of refusing."""
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
-        if options.ptr is None and self._mode == "registered":
+        if options.ptr is None and self._mode is AllocMode.REGISTERED:
             host = _mmap.mmap(-1, max(size, 1))
             options = attrs.evolve(options, ptr=host)
         return super()._allocate(size, options)

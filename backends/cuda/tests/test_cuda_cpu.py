@@ -61,12 +61,12 @@ def test_plugin_import_is_cheap() -> None:
     loaded = json.loads(out.stdout.strip().replace("'", '"'))
     assert "aml_cuda.plugin" in loaded
     assert not [m for m in loaded if m.startswith("cuda")], loaded
-    # Only the lazy package, its plugin helper and the capability groups the declared
-    # capabilities derive from: no area, IPC, VMM or native code.
+    # Only the lazy package, its plugin helper and the group names the declared
+    # capabilities derive from: no runtime, area, IPC, VMM or native code.
     assert [m for m in loaded if m.startswith("aml_core.gpu")] == [
         "aml_core.gpu",
+        "aml_core.gpu.groups",
         "aml_core.gpu.plugin",
-        "aml_core.gpu.runtime",
     ]
     assert "aml_cuda.api" not in loaded
     # Self time of aml-cuda's own modules (the rest is aml_core, imported anyway).
@@ -97,8 +97,11 @@ def test_registry_lists_cuda() -> None:
     st = statuses["cuda"]
     assert st.distribution == "aml-cuda"
     assert st.priority == 100
-    assert st.reason
-    if not st.available:
+    if st.available:
+        assert st.detail
+        assert not st.reason
+    else:
+        assert st.reason
         assert not st.devices
 
 
@@ -115,12 +118,14 @@ def test_aml_info_lists_cuda() -> None:
     (cuda,) = [b for b in data["backends"] if b["name"] == "cuda"]
     assert cuda["distribution"] == "aml-cuda"
     assert cuda["priority"] == 100
-    assert cuda["reason"]
     if gpu_available():
+        assert cuda["reason"] is None
+        assert cuda["detail"]
         assert cuda["available"] is True
         assert cuda["devices"][0]["details"]["compute_capability"]
         assert data["chosen"]["device"]["backend"] == "cuda"
     else:
+        assert cuda["reason"]
         assert cuda["available"] is False
     text = subprocess.run(
         [sys.executable, "-m", "aml_core", "info"],
@@ -297,7 +302,7 @@ def test_runtime_table(native: Any, code: ErrorCode, cls: type[Exception]) -> No
 
 
 def test_runtime_table_numbers() -> None:
-    """The seed's rows, by number as well as by name (the bindings' enum values)."""
+    """docs/aml-contract.md#cuda-area's rows, by number as well as by name (the bindings' enum values)."""
     assert {k: v.name for k, v in cuda_errors.RUNTIME_MAPPING.items()} == {
         35: "ENOTSUP",
         100: "ENOTSUP",

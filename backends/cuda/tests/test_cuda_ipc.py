@@ -1,4 +1,4 @@
-"""IPC of device memory between two real processes (seed 004), and virtual memory
+"""IPC of device memory between two real processes (docs/aml-contract.md#hip-ipc), and virtual memory
 shared through a POSIX file descriptor sent over a UNIX socket (SCM_RIGHTS)."""
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def test_new_handle_after_free_and_realloc(rt: Any) -> None:
         area.munmap(first)
         second = area.mmap(size)
         h2 = area.ipc_export(second).handle
-        # The seed: a new allocation (even at the same address) gets a new handle.
+        # cudaIpcGetMemHandle: a new allocation (even at the same address) gets a new handle.
         assert h2.data != h1.data, f"same handle for a new allocation (same address: {second.ptr == ptr})"
         area.munmap(second)
 

@@ -1,4 +1,4 @@
-"""Managed memory on a real GPU (seed 002, CUDA 13 forms): every advice read back
+"""Managed memory on a real GPU (docs/aml-contract.md#hip-managed-memory, CUDA 13): every advice read back
 through the range attributes (every attribute), prefetch to the device and the host
 with the last prefetch location read back, and stream attach with aml, CuPy and
 PyTorch streams."""

@@ -29,107 +29,20 @@ from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES, gpu_exports
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from aml_core.gpu import (
-        CPU as CPU,
-    )
-    from aml_core.gpu import (
-        INVALID as INVALID,
-    )
-    from aml_core.gpu import (
-        Access as Access,
-    )
-    from aml_core.gpu import (
-        Advice as Advice,
-    )
-    from aml_core.gpu import (
-        AllocationProperties as AllocationProperties,
-    )
-    from aml_core.gpu import (
-        AttachFlags as AttachFlags,
-    )
-    from aml_core.gpu import (
-        CoherencyMode as CoherencyMode,
-    )
-    from aml_core.gpu import (
-        GrowableBuffer as GrowableBuffer,
-    )
-    from aml_core.gpu import (
-        IpcExport as IpcExport,
-    )
-    from aml_core.gpu import (
-        IpcHandle as IpcHandle,
-    )
-    from aml_core.gpu import (
-        LocationType as LocationType,
-    )
-    from aml_core.gpu import (
-        Physical as Physical,
-    )
-    from aml_core.gpu import (
-        PointerAttributes as PointerAttributes,
-    )
-    from aml_core.gpu import (
-        RangeAttribute as RangeAttribute,
-    )
-    from aml_core.gpu import (
-        Reservation as Reservation,
-    )
-    from aml_core.gpu import (
-        Stream as Stream,
-    )
-    from aml_core.gpu import (
-        VirtualMemory as VirtualMemory,
-    )
+    # AML's names for the area, its flags and mmap options (aml_area_hip_*).
+    from aml_core.gpu import GpuArea as HipArea
+    from aml_core.gpu import GpuFlags as HipFlags
+    from aml_core.gpu import GpuMmapOptions as HipMmapOptions
+    from aml_core.gpu.exports import *  # noqa: F403  (the names every GPU backend exports)
 
-    from .api import (
-        BACKEND as BACKEND,
-    )
-    from .api import (
-        HipArea as HipArea,
-    )
-    from .api import (
-        HipFlags as HipFlags,
-    )
-    from .api import (
-        HipMmapOptions as HipMmapOptions,
-    )
-    from .api import (
-        create as create,
-    )
-    from .api import (
-        default_area as default_area,
-    )
-    from .api import (
-        destroy as destroy,
-    )
-    from .api import (
-        get_runtime as get_runtime,
-    )
-    from .api import (
-        ipc_close as ipc_close,
-    )
-    from .api import (
-        ipc_open as ipc_open,
-    )
-    from .api import (
-        load_runtime as load_runtime,
-    )
-    from .api import (
-        pointer_attributes as pointer_attributes,
-    )
-    from .api import (
-        probe as probe,
-    )
-    from .api import (
-        stream as stream,
-    )
-    from .api import (
-        unified_area as unified_area,
-    )
-    from .api import (
-        virtual_memory as virtual_memory,
-    )
+    from .api import get_runtime as get_runtime
+    from .api import load_runtime as load_runtime
 
-_OWN = ("HipArea", "HipFlags", "HipMmapOptions")
-__all__ = [*GPU_TYPES, *GPU_FUNCTIONS, *_OWN, "__version__"]  # noqa: PLE0604
-__getattr__, __dir__ = lazy_exports(__name__, gpu_exports(*_OWN), distribution="aml-hip")
+__all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
+    *GPU_TYPES,
+    *GPU_FUNCTIONS,
+    "HipArea",
+    "HipFlags",
+    "HipMmapOptions",
+]
+__getattr__, __dir__ = lazy_exports(__name__, gpu_exports("Hip"), distribution="aml-hip")

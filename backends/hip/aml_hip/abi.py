@@ -1,7 +1,7 @@
 """Every HIP constant, enum value and struct layout aml-hip uses, per HIP version.
 
 This module is the one place the bindings take numbers from, so that the ABI probe
-(``backends/hip/tests/native/abi_probe.c`` + ``backends/hip/tests/native/test_abi.py``) checks exactly
+(``backends/hip/tests/native/abi_probe.c`` + ``backends/hip/tests/native/test_hip_abi.py``) checks exactly
 what the bindings use:
 
 * the values that are the same in every supported version (5.2 .. 7.x) are module
@@ -10,11 +10,11 @@ what the bindings use:
   range; :func:`abi_for` picks it from ``hipRuntimeGetVersion``;
 * struct layouts are ctypes structures, with the offsets they must have.
 
-Sources (``shared/reference/native-memory-apis.md``, cited as "ref §x.y"): every value of
+Sources (``docs/native-abi.md#hip``, cited by its section anchors ``#hip-...``): every value of
 HIP 5.2 is compared one by one against Debian's ``libamdhip64-dev`` 5.2.3 headers by the
 ABI probe; the 5.3 .. 7.x values cannot be compiled here (no such headers) and are
-encoded from the reference's tables, cited at each value, and checked against those
-tables by ``test_abi.py``. ``hipErrorContextAlreadyInUse`` is not in the reference: its
+encoded from the tables of that page, cited at each value, and checked against those
+tables by ``test_hip_abi.py``. ``hipErrorContextAlreadyInUse`` is only known from 5.2: its
 value was probed from the Debian 5.2 header (and is checked by the probe).
 """
 
@@ -50,7 +50,7 @@ __all__ = [
 
 
 def hip_version(major: int, minor: int, patch: int = 0) -> int:
-    """``HIP_VERSION`` encoding: major * 10000000 + minor * 100000 + patch (ref §1.1)."""
+    """``HIP_VERSION``: major * 10000000 + minor * 100000 + patch (native-abi.md#hip-library-and-version)."""
     return major * 10_000_000 + minor * 100_000 + patch
 
 
@@ -59,7 +59,7 @@ def version_string(version: int) -> str:
     return f"{version // 10_000_000}.{version // 100_000 % 100}.{version % 100_000}"
 
 
-# -- hipError_t (ref §1.2: identical in 5.2 .. 7.x for every code below) ---------------------
+# -- hipError_t (docs/native-abi.md#hip-error-codes: identical in 5.2 .. 7.x for every code below)
 hipSuccess: Final = 0
 hipErrorInvalidValue: Final = 1
 hipErrorOutOfMemory: Final = 2
@@ -69,13 +69,13 @@ hipErrorInitializationError: Final = 3  # alias of hipErrorNotInitialized
 hipErrorInsufficientDriver: Final = 35
 hipErrorNoDevice: Final = 100
 hipErrorInvalidDevice: Final = 101
-#: Not in the reference: probed from Debian's 5.2 hip_runtime_api.h (and by the ABI probe).
+#: Only known from Debian's 5.2 hip_runtime_api.h (and by the ABI probe).
 hipErrorContextAlreadyInUse: Final = 216
 hipErrorHostMemoryAlreadyRegistered: Final = 712
 hipErrorNotSupported: Final = 801
 hipErrorUnknown: Final = 999
 
-# -- special device ids and streams (ref §1.3) -------------------------------------------
+# -- special device ids and streams (docs/native-abi.md#hip-flags-and-ids) ---------------------
 hipCpuDeviceId: Final = -1
 hipInvalidDeviceId: Final = -2
 hipStreamDefault: Final = 0x0
@@ -84,7 +84,7 @@ hipStreamNonBlocking: Final = 0x1
 # -- hipMemcpyKind (Debian 5.2 driver_types.h; CUDA's cudaMemcpyDefault is the same 4) ----
 hipMemcpyDefault: Final = 4
 
-# -- host allocation and registration flags (ref §1.4; unsigned int) -------------------------
+# -- host allocation and registration flags (docs/native-abi.md#hip-flags-and-ids; unsigned int) ---
 hipHostMallocDefault: Final = 0x0
 hipHostMallocPortable: Final = 0x1
 hipHostMallocMapped: Final = 0x2
@@ -92,15 +92,15 @@ hipHostRegisterDefault: Final = 0x0
 hipHostRegisterPortable: Final = 0x1
 hipHostRegisterMapped: Final = 0x2
 
-# -- hipMallocManaged / hipStreamAttachMemAsync (ref §1.4) ----------------------------------
+# -- hipMallocManaged / hipStreamAttachMemAsync (docs/native-abi.md#hip-flags-and-ids) ------------
 hipMemAttachGlobal: Final = 0x1
 hipMemAttachHost: Final = 0x2
 hipMemAttachSingle: Final = 0x4
 
-# -- IPC (ref §1.4, §1.9); the lazy-peer flag is per version: HipAbi -------------------------
+# -- IPC (docs/native-abi.md#hip-ipc); the lazy-peer flag is per version: HipAbi ---------------
 HIP_IPC_HANDLE_SIZE: Final = 64
 
-# -- hipMemoryAdvise (ref §1.5, same 5.2 .. 7.x) ----------------------------------------------
+# -- hipMemoryAdvise (docs/native-abi.md#hip-managed-memory-enums, same 5.2 .. 7.x) --------------
 hipMemAdviseSetReadMostly: Final = 1
 hipMemAdviseUnsetReadMostly: Final = 2
 hipMemAdviseSetPreferredLocation: Final = 3
@@ -110,7 +110,7 @@ hipMemAdviseUnsetAccessedBy: Final = 6
 hipMemAdviseSetCoarseGrain: Final = 100
 hipMemAdviseUnsetCoarseGrain: Final = 101
 
-# -- hipMemRangeAttribute and hipMemRangeCoherencyMode (ref §1.5) ----------------------------
+# -- hipMemRangeAttribute and hipMemRangeCoherencyMode (docs/native-abi.md#hip-managed-memory-enums)
 hipMemRangeAttributeReadMostly: Final = 1
 hipMemRangeAttributePreferredLocation: Final = 2
 hipMemRangeAttributeAccessedBy: Final = 3
@@ -120,7 +120,7 @@ hipMemRangeCoherencyModeFineGrain: Final = 0
 hipMemRangeCoherencyModeCoarseGrain: Final = 1
 hipMemRangeCoherencyModeIndeterminate: Final = 2
 
-# -- hipDeviceAttribute_t (ref §1.7: identical in 5.2 and 6.x; 7.x consistent) ---------------
+# -- hipDeviceAttribute_t (docs/native-abi.md#hip-device-attributes: same in 5.2 and 6.x; 7.x consistent)
 # VirtualMemoryManagementSupported (89) exists from 6.0 only: see HipAbi.attr_vmm_supported.
 hipDeviceAttributeCanMapHostMemory: Final = 3
 hipDeviceAttributeConcurrentManagedAccess: Final = 9
@@ -134,7 +134,7 @@ hipDeviceAttributePciDeviceId: Final = 68
 hipDeviceAttributePciDomainID: Final = 69
 hipDeviceAttributeUnifiedAddressing: Final = 85
 
-# -- virtual memory enums (ref §1.8; 7.x only adds values aml-hip does not use) --------------
+# -- virtual memory enums (docs/native-abi.md#hip-virtual-memory; 7.x only adds values aml-hip does not use)
 hipMemAllocationTypePinned: Final = 0x1
 hipMemHandleTypeNone: Final = 0x0
 hipMemHandleTypePosixFileDescriptor: Final = 0x1
@@ -146,7 +146,7 @@ hipMemAllocationGranularityMinimum: Final = 0x0
 hipMemAllocationGranularityRecommended: Final = 0x1
 
 #: The version-independent constants above, by C name: what the ABI probe prints for
-#: every version and what ``test_abi.py`` compares one by one.
+#: every version and what ``test_hip_abi.py`` compares one by one.
 COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipSuccess",
     "hipErrorInvalidValue",
@@ -223,26 +223,28 @@ def common_values() -> dict[str, int]:
 
 # -- struct layouts ------------------------------------------------------------------------------
 class hipMemLocation(ctypes.Structure):
-    """``{ hipMemLocationType type; int id; }``, 8 bytes (ref §1.5)."""
+    """``{ hipMemLocationType type; int id; }``, 8 bytes (docs/native-abi.md#hip-virtual-memory)."""
 
     _fields_ = (("type", ctypes.c_int), ("id", ctypes.c_int))
 
 
 class hipMemAccessDesc(ctypes.Structure):
-    """``{ hipMemLocation location; hipMemAccessFlags flags; }``, 12 bytes, flags at 8 (ref §1.8)."""
+    """``{ hipMemLocation location; hipMemAccessFlags flags; }``, 12 bytes, flags at 8
+    (docs/native-abi.md#hip-virtual-memory)."""
 
     _fields_ = (("location", hipMemLocation), ("flags", ctypes.c_int))
 
 
 class hipIpcMemHandle_t(ctypes.Structure):
-    """``struct { char reserved[64]; }``, passed by value to hipIpcOpenMemHandle (ref §1.9)."""
+    """``struct { char reserved[64]; }``, passed by value to hipIpcOpenMemHandle (native-abi.md#hip-ipc)."""
 
     _fields_ = (("reserved", ctypes.c_char * HIP_IPC_HANDLE_SIZE),)
 
 
 class hipPointerAttribute_t(ctypes.Structure):
-    """32 bytes in every version (ref §1.6). Field 0 is ``memoryType`` in 5.2 .. 5.4 and
-    ``type`` from 6.0; its numbering is per version (:attr:`HipAbi.memory_types`)."""
+    """32 bytes in every version (docs/native-abi.md#hip-pointer-attributes). Field 0 is
+    ``memoryType`` in 5.2 .. 5.4 and ``type`` from 6.0; its numbering is per version
+    (:attr:`HipAbi.memory_types`)."""
 
     _fields_ = (
         ("type", ctypes.c_int),
@@ -255,7 +257,7 @@ class hipPointerAttribute_t(ctypes.Structure):
 
 
 class hipMemAllocationProp_v5_2(ctypes.Structure):
-    """``hipMemAllocationProp`` of HIP 5.2 (Debian), 32 bytes (ref §1.8 table, left column)."""
+    """``hipMemAllocationProp`` of HIP 5.2 (Debian), 32 bytes (docs/native-abi.md#hip-virtual-memory)."""
 
     _fields_ = (
         ("compressionType", ctypes.c_ubyte),
@@ -277,7 +279,7 @@ class _AllocFlags(ctypes.Structure):
 
 class hipMemAllocationProp_v5_3(ctypes.Structure):
     """``hipMemAllocationProp`` of HIP >= 5.3 (6.x, 7.x; = CUmemAllocationProp), 32 bytes
-    (ref §1.8 table, right column). HIP pads 4 bytes after allocFlags."""
+    (docs/native-abi.md#hip-virtual-memory, >= 5.3 row). HIP pads 4 bytes after allocFlags."""
 
     _fields_ = (
         ("type", ctypes.c_int),
@@ -289,8 +291,8 @@ class hipMemAllocationProp_v5_3(ctypes.Structure):
     )
 
 
-#: Offsets (and sizes) the structures must have, from the reference (ref §1.5, §1.6,
-#: §1.8, §1.9). 5.2 entries are also compared against the Debian header by the probe.
+#: Offsets (and sizes) the structures must have, from docs/native-abi.md#hip-virtual-memory,
+#: #hip-pointer-attributes and #hip-ipc. 5.2 entries are also compared against the Debian header by the probe.
 REFERENCE_LAYOUTS: Final[Mapping[str, Mapping[str, int]]] = MappingProxyType(
     {
         "hipMemLocation": MappingProxyType({"sizeof": 8, "type": 0, "id": 4}),
@@ -371,7 +373,7 @@ def struct_layout(name: str) -> dict[str, int]:
 
 # -- per-version ABI -------------------------------------------------------------------------
 #: How ``hipMemImportFromShareableHandle`` takes the fd: a pointer to an int (6.2/6.3;
-#: assumed for 5.x, where the reference did not verify the behaviour), the fd value cast
+#: assumed for 5.x, where the behaviour was not verified), the fd value cast
 #: to ``void*`` (>= 7.0), or not at all (6.0/6.1 return hipErrorNotSupported).
 ShareableConvention = Literal["pointer", "value", "unsupported"]
 MemoryKind = Literal["unregistered", "host", "device", "managed", "array", "unified"]
@@ -383,26 +385,26 @@ def _frozen(mapping: Mapping[str, int]) -> Mapping[str, int]:
 
 @attrs.frozen
 class HipAbi:
-    """What differs between HIP versions (ref §1.10), for one range of versions."""
+    """What differs between HIP versions (docs/native-abi.md#hip-version-differences), for a version range."""
 
     #: First HIP_VERSION this ABI applies to.
     since: int
     #: Short label for messages ("5.2", "6.2/6.3", ...).
     label: str
-    #: ``hipIpcMemLazyEnablePeerAccess`` (ref §1.4: 0 up to 5.7, 1 from 6.0).
+    #: ``hipIpcMemLazyEnablePeerAccess`` (docs/native-abi.md#hip-flags-and-ids: 0 up to 5.7, 1 from 6.0).
     ipc_lazy_enable_peer_access: int
-    #: hipMemoryType numbering, C name -> value (ref §1.6).
+    #: hipMemoryType numbering, C name -> value (docs/native-abi.md#hip-pointer-attributes).
     memory_types: Mapping[str, int] = attrs.field(converter=_frozen)
-    #: Name of field 0 of hipPointerAttribute_t in this version's header (ref §1.6).
+    #: Name of field 0 of hipPointerAttribute_t in this version (docs/native-abi.md#hip-pointer-attributes).
     pointer_type_field: str
-    #: ``hipMemAllocationProp`` layout (ref §1.8).
+    #: ``hipMemAllocationProp`` layout (docs/native-abi.md#hip-virtual-memory).
     allocation_prop: type[ctypes.Structure]
-    #: Shareable-handle convention of the VMM export/import calls (ref §1.8).
+    #: Shareable-handle convention of the VMM export/import calls (docs/native-abi.md#hip-virtual-memory).
     shareable: ShareableConvention
-    #: Host allocation and free calls (ref §1.3: hipExtHostAlloc / hipFreeHost from 6.3).
+    #: Host allocation and free calls (hipExtHostAlloc / hipFreeHost from 6.3; see the version table).
     host_alloc: str
     host_free: str
-    #: hipDeviceAttributeVirtualMemoryManagementSupported (ref §1.7: 89 from 6.0; absent in 5.2).
+    #: hipDeviceAttributeVirtualMemoryManagementSupported (89 from 6.0, not 5.2; #hip-device-attributes).
     attr_vmm_supported: int | None
 
     def memory_kind(self, value: int) -> MemoryKind | None:
@@ -428,7 +430,7 @@ _OLD_TYPES = {
     "hipMemoryTypeArray": 2,
     "hipMemoryTypeUnified": 3,
 }
-# ref §1.6 table: 6.0 renumbered and added Unregistered; Managed was 4 in 5.3 .. 5.7.
+# docs/native-abi.md#hip-pointer-attributes: 6.0 renumbered, added Unregistered; Managed was 4 in 5.3 .. 5.7.
 _NEW_TYPES = {
     "hipMemoryTypeUnregistered": 0,
     "hipMemoryTypeHost": 1,
@@ -453,7 +455,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         host_free="hipHostFree",
         attr_vmm_supported=None,
     ),
-    # 5.3 .. 5.7: new prop layout (ref §1.8), Managed = 4 (ref §1.6), lazy flag still 0 (ref §1.4).
+    # 5.3 .. 5.7: new prop layout, Managed = 4, lazy flag 0 (docs/native-abi.md#hip-version-differences).
     HipAbi(
         since=hip_version(5, 3),
         label="5.3-5.7",
@@ -466,7 +468,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         host_free="hipHostFree",
         attr_vmm_supported=None,
     ),
-    # 6.0 / 6.1: lazy flag 1 (ref §1.4), new hipMemoryType (ref §1.6), VMM export NotSupported (ref §1.8).
+    # 6.0 / 6.1: lazy flag 1, new hipMemoryType, VMM export NotSupported (#hip-version-differences).
     HipAbi(
         since=hip_version(6, 0),
         label="6.0/6.1",
@@ -479,7 +481,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         host_free="hipHostFree",
         attr_vmm_supported=89,
     ),
-    # 6.2: dma-buf fd export, import dereferences osHandle as int* (ref §1.8).
+    # 6.2: dma-buf fd export, import dereferences osHandle as int* (docs/native-abi.md#hip-virtual-memory).
     HipAbi(
         since=hip_version(6, 2),
         label="6.2",
@@ -492,7 +494,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         host_free="hipHostFree",
         attr_vmm_supported=89,
     ),
-    # 6.3 .. 6.x: hipExtHostAlloc / hipFreeHost replace the deprecated hipHostMalloc / hipHostFree (ref §1.3).
+    # 6.3 .. 6.x: hipExtHostAlloc / hipFreeHost replace hipHostMalloc / hipHostFree (same table).
     HipAbi(
         since=hip_version(6, 3),
         label="6.3+",
@@ -505,7 +507,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         host_free="hipFreeHost",
         attr_vmm_supported=89,
     ),
-    # 7.x: import takes the fd by value, like CUDA (ref §1.8, §1.10).
+    # 7.x: import takes the fd by value, like CUDA (docs/native-abi.md#hip-virtual-memory).
     HipAbi(
         since=hip_version(7, 0),
         label="7.x",
@@ -520,7 +522,7 @@ ABIS: Final[tuple[HipAbi, ...]] = (
     ),
 )
 
-#: Versions past the newest one the reference describes use its ABI (noted in status text).
+#: Versions past the newest one docs/native-abi.md describes use its ABI (noted in status text).
 NEWEST_KNOWN_MAJOR: Final = 7
 
 
@@ -557,7 +559,7 @@ def probe_expectations(version: int) -> dict[str, int]:
             renamed = (c_name, field) == ("hipPointerAttribute_t", "type")
             c_field = abi.pointer_type_field if renamed else field
             out[f"offsetof({c_name},{c_field})"] = value
-    # enum and handle sizes the prototypes rely on (ref: "All C enums ... 4 bytes; handles 8")
+    # enum and handle sizes the prototypes rely on (enums 4 bytes, handles 8: #hip-functions-declared)
     out.update(
         {
             "sizeof(hipError_t)": 4,

@@ -1,18 +1,18 @@
-"""hipError_t -> AML error codes (seed 000), and native error names.
+"""hipError_t -> AML error codes (docs/aml-contract.md#hip-area), and native error names.
 
 =====================================================  =========  ==========================
 hipError_t                                             AML        source
 =====================================================  =========  ==========================
-hipErrorInsufficientDriver (35), hipErrorNoDevice      ENOTSUP    seed 000
+hipErrorInsufficientDriver (35), hipErrorNoDevice      ENOTSUP    aml_area_hip_mmap
 (100)
-hipErrorOutOfMemory = hipErrorMemoryAllocation (2)     ENOMEM     seed 000
-hipErrorInvalidValue (1), hipErrorInvalidDevice (101)  EINVAL     seed 000 ("target device
-                                                                  id is not valid or
+hipErrorOutOfMemory = hipErrorMemoryAllocation (2)     ENOMEM     aml_area_hip_mmap
+hipErrorInvalidValue (1), hipErrorInvalidDevice (101)  EINVAL     aml_area_hip_mmap ("target
+                                                                  device id is not valid or
                                                                   provided arguments are not
                                                                   compatible")
-hipErrorContextAlreadyInUse (216)                      EBUSY      seed 000 ("device ... in
-                                                                  already use")
-hipErrorNotInitialized = hipErrorInitializationError   FAILURE    seed 000
+hipErrorContextAlreadyInUse (216)                      EBUSY      aml_area_hip_mmap ("device
+                                                                  ... in already use")
+hipErrorNotInitialized = hipErrorInitializationError   FAILURE    aml_area_hip_mmap
 (3)
 hipErrorNotSupported (801)                             ENOTSUP    documented extension
 hipErrorHostMemoryAlreadyRegistered (712)              EBUSY      documented extension (as

@@ -25,7 +25,7 @@ from .errors import HipErrorNames, c_char_p_function, make_error_table
 
 __all__ = ["CANDIDATES", "ENV", "HipLibrary", "load"]
 
-#: Library names tried in order (ref §1.1: SONAME libamdhip64.so.<HIP major>).
+#: Library names tried in order (SONAME libamdhip64.so.<major>: docs/native-abi.md#hip-library-and-version).
 CANDIDATES: Final[tuple[str, ...]] = ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
 #: Environment variable naming the library file to load instead.
 ENV: Final = "AML_HIP_LIBRARY"
@@ -71,7 +71,7 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipGetErrorName": (c_char_p, (c_int,)),
 }
 
-#: Declared when present: newer host calls and virtual memory (exported since 5.1, ref §1.8).
+#: Declared when present: newer host calls and virtual memory (exported since 5.1: native-abi.md#hip).
 OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipExtHostAlloc": (_err, (_PV, c_size_t, c_uint)),
     "hipFreeHost": (_err, (c_void_p,)),
@@ -121,7 +121,7 @@ class HipLibrary:
 
     @property
     def version_text(self) -> str:
-        """``"HIP 6.2.41133"``, with a note for versions newer than the reference knows."""
+        """``"HIP 6.2.41133"``, with a note for versions newer than docs/native-abi.md knows."""
         text = f"HIP {C.version_string(self.version)}"
         if self.version // 10_000_000 > C.NEWEST_KNOWN_MAJOR:
             text += f" (ABI of {self.abi.label} assumed)"

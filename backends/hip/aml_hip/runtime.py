@@ -3,7 +3,7 @@ ctypes.
 
 The group classes validate the Python arguments before these native operations run
 (types, ranges, the 64-byte IPC handle, the advice and attribute numbers in
-:attr:`RuntimeTraits.advices` / ``range_attributes``), so bad input is an
+:attr:`core.RuntimeTraits.advices` / ``range_attributes``), so bad input is an
 :class:`~aml_core.errors.AMLValueError` / :class:`~aml_core.errors.AMLTypeError` and never
 reaches ctypes; native failures raise through the HIP error table (:mod:`aml_hip.errors`).
 Version differences come from :class:`~aml_hip.abi.HipAbi`; a library without the
@@ -19,19 +19,7 @@ from ctypes import byref, c_int, c_size_t, c_ulonglong, c_void_p
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, AMLValueError
-from aml_core.gpu.runtime import (
-    AllocationOps,
-    AllocationProperties,
-    Group,
-    IpcOps,
-    ManagedOps,
-    PointerAttributes,
-    Runtime,
-    RuntimeTraits,
-    StreamOps,
-    VirtualMemoryOps,
-    device_capabilities,
-)
+from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from . import abi as C
@@ -64,7 +52,8 @@ _COUNT_MESSAGES = {
     C.hipErrorNoDevice: "no HIP device found (no AMD GPU, or /dev/kfd is not accessible)",
     C.hipErrorInsufficientDriver: "the AMD GPU driver is missing or older than this HIP runtime",
 }
-#: The managed-memory granule and advise alignment HIP documents (seed 002: 4 KiB).
+#: The managed-memory granule and advise alignment HIP documents: 4 KiB
+#: (docs/aml-contract.md#hip-managed-memory).
 MANAGED_GRANULE = 4096
 
 
@@ -72,7 +61,9 @@ def _vp(value: int) -> c_void_p:
     return c_void_p(value or None)
 
 
-class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualMemoryOps):
+class HipRuntime(
+    core.Runtime, core.AllocationOps, core.ManagedOps, core.StreamOps, core.IpcOps, core.VirtualMemoryOps
+):
     """HIP's native calls for the shared GPU logic (:mod:`aml_core.gpu`)."""
 
     def __init__(self, library: HipLibrary) -> None:
@@ -80,7 +71,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self.errors = library.errors
         self.abi = library.abi
         self.version = library.version
-        self.traits = RuntimeTraits(
+        self.traits = core.RuntimeTraits(
             name="hip",
             # DLPack has no "ROCm managed" type: managed memory is kDLROCM of its device
             # (and host-accessible through the buffer protocol).
@@ -100,13 +91,13 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self.lib.call(name, byref(out), *args)
         return int(out.value or 0)
 
-    def missing_groups(self) -> Mapping[Group, str]:
+    def missing_groups(self) -> Mapping[core.Group, str]:
         """HIP libraries without the virtual-memory calls (``hipMemCreate``...) do not
         provide that group."""
         absent = [n for n in VMM_FUNCTIONS if not self.lib.has(n)]
         if not absent:
             return {}
-        return {Group.VIRTUAL_MEMORY: f"{self.lib.path} does not export {', '.join(absent)}"}
+        return {core.Group.VIRTUAL_MEMORY: f"{self.lib.path} does not export {', '.join(absent)}"}
 
     # -- devices -----------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -149,8 +140,8 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         managed = self._attribute_or(C.hipDeviceAttributeManagedMemory, d, 0)
         concurrent = self._attribute_or(C.hipDeviceAttributeConcurrentManagedAccess, d, 0)
         pageable = self._attribute_or(C.hipDeviceAttributePageableMemoryAccess, d, 0)
-        has_vmm = Group.VIRTUAL_MEMORY not in self.missing_groups()
-        # 5.x has no VMM attribute (ref §1.7): the exported symbols are all we know there.
+        has_vmm = core.Group.VIRTUAL_MEMORY not in self.missing_groups()
+        # 5.x has no VMM attribute (docs/native-abi.md#hip-device-attributes): the exported symbols tell.
         vmm = self._attribute_or(self.abi.attr_vmm_supported, d, 1) if has_vmm else 0
         domain = self._attribute_or(C.hipDeviceAttributePciDomainID, d, 0)
         bus = self._attribute_or(C.hipDeviceAttributePciBusId, d, 0)
@@ -161,7 +152,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
             index=d,
             name=name.value.decode("utf-8", "replace") or f"HIP device {d}",
             total_memory=int(total.value),
-            capabilities=device_capabilities(
+            capabilities=core.device_capabilities(
                 self,
                 managed=bool(managed),
                 concurrent=bool(concurrent),
@@ -217,7 +208,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _host_device_pointer(self, ptr: int) -> int:
         return self._out_ptr("hipHostGetDevicePointer", _vp(ptr), 0)
 
-    def _pointer_attributes(self, ptr: int) -> PointerAttributes:
+    def _pointer_attributes(self, ptr: int) -> core.PointerAttributes:
         attr = C.hipPointerAttribute_t()
         self.lib.call("hipPointerGetAttributes", byref(attr), _vp(ptr))
         kind = self.abi.memory_kind(attr.type)
@@ -229,7 +220,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
             memory_type = "host"
         else:
             memory_type = "unregistered"
-        return PointerAttributes(
+        return core.PointerAttributes(
             memory_type=memory_type,
             device=attr.device,
             device_pointer=int(attr.devicePointer or 0),
@@ -243,7 +234,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _memset(self, ptr: int, value: int, size: int) -> None:
         self.lib.call("hipMemset", _vp(ptr), value, size)
 
-    # -- managed memory (seed 002) -----------------------------------------------------------
+    # -- managed memory (docs/aml-contract.md#hip-managed-memory) ------------------------------
     def _mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
         self.lib.call(
             "hipMemPrefetchAsync",
@@ -303,7 +294,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _stream_synchronize(self, stream: int) -> None:
         self.lib.call("hipStreamSynchronize", _vp(stream))
 
-    # -- IPC (seed 004) ----------------------------------------------------------------------
+    # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
         handle = C.hipIpcMemHandle_t()
         self.lib.call("hipIpcGetMemHandle", byref(handle), _vp(ptr))
@@ -311,7 +302,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
 
     def _ipc_open_handle(self, handle: bytes, size: int) -> int:
         native = C.hipIpcMemHandle_t.from_buffer_copy(handle)
-        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (ref §1.4).
+        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (docs/native-abi.md#hip-ipc).
         return self._out_ptr("hipIpcOpenMemHandle", native, self.abi.ipc_lazy_enable_peer_access)
 
     def _ipc_close_handle(self, ptr: int) -> None:
@@ -319,7 +310,7 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
 
     # -- virtual memory ----------------------------------------------------------------------
     def _prop(self, device: int, exportable: bool) -> ctypes.Structure:
-        """A hipMemAllocationProp in this version's layout (ref §1.8)."""
+        """A hipMemAllocationProp in this version's layout (docs/native-abi.md#hip-virtual-memory)."""
         prop = self.abi.allocation_prop()
         prop.type = C.hipMemAllocationTypePinned
         prop.requestedHandleType = (
@@ -408,11 +399,11 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
         self._shareable()
         value = fd
         if self.abi.shareable == "value":
-            # HIP >= 7.0: the fd cast to void*, like CUDA (ref §1.8).
+            # HIP >= 7.0: the fd cast to void*, like CUDA (docs/native-abi.md#hip-virtual-memory).
             return self._out_ptr(
                 "hipMemImportFromShareableHandle", c_void_p(value), C.hipMemHandleTypePosixFileDescriptor
             )
-        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (ref §1.8).
+        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (docs/native-abi.md#hip-virtual-memory).
         boxed = c_int(value)
         return self._out_ptr(
             "hipMemImportFromShareableHandle",
@@ -423,10 +414,10 @@ class HipRuntime(Runtime, AllocationOps, ManagedOps, StreamOps, IpcOps, VirtualM
     def _vmm_retain(self, ptr: int) -> int:
         return self._out_ptr("hipMemRetainAllocationHandle", _vp(ptr))
 
-    def _vmm_properties(self, handle: int) -> AllocationProperties:
+    def _vmm_properties(self, handle: int) -> core.AllocationProperties:
         prop = self.abi.allocation_prop()
         self.lib.call("hipMemGetAllocationPropertiesFromHandle", byref(prop), _vp(handle))
-        return AllocationProperties(
+        return core.AllocationProperties(
             type=int(prop.type),
             location_device=int(prop.location.id),
             handle_types=int(prop.requestedHandleType),

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-# _hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
-from _hip_helpers import MODE, HipDouble, aml_hip, build_double, enter_double, leave_double
+# hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
+from hip_helpers import MODE, HipDouble, aml_hip, build_double, enter_double, leave_double
 
 
 def pytest_configure(config: pytest.Config) -> None:

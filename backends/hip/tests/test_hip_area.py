@@ -1,4 +1,4 @@
-"""Seed 000 on the driver double: the conformance kit for every flag combination, the
+"""docs/aml-contract.md#hip-area on the driver double: the conformance kit for every flag combination, the
 native call and flags each combination makes, device selection and its restoration,
 and every error row of ``aml_area_hip_create`` / ``mmap`` / ``munmap``."""
 
@@ -10,9 +10,9 @@ from collections.abc import Callable, Iterator
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import HipFlags, HipMmapOptions
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.area import Area
 from aml_core.buffer import Buffer
@@ -43,7 +43,7 @@ def _registers(flags: int) -> bool:
 
 
 def expected_call(flags: int) -> tuple[str, int | None, str]:
-    """Seed 000, read independently of the implementation: the allocation call, the
+    """AML's HIP area, read independently of the implementation: the allocation call, the
     native flags it gets (None: hipMalloc has none) and the call that frees."""
     portable = 0x1 if flags & F.ALLOC_GLOBAL else 0x0  # hipHostMallocPortable = hipHostRegisterPortable
     if flags & F.ALLOC_UNIFIED:  # ALLOC_HOST and ALLOC_MAPPED are ignored
@@ -114,7 +114,7 @@ def test_flags_pick_the_native_call(
     assert {f: hip.calls(f) for f in allocators} == {f: int(f == function) for f in allocators}
     args = hip.last(function)
     assert args is not None
-    size = 8192 if function == "hipMallocManaged" else 5000  # managed: 4 KiB granules (seed 002)
+    size = 8192 if function == "hipMallocManaged" else 5000  # managed: 4 KiB granules (hipMallocManaged)
     assert args[1] == size
     if native_flags is not None:
         assert args[2] == native_flags
@@ -288,8 +288,8 @@ def test_restore_failure_gives_the_memory_back(hip: HipDouble, areas: Callable[.
     assert area.stats.live_mappings == 0
 
 
-# -- error rows of seed 000 --------------------------------------------------------------------
-#: hipError_t -> AML exception class (seed 000 and the documented extensions).
+# -- error rows of aml_area_hip_* (docs/aml-contract.md#hip-area) --------------------------------
+#: hipError_t -> AML exception class (aml_area_hip_mmap and the documented extensions).
 ERRORS: dict[int, type[AMLError]] = {
     35: AMLNotSupported,  # hipErrorInsufficientDriver
     100: AMLNotSupported,  # hipErrorNoDevice
@@ -409,7 +409,7 @@ def test_munmap_error_rows(
     error: int,
     cls: type[AMLError],
 ) -> None:
-    """Seed 000: EINVAL if the free call returned hipErrorInvalidValue; any other failure
+    """aml_area_hip_munmap: EINVAL if the free call returned hipErrorInvalidValue; any other failure
     is raised by the same table (never reported as success). The buffer stays live, and
     a second munmap frees it."""
     area = areas(0, flags)

@@ -1,4 +1,4 @@
-"""Seed 004 on the driver double: IPC between two real processes (the double shares
+"""docs/aml-contract.md#hip-ipc on the driver double: IPC between two real processes (the double shares
 "device" memory through memfd in host mode, CUDA IPC in forward mode), the importer's
 cache, the lazy-peer flag per HIP version, handles of freed and re-allocated memory,
 and the error paths."""
@@ -17,13 +17,13 @@ from typing import Any
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import HipFlags, IpcHandle
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 
-CHILD = Path(__file__).resolve().parent / "_ipc_child.py"
+CHILD = Path(__file__).resolve().parent / "hip_children.py"
 V52, V62, V70 = hip_version(5, 2, 21153), hip_version(6, 2), hip_version(7, 0)
 
 
@@ -31,7 +31,7 @@ def run_child(hip: HipDouble, handle: IpcHandle, **request: Any) -> dict[str, An
     request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
     env = hip.env(**request.pop("env", {}))
     proc = subprocess.run(
-        [sys.executable, str(CHILD)],
+        [sys.executable, str(CHILD), "ipc"],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -53,7 +53,7 @@ def device_area(areas: Callable[..., aml_hip.HipArea]) -> aml_hip.HipArea:
 def test_share_between_processes(
     hip: HipDouble, device_area: aml_hip.HipArea, version: int, flag: int
 ) -> None:
-    """hipIpcMemLazyEnablePeerAccess is 0 up to HIP 5.7 and 1 from 6.0 (ref §1.4): the
+    """hipIpcMemLazyEnablePeerAccess is 0 up to HIP 5.7 and 1 from 6.0 (native-abi.md#hip-flags-and-ids): the
     importer passes the value of the version it runs on."""
     hip.use_version(version)
     area = aml_hip.create(0, HipFlags.DEFAULT)
@@ -169,7 +169,7 @@ def test_open_errors_in_the_importer(
     hip: HipDouble, device_area: aml_hip.HipArea, error: int, cls: str, code: int
 ) -> None:
     """hipErrorMapFailed (205) and hipErrorPeerAccessUnsupported (217) are not in the
-    seed's table: FAILURE."""
+    HIP area's table: FAILURE."""
     buf = device_area.mmap(4096)
     handle = device_area.ipc_export(buf).handle
     report = run_child(hip, handle, env={"HIPDOUBLE_FAULTS": f"hipIpcOpenMemHandle:{error}"})

@@ -1,7 +1,7 @@
-"""Seed 002 on the driver double: managed memory (hipMallocManaged, hipMemAdvise,
+"""HIP managed memory on the driver double (hipMallocManaged, hipMemAdvise,
 hipMemPrefetchAsync, hipMemRangeGetAttribute(s), hipStreamAttachMemAsync), with the
 advice state read back, HIP's 4 KiB granules and page-aligned advise ranges checked
-before the native call, and every error path."""
+before the native call, and every error path (docs/aml-contract.md#hip-managed-memory)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from collections.abc import Callable, Iterator
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import CPU, INVALID, Advice, AttachFlags, CoherencyMode, HipFlags, RangeAttribute
 from aml_hip.abi import hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.testing import ManagedConformance
@@ -102,7 +102,7 @@ def test_read_back_advice_state(hip: HipDouble, managed: aml_hip.HipArea) -> Non
 
 @pytest.mark.host_double
 def test_coarse_grain_advice_and_coherency_mode(hip: HipDouble, managed: aml_hip.HipArea) -> None:
-    """HIP-only advice 100/101 and range attribute 100 (ref §1.5)."""
+    """HIP-only advice 100/101 and range attribute 100 (docs/native-abi.md#hip-managed-memory-enums)."""
     buf = managed.mmap(4 * PAGE)
     assert managed.range_attribute(buf, RangeAttribute.COHERENCY_MODE) is CoherencyMode.FINE_GRAIN
     managed.advise(buf, Advice.SET_COARSE_GRAIN, 0, offset=0, size=2 * PAGE)
@@ -221,7 +221,7 @@ def test_bad_locations(hip: HipDouble, managed: aml_hip.HipArea) -> None:
 
 @pytest.mark.parametrize("version", [hip_version(5, 2, 21153), hip_version(6, 2), hip_version(7, 0)])
 def test_managed_pointer_attributes_per_version(hip: HipDouble, version: int) -> None:
-    """hipMemoryType numbering changed in 6.0 (ref §1.6): managed memory reads as managed."""
+    """hipMemoryType numbering changed in 6.0 (native-abi.md#hip-pointer-attributes): managed is managed."""
     hip.use_version(version)
     area = aml_hip.create(0, F.ALLOC_UNIFIED)
     buf = area.mmap(PAGE)

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
+from hip_helpers import HipDouble
 
 import aml_core
 from aml_core import Pool
@@ -188,7 +188,7 @@ _POOL_CHILD = r"""
 import base64, ctypes, json, pickle, sys
 import aml_hip
 sys.path.insert(0, sys.argv[1])
-from _ipc_child import _control
+from hip_children import _control
 handles = [pickle.loads(base64.b64decode(h)) for h in json.loads(sys.stdin.read())]
 ctl = _control()
 bufs = [aml_hip.ipc_open(h) for h in handles]

@@ -1,6 +1,6 @@
 """The plugin, the registry and ``aml info``: with Debian's real ``libamdhip64.so.5`` and
-no AMD GPU the backend is reported unavailable cleanly (ref §1.11); with the driver
-double it is available and chosen for device memory."""
+no AMD GPU the backend is reported unavailable cleanly (docs/native-abi.md#hip-without-a-device);
+with the driver double it is available and chosen for device memory."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import aml_hip
 import pytest
-from _hip_helpers import BACKEND_ROOT, HipDouble, child_env
 from aml_hip import plugin
+from hip_helpers import BACKEND_ROOT, HipDouble, child_env
 
 import aml_core
 import aml_core.registry
@@ -169,20 +169,20 @@ def test_real_library_without_device(debian_hip: None) -> None:
     assert not result.available
     assert result.reason.startswith("no HIP device found")
     assert "hipGetDeviceCount returned hipErrorNoDevice (100)" in result.reason
-    with pytest.raises(AMLFailure, match="number of devices"):  # seed 000: FAILURE
+    with pytest.raises(AMLFailure, match="number of devices"):  # aml_area_hip_create: FAILURE
         aml_hip.create(0)
     with pytest.raises(AMLNotSupported):  # hipGetDeviceCount: hipErrorNoDevice
         aml_hip.virtual_memory(0)
 
 
 def test_real_library_calls_fail_cleanly(debian_hip: None) -> None:
-    """Direct runtime calls on the GPU-less machine raise; they never crash (ref §1.11:
-    hipMalloc -> hipErrorInvalidDevice)."""
+    """Direct runtime calls on the GPU-less machine raise; they never crash
+    (docs/native-abi.md#hip-without-a-device: hipMalloc -> hipErrorInvalidDevice)."""
     rt = aml_hip.get_runtime()
     with pytest.raises(aml_core.AMLError) as info:
         rt.malloc(4096)
     assert info.value.native is not None
-    # Debian's 5.2 answers hipErrorInvalidDevice (reference §1.11); the 5.7 library on
+    # Debian's 5.2 answers hipErrorInvalidDevice (docs/native-abi.md#hip-without-a-device); the 5.7 library on
     # the GPU machine answers hipErrorNoDevice. Either is a clean error, never a crash.
     expected = (
         {"hipErrorInvalidDevice"} if rt.version == 50221153 else {"hipErrorInvalidDevice", "hipErrorNoDevice"}

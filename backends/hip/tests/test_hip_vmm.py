@@ -16,16 +16,16 @@ from pathlib import Path
 
 import aml_hip
 import pytest
-from _hip_helpers import HipDouble
 from aml_hip import Access
 from aml_hip.abi import abi_for, hip_version
+from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.specs import Capability
 from aml_core.testing import VirtualMemoryConformance
 
-CHILD = Path(__file__).resolve().parent / "_vmm_child.py"
+CHILD = Path(__file__).resolve().parent / "hip_children.py"
 VERSIONS = {
     "5.2": hip_version(5, 2, 21153),
     "5.5": hip_version(5, 5),
@@ -85,7 +85,7 @@ def test_shareable_handles_not_supported_on_6_0_and_6_1(hip: HipDouble, version:
 
 @pytest.mark.parametrize("version", list(SHAREABLE.values()), ids=list(SHAREABLE))
 def test_import_passes_the_fd_as_the_version_wants(hip: HipDouble, version: int) -> None:
-    """ref §1.8: HIP 6.2/6.3 dereference osHandle as int* (5.x assumed the same);
+    """docs/native-abi.md#hip-virtual-memory: HIP 6.2/6.3 dereference osHandle as int* (5.x assumed the same);
     HIP >= 7.0 takes the fd value cast to void*, like CUDA."""
     hip.use_version(version)
     with _vm() as vm:
@@ -113,8 +113,9 @@ def test_import_passes_the_fd_as_the_version_wants(hip: HipDouble, version: int)
     "version", [VERSIONS["5.2"], VERSIONS["6.2"], VERSIONS["7.0"]], ids=["5.2", "6.2", "7.0"]
 )
 def test_allocation_properties_layout(hip: HipDouble, version: int) -> None:
-    """The double reads hipMemAllocationProp in the emulated version's layout (ref §1.8)
-    and rejects a prop whose type is not Pinned: a wrong layout cannot pass."""
+    """The double reads hipMemAllocationProp in the emulated version's layout
+    (docs/native-abi.md#hip-virtual-memory) and rejects a prop whose type is not Pinned: a wrong layout
+    cannot pass."""
     hip.use_version(version)
     with _vm() as vm:
         g = vm.granularity()
@@ -156,7 +157,7 @@ def test_share_with_another_process(hip: HipDouble, version: int) -> None:
         fd = vm.export_fd(phys)
         try:
             proc = subprocess.run(
-                [sys.executable, str(CHILD)],
+                [sys.executable, str(CHILD), "vmm"],
                 input=json.dumps({"fd": fd, "size": g, "read": len(payload)}),
                 capture_output=True,
                 text=True,

@@ -13,7 +13,7 @@
  * Both modes emulate one HIP version (HIP_VERSION encoding), which changes behaviour the way the
  * real libraries differ (IPC flag value, hipMemoryType numbering, hipMemAllocationProp layout,
  * VMM shareable-handle conventions, hipGetLastError).  Constants come from
- * shared/reference/native-memory-apis.md sections 1 and 4; this file deliberately does NOT include
+ * docs/native-abi.md (sections HIP and CUDA); this file deliberately does NOT include
  * any HIP header.
  *
  * Control API (exported, used through ctypes by the tests): hipdouble_inject, hipdouble_reset,
@@ -46,7 +46,7 @@
 #define UNUSED __attribute__((unused))
 
 /* ------------------------------------------------------------------------------------------ */
-/* HIP ABI (reference section 1; x86-64 LP64)                                                  */
+/* HIP ABI (docs/native-abi.md#hip; x86-64 LP64)                                               */
 /* ------------------------------------------------------------------------------------------ */
 
 typedef int hipError_t;

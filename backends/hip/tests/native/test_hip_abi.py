@@ -1,5 +1,5 @@
 """ABI probe for aml-hip: the HIP values, sizes and offsets the bindings use, checked
-against the vendor header (one by one) and against the reference's tables.
+against the vendor header (one by one) and against the tables of docs/native-abi.md.
 
 * ``abi_probe.c`` is compiled with gcc against ``hip/hip_runtime_api.h``
   (``-D__HIP_PLATFORM_AMD__``; Debian: ``libamdhip64-dev``, HIP 5.2.3) and prints every
@@ -7,7 +7,7 @@ against the vendor header (one by one) and against the reference's tables.
   compared with ``aml_hip.abi.probe_expectations(HIP_VERSION)``, and the two name
   sets must be equal.
 * The 5.3 .. 7.x values (no such headers here) are checked against the tables of
-  ``shared/reference/native-memory-apis.md`` §1, copied below with their section.
+  ``docs/native-abi.md#hip``, copied below with their section.
 * The Debian library (``libamdhip64.so.5``) must export every function declared as
   required.
 
@@ -38,7 +38,7 @@ except ImportError:  # running from a checkout without aml-hip installed
     sys.path.insert(0, str(REPO / "backends" / "hip"))
     import aml_hip.abi as C
 
-DEBIAN_HIP_VERSION = 50221153  # HIP 5.2.3 of Debian 12 (ref §0)
+DEBIAN_HIP_VERSION = 50221153  # HIP 5.2.3 of Debian 12 (docs/native-abi.md#where-facts-were-checked)
 
 
 def _include_dirs() -> list[Path]:
@@ -140,10 +140,10 @@ def test_bindings_use_only_checked_constants() -> None:
     assert used - allowed == set()
 
 
-# -- 5.3 .. 7.x: the reference's tables (no headers here) -------------------------------------------
+# -- 5.3 .. 7.x: the tables of docs/native-abi.md (no headers here) ----------------------------------
 def test_struct_layouts_match_the_reference() -> None:
-    """ref §1.5 (hipMemLocation 8 B), §1.8 (hipMemAccessDesc 12 B, flags @8; hipMemAllocationProp
-    both layouts, 32 B), §1.6 (hipPointerAttribute_t 32 B), §1.9 (hipIpcMemHandle_t 64 B)."""
+    """docs/native-abi.md#hip-virtual-memory (hipMemLocation 8 B, hipMemAccessDesc 12 B, flags @8;
+    hipMemAllocationProp both layouts, 32 B), #hip-pointer-attributes (32 B), #hip-ipc (64 B)."""
     reference = {
         "hipMemLocation": {"sizeof": 8, "type": 0, "id": 4},
         "hipMemAccessDesc": {"sizeof": 12, "location": 0, "flags": 8},
@@ -190,8 +190,8 @@ P52, P53 = "hipMemAllocationProp_v5_2", "hipMemAllocationProp_v5_3"
 @pytest.mark.parametrize(
     ("version", "label", "lazy", "prop", "shareable", "host_alloc", "host_free", "vmm_attr"),
     [
-        # ref §1.10 summary table; §1.4 lazy flag; §1.8 prop layout and shareable handles;
-        # §1.3 hipExtHostAlloc / hipFreeHost from 6.3; §1.7 attribute 89 from 6.0.
+        # docs/native-abi.md#hip-version-differences: lazy flag, prop layout, shareable handles,
+        # hipExtHostAlloc / hipFreeHost from 6.3, attribute 89 from 6.0.
         (V(5, 2, 21153), "5.2", 0, P52, "pointer", "hipHostMalloc", "hipHostFree", None),
         (V(5, 7, 1), "5.3-5.7", 0, P53, "pointer", "hipHostMalloc", "hipHostFree", None),
         (V(6, 0), "6.0/6.1", 1, P53, "unsupported", "hipHostMalloc", "hipHostFree", 89),
@@ -225,7 +225,7 @@ def test_version_table(
 @pytest.mark.parametrize(
     ("version", "types"),
     [
-        # ref §1.6 hipMemoryType table
+        # docs/native-abi.md#hip-pointer-attributes hipMemoryType table
         (V(5, 2), {"Host": 0, "Device": 1, "Array": 2, "Unified": 3}),
         (V(5, 5), {"Host": 0, "Device": 1, "Array": 2, "Unified": 3, "Managed": 4}),
         (V(6, 0), {"Unregistered": 0, "Host": 1, "Device": 2, "Managed": 3, "Array": 10, "Unified": 11}),
@@ -253,9 +253,15 @@ def debian_library() -> ctypes.CDLL:
     if not Path("/usr/share/doc/libamdhip64-5").is_dir():
         pytest.skip("Debian's libamdhip64-5 package is not installed (apt-get install libamdhip64-5)")
     try:
-        return ctypes.CDLL(DEBIAN_LIBRARY)
+        library = ctypes.CDLL(DEBIAN_LIBRARY)
     except OSError as exc:
         pytest.skip(f"Debian's libamdhip64.so.5 is not installed (apt-get install libamdhip64-5): {exc}")
+    version = ctypes.c_int(0)
+    library.hipRuntimeGetVersion(ctypes.byref(version))
+    if version.value // 100000 != DEBIAN_HIP_VERSION // 100000:
+        # Another distribution's libamdhip64-5 (Ubuntu 24.04 ships HIP 5.7 under that name).
+        pytest.skip(f"{DEBIAN_LIBRARY} is HIP {version.value}, not Debian 12's {DEBIAN_HIP_VERSION}")
+    return library
 
 
 def test_debian_library_exports_every_required_function(debian_library: ctypes.CDLL) -> None:
@@ -264,12 +270,12 @@ def test_debian_library_exports_every_required_function(debian_library: ctypes.C
     missing = [name for name in REQUIRED if not hasattr(debian_library, name)]
     assert missing == []
     optional = {name for name in OPTIONAL if hasattr(debian_library, name)}
-    # 5.2 has virtual memory and hipFreeHost, not hipExtHostAlloc (6.3+, ref §1.3).
+    # 5.2 has virtual memory and hipFreeHost, not hipExtHostAlloc (6.3+; native-abi.md#hip-functions-declared)
     assert optional == set(OPTIONAL) - {"hipExtHostAlloc"}
 
 
 def test_debian_library_version(debian_library: ctypes.CDLL) -> None:
     version = ctypes.c_int(0)
     assert debian_library.hipRuntimeGetVersion(ctypes.byref(version)) == 0
-    assert version.value == DEBIAN_HIP_VERSION  # ref §1.1, §1.11
+    assert version.value == DEBIAN_HIP_VERSION  # docs/native-abi.md#hip-without-a-device
     assert C.abi_for(version.value).label == "5.2"

@@ -71,7 +71,7 @@ class AccessDesc(ctypes.Structure):
 
 
 def alloc_prop(version: int, *, device: int = 0, handle_type: int = 1, alloc_type: int = 1) -> bytes:
-    """hipMemAllocationProp in the layout of ``version`` (reference section 1.8)."""
+    """hipMemAllocationProp in the layout of ``version`` (docs/native-abi.md#hip-virtual-memory)."""
     if version < hip_version(5, 3):
         return struct.pack("<B3xiiiiH2x8s", 0, 1, device, handle_type, alloc_type, 0, b"\0" * 8)
     return struct.pack("<iiii8sBBH4x", alloc_type, handle_type, 1, device, b"\0" * 8, 0, 0, 0)

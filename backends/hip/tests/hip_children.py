@@ -1,11 +1,5 @@
-"""The importing process of the IPC tests (seed 004), run as ``python _ipc_child.py``.
-
-Reads a JSON request on stdin: ``{"handle": <base64 pickle of an IpcHandle>, "opens": n,
-"write": <hex bytes to write at offset 0>, "read": n}`` and prints a JSON report: what
-it read, the native calls the double saw (count and the lazy-peer flag), the cache
-behaviour, and the error if the open failed. Uses the double named by
-``AML_HIP_LIBRARY`` (its emulated version comes from ``HIPDOUBLE_VERSION``).
-"""
+"""Child processes of the aml-hip tests: run as ``python hip_children.py ipc|vmm`` with a
+JSON request on stdin; each prints one JSON line (docs/aml-contract.md#hip-ipc)."""
 
 from __future__ import annotations
 
@@ -31,7 +25,10 @@ def _control() -> Any:
     return module.DoubleControl(os.environ["AML_HIP_LIBRARY"])
 
 
-def main() -> int:
+def ipc() -> int:
+    """The importer of the IPC tests: reads ``{"handle": base64 pickle, "opens": n, "read": n,
+    "write": hex}`` on stdin, opens, reads and writes through the double, closes, and prints
+    a JSON report with the double's calls and live counters."""
     import aml_hip
 
     from aml_core.errors import AMLError
@@ -78,5 +75,40 @@ def main() -> int:
     return 0
 
 
+def vmm() -> int:
+    """The importer of the VMM sharing test: reads ``{"fd": n, "size": bytes, "read": n}`` on
+    stdin (the fd is inherited), imports the physical allocation, maps it, reads ``read`` bytes
+    and prints a JSON report."""
+    import aml_hip
+
+    from aml_core.errors import AMLError
+
+    request = json.loads(sys.stdin.read())
+    fd, size, n = int(request["fd"]), int(request["size"]), int(request["read"])
+    report: dict[str, object] = {"pid": os.getpid()}
+    vm = aml_hip.virtual_memory(0)
+    try:
+        phys = vm.import_fd(fd, size)
+        res = vm.reserve(size)
+        vm.map(res.ptr, size, phys)
+        vm.set_access(res.ptr, size, aml_hip.Access.READWRITE)
+        out = (ctypes.c_char * n)()
+        aml_hip.get_runtime().memcpy(ctypes.addressof(out), res.ptr, n)
+        report["read"] = bytes(out).hex()
+        report["properties"] = [vm.properties(phys).type, vm.properties(phys).location_device]
+        vm.unmap(res.ptr, size)
+        vm.release(phys)
+        vm.address_free(res)
+    except AMLError as exc:
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        vm.close()
+        os.close(fd)
+    print(json.dumps(report))
+    return 0
+
+
+CHILDREN = {"ipc": ipc, "vmm": vmm}
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(CHILDREN[sys.argv[1]]())

@@ -1,0 +1,365 @@
+"""AML's Level Zero area (``aml_area_ze``), and the aml-ze backend object.
+
+The backend template (docs/backend-authoring.md §1) lets a backend whose area is its
+own have an area module: Level Zero's area is not the CUDA/HIP area of
+:mod:`aml_core.gpu` (no flag word of ALLOC_HOST/UNIFIED/MAPPED, no current device, and
+one context per area), so it lives here, with :class:`ZeBackend`, the
+:class:`~aml_core.gpu.backend.GpuBackend` whose bound methods are aml-ze's API.
+
+:class:`ZeArea` behaves as ``aml_area_ze_device_create`` / ``aml_area_ze_host_create``
+(docs/aml-contract.md#level-zero-area):
+
+* each area uses the first driver and creates its own context, destroyed when the area
+  closes (``aml_area_ze_destroy``);
+* DEVICE areas map with ``zeMemAllocDevice``, SHARED ones with ``zeMemAllocShared``
+  (device and host descriptors, the area's device), HOST ones with ``zeMemAllocHost``;
+  munmap is ``zeMemFree``;
+* the device index, memory ordinal, alignment (a power of two) and the allocation flag
+  bits are checked before any native call (EINVAL); native failures go through the
+  area's error table (:mod:`aml_ze.errors`);
+* host and shared memory is host-accessible (buffer protocol); DLPack devices are
+  ``kDLOneAPI`` of the area's device for device and shared memory, ``kDLCPU`` for host
+  memory.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+from ctypes import byref, c_void_p
+from typing import Any
+
+import attrs
+
+from aml_core import checks
+from aml_core.area import Area
+from aml_core.buffer import Buffer, DLDeviceType
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.gpu.backend import GpuBackend
+from aml_core.gpu.ipc import IpcExport, IpcHandle
+from aml_core.gpu.runtime import Group
+from aml_core.specs import Capability, Kind
+
+from . import abi as C
+from .runtime import AllocProperties, ZeRuntime
+
+__all__ = ["ZeArea", "ZeBackend", "ZeDeviceFlags", "ZeFlags", "ZeHostFlags"]
+
+
+class ZeFlags(enum.IntEnum):
+    """The allocation type of a device area: ``AML_AREA_ZE_MMAP_DEVICE_FLAGS`` (1,
+    ``zeMemAllocDevice``) or ``AML_AREA_ZE_MMAP_SHARED_FLAGS`` (2, ``zeMemAllocShared``)."""
+
+    DEVICE = 1
+    SHARED = 2
+
+
+class ZeDeviceFlags(enum.IntFlag):
+    """``ze_device_mem_alloc_flag_t``."""
+
+    NONE = 0
+    BIAS_CACHED = C.ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_CACHED
+    BIAS_UNCACHED = C.ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_UNCACHED
+    BIAS_INITIAL_PLACEMENT = C.ZE_DEVICE_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT
+
+
+class ZeHostFlags(enum.IntFlag):
+    """``ze_host_mem_alloc_flag_t`` (API 1.4)."""
+
+    NONE = 0
+    BIAS_CACHED = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_CACHED
+    BIAS_UNCACHED = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_UNCACHED
+    BIAS_WRITE_COMBINED = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_WRITE_COMBINED
+    BIAS_INITIAL_PLACEMENT = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_INITIAL_PLACEMENT
+
+
+#: AML's default areas: cached allocations, 64-byte alignment.
+DEFAULT_ALIGNMENT = 64
+
+_CAPABILITIES = {
+    Kind.DEVICE: Capability.DLPACK | Capability.IPC,
+    Kind.MANAGED: Capability.DLPACK | Capability.BUFFER_PROTOCOL | Capability.MANAGED,
+    Kind.HOST: Capability.DLPACK | Capability.BUFFER_PROTOCOL | Capability.PINNED,
+}
+
+
+@attrs.frozen
+class _Settings:
+    """An area's checked arguments."""
+
+    kind: Kind
+    device: int
+    ordinal: int
+    device_flags: int
+    host_flags: int
+    alignment: int
+
+
+class ZeArea(Area):
+    """A Level Zero area: build it with :meth:`ZeBackend.device_area` or
+    :meth:`ZeBackend.host_area`."""
+
+    def __init__(self, runtime: ZeRuntime, settings: _Settings) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.alignment = settings.alignment
+        self.ordinal = settings.ordinal
+        self.device_flags = ZeDeviceFlags(settings.device_flags) if settings.kind is not Kind.HOST else None
+        self.host_flags = ZeHostFlags(settings.host_flags) if settings.kind is not Kind.DEVICE else None
+        kind = settings.kind
+        device = None if kind is Kind.HOST else settings.device
+        super().__init__(backend="ze", kind=kind, device=device, capabilities=_CAPABILITIES[kind])
+        self._device_handle = runtime.devices[settings.device] if kind is not Kind.HOST else 0
+        self._ddesc = C.ze_device_mem_alloc_desc_t(
+            C.ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, None, settings.device_flags, settings.ordinal
+        )
+        self._hdesc = C.ze_host_mem_alloc_desc_t(
+            C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, settings.host_flags
+        )
+        self._exports: dict[int, list[tuple[IpcExport, bytes]]] = {}
+        self._ctx_lock = threading.Lock()
+        #: The area's own context (aml_area_ze_*_create: "This area has its own context").
+        self.context = runtime.create_context()
+        self._bind_calls()
+
+    # -- allocation ----------------------------------------------------------------------
+    def _bind_calls(self) -> None:
+        """Prepare the hot path: the native functions and their constant arguments."""
+        native = self.runtime.lib.native
+        self._ctx = c_void_p(self.context)
+        self._dev = c_void_p(self._device_handle or None)
+        self._ddesc_ref = byref(self._ddesc)
+        self._hdesc_ref = byref(self._hdesc)
+        self._alloc_name = {Kind.DEVICE: "zeMemAllocDevice", Kind.MANAGED: "zeMemAllocShared"}.get(
+            self.kind, "zeMemAllocHost"
+        )
+        self._alloc_fn = native.function(self._alloc_name)
+        self._free_fn = native.function("zeMemFree")
+        if self.kind is Kind.HOST:
+            self._dl: tuple[int, int] = (DLDeviceType.CPU, 0)
+        else:
+            self._dl = (DLDeviceType.ONEAPI, self.settings.device)
+
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        out = c_void_p()
+        kind = self.kind
+        if kind is Kind.DEVICE:
+            rc = self._alloc_fn(self._ctx, self._ddesc_ref, size, self.alignment, self._dev, byref(out))
+        elif kind is Kind.MANAGED:
+            rc = self._alloc_fn(
+                self._ctx, self._ddesc_ref, self._hdesc_ref, size, self.alignment, self._dev, byref(out)
+            )
+        else:
+            rc = self._alloc_fn(self._ctx, self._hdesc_ref, size, self.alignment, byref(out))
+        if rc:
+            raise self.runtime.errors.error(self._alloc_name, rc)
+        ptr = out.value
+        if not ptr:
+            raise AMLFailure(f"{self._alloc_name} returned SUCCESS and a NULL pointer")
+        self.runtime._owners[ptr] = self.context
+        return self._new_buffer(ptr, size, host_accessible=kind is not Kind.DEVICE, dl_device=self._dl)
+
+    def _free(self, buffer: Buffer) -> None:
+        ptr = buffer.ptr
+        if self._exports:
+            for export, data in self._exports.pop(ptr, ()):
+                export.close()
+                self.runtime.ipc_put_handle(self.context, data)
+        rc = self._free_fn(self._ctx, ptr)
+        if rc:
+            raise self.runtime.errors.error("zeMemFree", rc)
+        self.runtime._owners.pop(ptr, None)
+
+    # -- what the driver knows ---------------------------------------------------------------
+    def alloc_properties(self, buffer: Buffer | int) -> AllocProperties:
+        """``zeMemGetAllocProperties`` of a buffer of this area (or any address) in the
+        area's context."""
+        ptr = buffer.ptr if isinstance(buffer, Buffer) else buffer
+        return self.runtime.alloc_properties(ptr)
+
+    # -- IPC -----------------------------------------------------------------------------
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Export a device buffer (or its base pointer) for another process
+        (``zeMemGetIpcHandle``); the handle is released (``zeMemPutIpcHandle`` where the
+        loader has it) when the buffer is freed."""
+        if self.kind is not Kind.DEVICE:
+            raise AMLNotSupported(f"Level Zero IPC shares device memory; this is a {self.kind.value} area")
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+            data = self.runtime.require(Group.IPC).ipc_get_handle(buf.ptr, buf.size)
+            handle = IpcHandle(
+                backend="ze", device=self.settings.device, size=buf.size, data=data, pid=os.getpid()
+            )
+            export = IpcExport(buf, handle)
+            self._exports.setdefault(buf.ptr, []).append((export, data))
+            return export
+
+    # -- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        """Free every mapping, then destroy the area's context (``aml_area_ze_destroy``)."""
+        try:
+            super().close()
+        except BaseException as exc:
+            try:
+                self._destroy_context()
+            except AMLError as also:
+                exc.add_note(f"destroying the area's context failed too: {also}")
+            raise
+        self._destroy_context()
+
+    def _destroy_context(self) -> None:
+        with self._ctx_lock:
+            if not self.context or self._orphans:
+                return  # orphans (still-viewed buffers) free themselves, then the context goes
+            self.runtime.destroy_context(self.context)  # on failure the context stays: close() retries
+            self.context = 0
+
+    def _free_orphan_at(self, ptr: int) -> None:
+        super()._free_orphan_at(ptr)
+        if not self._orphans:
+            self._destroy_context()
+
+    def __repr__(self) -> str:
+        what = {Kind.DEVICE: "device", Kind.MANAGED: "shared", Kind.HOST: "host"}[self.kind]
+        state = "closed" if self.closed else f"{len(self._live)} live"
+        dev = "" if self.kind is Kind.HOST else f" device={self.device} ordinal={self.ordinal}"
+        return f"<aml ZeArea {what}{dev} alignment={self.alignment} {state}>"
+
+
+class ZeBackend(GpuBackend):
+    """The aml-ze backend: AML's Level Zero area API plus IPC, virtual memory and the
+    probe (inherited from :class:`~aml_core.gpu.backend.GpuBackend`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._ze_defaults: dict[Kind, ZeArea] = {}
+
+    @property
+    def ze(self) -> ZeRuntime:
+        rt = self.runtime
+        assert isinstance(rt, ZeRuntime)
+        return rt
+
+    def reset(self) -> None:
+        """Forget the runtime (destroying its context) and the default areas."""
+        with self._lock:
+            defaults = list(self._ze_defaults.values())
+            self._ze_defaults.clear()
+            rt = self._runtime
+        for area in defaults:
+            area.close()
+        super().reset()
+        if isinstance(rt, ZeRuntime):
+            rt.close()
+
+    def device_area(
+        self,
+        device: int = 0,
+        ordinal: int = 0,
+        device_flags: int = 0,
+        alignment: int = DEFAULT_ALIGNMENT,
+        flags: int = ZeFlags.DEVICE,
+        *,
+        _checked: bool = True,
+    ) -> ZeArea:
+        """``aml_area_ze_device_create(&area, device, ordinal, device_flags, alignment,
+        flags)``: device (``ZeFlags.DEVICE``) or shared (``ZeFlags.SHARED``) memory of
+        device index ``device``, from memory ``ordinal``. Close it (or :meth:`destroy`)
+        when done. Errors: a device past the count, an ordinal past the device's memory
+        count, an alignment that is not a power of two, unknown flag bits or ``flags``
+        neither DEVICE nor SHARED → EINVAL; context creation fails → the translated
+        ze_result_t."""
+        rt = self.ze
+        if _checked:
+            rt.handle(device)
+            dev = checks.device(device)
+            ordinal = checks.integer(ordinal, "ordinal")
+            ordinals = len(rt.memory_properties(dev))
+            if not 0 <= ordinal < max(1, ordinals):
+                raise AMLValueError(f"ordinal {ordinal} is not in 0..{max(1, ordinals) - 1} for device {dev}")
+            device_flags = checks.flag_bits(device_flags, C.DEVICE_MEM_ALLOC_FLAGS, "device_flags")
+            alignment = checks.power_of_two(alignment)
+            flags = checks.member(flags, {ZeFlags.DEVICE, ZeFlags.SHARED}, "flags (DEVICE 1, SHARED 2)")
+        kind = Kind.MANAGED if flags == ZeFlags.SHARED else Kind.DEVICE
+        host_flags = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_CACHED if kind is Kind.MANAGED else 0
+        return ZeArea(
+            rt, _Settings(kind, int(device), int(ordinal), int(device_flags), host_flags, int(alignment))
+        )
+
+    def host_area(
+        self, host_flags: int = 0, alignment: int = DEFAULT_ALIGNMENT, *, _checked: bool = True
+    ) -> ZeArea:
+        """``aml_area_ze_host_create(&area, host_flags, alignment)``: host memory
+        (``zeMemAllocHost``). Errors as :meth:`device_area`."""
+        rt = self.ze
+        if _checked:
+            host_flags = checks.flag_bits(host_flags, C.HOST_MEM_ALLOC_FLAGS, "host_flags")
+            alignment = checks.power_of_two(alignment)
+        return ZeArea(rt, _Settings(Kind.HOST, 0, 0, 0, int(host_flags), int(alignment)))
+
+    def _ze_default(self, kind: Kind) -> ZeArea:
+        with self._lock:
+            area = self._ze_defaults.get(kind)
+        if area is None or area.closed:
+            if kind is Kind.HOST:
+                area = self.host_area(ZeHostFlags.BIAS_CACHED, DEFAULT_ALIGNMENT)
+            else:
+                area = self.device_area(0, 0, ZeDeviceFlags.BIAS_CACHED, DEFAULT_ALIGNMENT, ZeFlags.DEVICE)
+            with self._lock:
+                self._ze_defaults[kind] = area
+        return area
+
+    def default_device_area(self) -> ZeArea:
+        """``aml_area_ze_device``: cached device memory of device 0, 64-byte aligned
+        (shared: do not close it)."""
+        return self._ze_default(Kind.DEVICE)
+
+    def default_host_area(self) -> ZeArea:
+        """``aml_area_ze_host``: cached host memory, 64-byte aligned (shared: do not close it)."""
+        return self._ze_default(Kind.HOST)
+
+    def alloc_properties(self, ptr: int | Buffer) -> AllocProperties:
+        """``zeMemGetAllocProperties`` of an address or a buffer's ``ptr``."""
+        return self.ze.alloc_properties(ptr.ptr if isinstance(ptr, Buffer) else ptr)
+
+    def pointer_attributes(self, ptr: int | Buffer) -> Any:
+        """:meth:`alloc_properties` as :class:`~aml_core.gpu.runtime.PointerAttributes`."""
+        return self.ze.pointer_attributes(ptr.ptr if isinstance(ptr, Buffer) else ptr)
+
+    def ipc_open(self, handle: IpcHandle) -> Buffer:
+        """Open an IPC handle exported by another process (see
+        :meth:`GpuBackend.ipc_open <aml_core.gpu.backend.GpuBackend.ipc_open>`). The runtime
+        is loaded and kept first, so that :meth:`reset` destroys the context it opens in."""
+        _ = self.runtime
+        return super().ipc_open(handle)
+
+    @staticmethod
+    def destroy(area: Area) -> None:
+        """``aml_area_ze_destroy``: free what the area holds and destroy its context (the
+        same as ``area.close()``). Idempotent."""
+        area.close()
+
+    # GpuBackend's factory returns its GpuArea; Level Zero's area is its own.
+    def create_area(  # type: ignore[override]
+        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: object
+    ) -> ZeArea:
+        """The ``aml_core.area(kind=..., backend="ze")`` factory: DEVICE → a device area,
+        MANAGED → a shared area, HOST → a host area; options are the area's arguments
+        (``ordinal``, ``device_flags``, ``alignment``; ``host_flags``, ``alignment``)."""
+        if all_devices:
+            raise AMLNotSupported("Level Zero areas allocate for one device (all_devices is CUDA/HIP's)")
+        if kind is Kind.HOST:
+            allowed = {"host_flags", "alignment"}
+        elif kind in (Kind.DEVICE, Kind.MANAGED):
+            allowed = {"ordinal", "device_flags", "alignment"}
+        else:
+            raise AMLNotSupported(f"ze does not provide {kind.value} memory")
+        unknown = set(options) - allowed
+        if unknown:
+            raise AMLTypeError(f"unknown ze area options {sorted(unknown)}; allowed: {sorted(allowed)}")
+        if kind is Kind.HOST:
+            return self.host_area(**options)  # type: ignore[arg-type]
+        flags = ZeFlags.SHARED if kind is Kind.MANAGED else ZeFlags.DEVICE
+        return self.device_area(0 if device is None else device, flags=flags, **options)  # type: ignore[arg-type]

@@ -1,0 +1,77 @@
+"""Fixtures of the aml-ze tests.
+
+The ``ze`` fixture points ``AML_ZE_LIBRARY`` at the driver double
+(``backends/ze/tests/native/double.c``), resets it and ``aml_ze.BACKEND``, and after the
+test checks that nothing leaked (the double's live counts are back to 0).
+``AML_ZE_TEST_DOUBLE=forward`` runs the same tests on the double's forward-to-CUDA mode;
+tests that need the host mode (emulated devices, budgets) then skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+# ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
+from ze_helpers import MODE, ZeDouble, aml_ze, build_double, enter_double, leave_double
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver (skipped elsewhere)")
+    config.addinivalue_line("markers", "double: runs against the Level Zero driver double (needs gcc)")
+    config.addinivalue_line("markers", "host_double: needs the double's host mode (emulated devices)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "ze" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.double)
+            if MODE == "forward":
+                item.add_marker(pytest.mark.gpu)
+        if MODE == "forward" and item.get_closest_marker("host_double"):
+            item.add_marker(
+                pytest.mark.skip(reason="needs the double's host mode (AML_ZE_TEST_DOUBLE=forward)")
+            )
+
+
+@pytest.fixture(scope="session")
+def double_library() -> Path:
+    return build_double()
+
+
+@pytest.fixture
+def ze(double_library: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ZeDouble]:
+    """aml_ze running on the double (reset before, leak-checked after)."""
+    double = enter_double(double_library, monkeypatch)
+    yield double
+    leave_double(double)
+
+
+@pytest.fixture
+def ze_noput(monkeypatch: pytest.MonkeyPatch) -> Iterator[ZeDouble]:
+    """aml_ze on a double without zeMemPutIpcHandle (Debian's 1.8.12 loader)."""
+    double = enter_double(build_double(put=False), monkeypatch)
+    yield double
+    leave_double(double)
+
+
+@pytest.fixture
+def areas(ze: ZeDouble) -> Iterator[Callable[..., aml_ze.ZeArea]]:
+    """``areas(kind, **arguments)`` makes a device ("device"), shared ("shared") or host
+    ("host") area that is closed after the test."""
+    made: list[aml_ze.ZeArea] = []
+
+    def make(kind: str = "device", **arguments: object) -> aml_ze.ZeArea:
+        if kind == "host":
+            area = aml_ze.host_area(**arguments)  # type: ignore[arg-type]
+        else:
+            flags = aml_ze.ZeFlags.SHARED if kind == "shared" else aml_ze.ZeFlags.DEVICE
+            area = aml_ze.device_area(flags=flags, **arguments)  # type: ignore[arg-type]
+        made.append(area)
+        return area
+
+    yield make
+    for area in made:
+        area.close()

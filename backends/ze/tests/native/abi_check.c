@@ -1,0 +1,41 @@
+/*
+ * The driver double's own declarations (double_abi.h) against Level Zero's header: compiled
+ * (never run) by test_ze_abi.py; a difference is a compile error.
+ */
+#include <stddef.h>
+
+#include <level_zero/ze_api.h>
+
+#include "double_abi.h"
+
+#define SAME(ours, theirs) _Static_assert(sizeof(ours) == sizeof(theirs), #ours " != " #theirs)
+#define AT(ours, theirs, f) _Static_assert(offsetof(ours, f) == offsetof(theirs, f), #ours "." #f)
+SAME(ctx_desc_t, ze_context_desc_t);
+AT(ctx_desc_t, ze_context_desc_t, flags);
+SAME(dev_desc_t, ze_device_mem_alloc_desc_t);
+AT(dev_desc_t, ze_device_mem_alloc_desc_t, flags);
+AT(dev_desc_t, ze_device_mem_alloc_desc_t, ordinal);
+SAME(host_desc_t, ze_host_mem_alloc_desc_t);
+AT(host_desc_t, ze_host_mem_alloc_desc_t, flags);
+SAME(alloc_props_t, ze_memory_allocation_properties_t);
+AT(alloc_props_t, ze_memory_allocation_properties_t, type);
+AT(alloc_props_t, ze_memory_allocation_properties_t, id);
+AT(alloc_props_t, ze_memory_allocation_properties_t, pageSize);
+SAME(phys_desc_t, ze_physical_mem_desc_t);
+AT(phys_desc_t, ze_physical_mem_desc_t, flags);
+AT(phys_desc_t, ze_physical_mem_desc_t, size);
+SAME(ipc_handle_t, ze_ipc_mem_handle_t);
+SAME(dev_props_t, ze_device_properties_t);
+AT(dev_props_t, ze_device_properties_t, maxMemAllocSize);
+AT(dev_props_t, ze_device_properties_t, name);
+SAME(mem_props_t, ze_device_memory_properties_t);
+AT(mem_props_t, ze_device_memory_properties_t, totalSize);
+AT(mem_props_t, ze_device_memory_properties_t, name);
+_Static_assert(E_OUT_OF_DEVICE_MEMORY == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY, "result");
+_Static_assert(E_INVALID_ARGUMENT == ZE_RESULT_ERROR_INVALID_ARGUMENT, "result");
+_Static_assert(E_HANDLE_OBJECT_IN_USE == ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE, "result");
+_Static_assert(E_OVERLAPPING_REGIONS == ZE_RESULT_ERROR_OVERLAPPING_REGIONS, "result");
+_Static_assert(E_UNSUPPORTED_ALIGNMENT == ZE_RESULT_ERROR_UNSUPPORTED_ALIGNMENT, "result");
+_Static_assert(E_INVALID_ENUMERATION == ZE_RESULT_ERROR_INVALID_ENUMERATION, "result");
+
+int main(void) { return 0; }

@@ -1,0 +1,50 @@
+/*
+ * The Level Zero values and struct layouts the driver double (double.c) uses, declared
+ * without Level Zero's header (the double builds where libze-dev is absent).
+ * abi_check.c compiles them against the header: test_ze_abi.py checks they are the same.
+ */
+#ifndef ZEDOUBLE_ABI_H
+#define ZEDOUBLE_ABI_H
+#include <stdint.h>
+
+#ifndef _ZE_API_H /* the check includes Level Zero's header first */
+typedef uint32_t ze_result_t;
+#endif
+#define OK 0u
+#define E_DEVICE_LOST 0x70000001u
+#define E_OUT_OF_HOST_MEMORY 0x70000002u
+#define E_OUT_OF_DEVICE_MEMORY 0x70000003u
+#define E_UNINITIALIZED 0x78000001u
+#define E_INVALID_ARGUMENT 0x78000004u
+#define E_INVALID_NULL_HANDLE 0x78000005u
+#define E_HANDLE_OBJECT_IN_USE 0x78000006u
+#define E_INVALID_NULL_POINTER 0x78000007u
+#define E_UNSUPPORTED_SIZE 0x78000009u
+#define E_UNSUPPORTED_ALIGNMENT 0x7800000Au
+#define E_INVALID_ENUMERATION 0x7800000Cu
+#define E_OVERLAPPING_REGIONS 0x7800001Au
+#define E_UNKNOWN 0x7FFFFFFEu
+
+
+/* -- structures (API 1.4 layouts) ------------------------------------------------------- */
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; } ctx_desc_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; uint32_t ordinal; } dev_desc_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; } host_desc_t;
+typedef struct { uint32_t stype; void *pNext; uint32_t type; uint64_t id; uint64_t pageSize; } alloc_props_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; size_t size; } phys_desc_t;
+typedef struct { char data[64]; } ipc_handle_t;
+typedef struct {
+    uint32_t stype; void *pNext; uint32_t type, vendorId, deviceId, flags, subdeviceId, coreClockRate;
+    uint64_t maxMemAllocSize;
+    uint32_t maxHardwareContexts, maxCommandQueuePriority, numThreadsPerEU, physicalEUSimdWidth,
+        numEUsPerSubslice, numSubslicesPerSlice, numSlices;
+    uint64_t timerResolution;
+    uint32_t timestampValidBits, kernelTimestampValidBits;
+    uint8_t uuid[16];
+    char name[256];
+} dev_props_t;
+typedef struct {
+    uint32_t stype; void *pNext; uint32_t flags, maxClockRate, maxBusWidth; uint64_t totalSize; char name[256];
+} mem_props_t;
+
+#endif
