@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .errors import AMLNotSupported, ErrorTable
@@ -76,6 +76,18 @@ class NativeLibrary:
         fn.argtypes = list(argtypes)
         self._functions[name] = fn
         return fn
+
+    def declare_all(
+        self,
+        required: Mapping[str, tuple[Any, Sequence[Any]]],
+        optional: Mapping[str, tuple[Any, Sequence[Any]]] = {},
+    ) -> None:
+        """Declare a table of prototypes ``name -> (restype, argtypes)``: every required
+        one (a missing symbol is :class:`AMLNotSupported`), and the optional ones present."""
+        for name, (restype, argtypes) in required.items():
+            self.declare(name, restype, *argtypes)
+        for name, (restype, argtypes) in optional.items():
+            self.declare(name, restype, *argtypes, required=False)
 
     def function(self, name: str) -> Any:
         try:

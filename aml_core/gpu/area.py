@@ -21,7 +21,6 @@ docs/aml-contract.md#hip-area), written once.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -37,7 +36,7 @@ from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
-from .ipc import IpcExport, IpcHandle
+from .ipc import IpcExport, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
 from .stream import as_stream_handle
 
@@ -380,18 +379,7 @@ class GpuArea(Area):
     # -- IPC (docs/aml-contract.md#hip-ipc) ---------------------------------------------------
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer (or its base pointer) for another process."""
-        if self.kind is not Kind.DEVICE:
-            raise AMLNotSupported(f"IPC shares device memory; this is a {self.kind.value} area")
-        with self._lock:
-            self._check_open()
-            buf = self._lookup(buffer, None)
-            data = self.runtime.require(Group.IPC).ipc_get_handle(buf.ptr, buf.size)
-            handle = IpcHandle(
-                backend=self.backend, device=buf.device or 0, size=buf.size, data=data, pid=os.getpid()
-            )
-            export = IpcExport(buf, handle)
-            self._exports.setdefault(buf.ptr, []).append(export)
-            return export
+        return export_from(self, self.runtime, self._exports, buffer)
 
     # -- data movement helpers (tests, examples) ---------------------------------------------
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:

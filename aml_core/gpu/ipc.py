@@ -30,7 +30,7 @@ import attrs
 from .. import checks
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLTypeError, AMLValueError
+from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from .runtime import Group
@@ -38,7 +38,7 @@ from .runtime import Group
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions"]
+__all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions", "export_from"]
 
 #: The largest native handle an IpcHandle carries (each runtime checks its exact size).
 MAX_HANDLE_SIZE = 1024
@@ -129,6 +129,27 @@ class IpcExport:
 
     def __repr__(self) -> str:
         return f"<aml IpcExport of {self._buffer!r}{' closed' if self.closed else ''}>"
+
+
+def export_from(
+    area: Area, runtime: Runtime, exports: dict[int, list[IpcExport]], buffer: Buffer | int
+) -> IpcExport:
+    """``area.ipc_export(buffer)`` of a device area, written once (aml_core.gpu.GpuArea,
+    aml_hsa.PoolArea): look the live buffer up, wrap the runtime's native handle in a
+    picklable :class:`IpcHandle`, and remember the export in ``exports`` (closed when the
+    buffer is freed)."""
+    if area.kind is not Kind.DEVICE:
+        raise AMLNotSupported(f"IPC shares device memory; this is a {area.kind.value} area")
+    with area._lock:
+        area._check_open()
+        buf = area._lookup(buffer, None)
+        data = runtime.require(Group.IPC).ipc_get_handle(buf.ptr, buf.size)
+        handle = IpcHandle(
+            backend=area.backend, device=buf.device or 0, size=buf.size, data=data, pid=os.getpid()
+        )
+        export = IpcExport(buf, handle)
+        exports.setdefault(buf.ptr, []).append(export)
+        return export
 
 
 @attrs.frozen

@@ -112,8 +112,9 @@ def lazy_descriptor(
     kinds: frozenset[Kind] = GPU_KINDS,
 ) -> BackendDescriptor:
     """A descriptor whose callables import the backend (``backend()``) only when the
-    registry probes it, builds an area or opens an IPC handle. ``kinds`` defaults to
-    CUDA's and HIP's (aml-ze has no MAPPED memory)."""
+    registry probes it, builds an area or opens an IPC handle. ``kinds`` is what the
+    backend provides: CUDA's and HIP's by default (aml-ze has no MAPPED memory; aml-hsa
+    provides device and host memory only)."""
 
     def probe() -> ProbeResult:
         return backend().probe()

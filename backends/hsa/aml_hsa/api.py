@@ -1,0 +1,96 @@
+"""The public API of aml-hsa (imported on first use by :mod:`aml_hsa`).
+
+:data:`BACKEND` is an :class:`HsaBackend`: the shared GPU logic of :mod:`aml_core.gpu`
+(virtual memory, IPC import, the probe) over :class:`aml_hsa.runtime.HsaRuntime`, with
+pool areas (:mod:`aml_hsa.area`) where aml-cuda and aml-hip have their allocation-group
+areas. The functions are its bound methods.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from aml_core.errors import AMLNotSupported, AMLTypeError
+from aml_core.gpu import GpuBackend
+from aml_core.specs import Kind
+
+from . import plugin
+
+if TYPE_CHECKING:
+    from .area import PoolArea
+    from .runtime import HsaRuntime
+
+# The public names are listed once, in aml_hsa/__init__.py (its lazy exports).
+
+
+def load_runtime() -> HsaRuntime:
+    """Load ``libhsa-runtime64``, ``hsa_init`` it (once per process; ``hsa_shut_down`` at
+    exit) and discover agents and pools; ENOTSUP with the reason when no library or no
+    AMD GPU (KFD) is found."""
+    from .native import load
+    from .runtime import HsaRuntime
+
+    return HsaRuntime(load())
+
+
+class HsaBackend(GpuBackend):
+    """The GPU backend of HSA: areas are pool areas (DEVICE: a GPU's coarse-grained pool,
+    HOST: a CPU fine-grained pool); there is no managed memory and no stream."""
+
+    def create(self, device: int = -1, flags: object = 0) -> PoolArea:  # type: ignore[override]
+        """Device memory of GPU ``device`` (negative: device 0; HSA has no current device).
+        ``flags`` must be 0: HSA picks memory by pool, not by AML's CUDA-style flags."""
+        from .area import PoolArea
+
+        if flags:
+            raise AMLNotSupported(
+                "hsa areas take no flags: use create() for device memory, host_area() for host"
+            )
+        rt = cast("HsaRuntime", self.runtime)
+        return PoolArea(rt, Kind.DEVICE, 0 if device is None or device < 0 else device)
+
+    def host_area(self) -> PoolArea:
+        """Host memory from a CPU agent's fine-grained pool, accessible to every GPU."""
+        from .area import PoolArea
+
+        return PoolArea(cast("HsaRuntime", self.runtime), Kind.HOST)
+
+    def default_area(self) -> PoolArea:  # type: ignore[override]
+        """Device memory of device 0 (a new area each call: close it)."""
+        return self.create(0)
+
+    def unified_area(self) -> PoolArea:  # type: ignore[override]
+        raise AMLNotSupported("hsa has no managed memory (use aml-hip for hipMallocManaged)")
+
+    def create_area(  # type: ignore[override]
+        self, kind: Kind, device: int | None = None, **options: object
+    ) -> PoolArea:
+        """The ``aml_core.area(kind=..., backend="hsa")`` factory: DEVICE → the GPU's
+        coarse-grained pool, HOST → a CPU fine-grained pool."""
+        if options:
+            raise AMLTypeError(f"unknown hsa area options {sorted(options)}; hsa areas take none")
+        if kind is Kind.DEVICE:
+            return self.create(0 if device is None else device)
+        if kind is Kind.HOST:
+            return self.host_area()
+        raise AMLNotSupported(f"hsa provides device and host memory, not {kind.value}")
+
+
+#: The HSA backend (lazy: the library is loaded and initialized on first use;
+#: ``BACKEND.reset()`` forgets the runtime, e.g. after changing ``AML_HSA_LIBRARY``).
+BACKEND = HsaBackend(plugin.NAME, load_runtime, precheck=plugin.precheck, description=plugin.DESCRIPTION)
+
+
+def get_runtime() -> HsaRuntime:
+    """The loaded :class:`~aml_hsa.runtime.HsaRuntime` (loads and initializes the library)."""
+    return cast("HsaRuntime", BACKEND.runtime)
+
+
+create = BACKEND.create
+destroy = BACKEND.destroy
+default_area = BACKEND.default_area
+host_area = BACKEND.host_area
+ipc_open = BACKEND.ipc_open
+ipc_close = BACKEND.ipc_close
+virtual_memory = BACKEND.virtual_memory
+probe = BACKEND.probe

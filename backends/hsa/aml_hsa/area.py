@@ -1,0 +1,109 @@
+"""Areas over HSA memory pools (the backend-specific area module the template allows:
+HSA allocates from *pools* of agents, not through a CUDA-style allocation group).
+
+:class:`PoolArea` allocates with ``hsa_amd_memory_pool_allocate`` and frees with
+``hsa_amd_memory_pool_free``. Device memory comes from a GPU agent's coarse-grained pool;
+host memory from a CPU agent's fine-grained pool, made accessible to every GPU agent
+(``hsa_amd_agents_allow_access``) so that kernels can read it. Device buffers can be
+shared with another process (``ipc_export``, ``hsa_amd_ipc_memory_create``); data moves
+with ``hsa_memory_copy`` (:meth:`PoolArea.write` / :meth:`PoolArea.read`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING
+
+import attrs
+
+from aml_core.area import Area
+from aml_core.buffer import Buffer
+from aml_core.errors import AMLNotSupported, AMLValueError
+from aml_core.gpu.ipc import IpcExport, export_from
+from aml_core.specs import Capability, Kind
+
+if TYPE_CHECKING:
+    from .runtime import HsaRuntime, Pool
+
+__all__ = ["PoolArea"]
+
+
+@attrs.frozen
+class _PoolAllocation:
+    tag: str
+    pool: int
+
+
+class PoolArea(Area):
+    """Memory of one HSA pool: ``kind`` DEVICE (a GPU's coarse-grained pool) or HOST (a
+    CPU fine-grained pool, accessible to every GPU)."""
+
+    def __init__(
+        self, runtime: HsaRuntime, kind: Kind, device: int | None = None, pool: Pool | None = None
+    ) -> None:
+        if kind is Kind.DEVICE:
+            d = 0 if device is None else device
+            chosen = runtime.device_pool(d) if pool is None else runtime.pool(pool)
+            caps = Capability.IPC | Capability.DLPACK
+            area_device: int | None = d
+        elif kind is Kind.HOST:
+            chosen = runtime.host_pool() if pool is None else runtime.pool(pool)
+            caps = Capability.BUFFER_PROTOCOL | Capability.DLPACK
+            area_device = None
+        else:
+            raise AMLNotSupported(f"hsa provides device and host memory, not {kind.value}")
+        if not chosen.alloc_allowed:
+            raise AMLValueError(f"pool {chosen.handle:#x} does not allow runtime allocation")
+        super().__init__(backend="hsa", kind=kind, device=area_device, capabilities=caps)
+        self.runtime = runtime
+        self.pool = chosen
+        self._exports: dict[int, list[IpcExport]] = {}
+
+    def _allocate(self, size: int, options: object) -> Buffer:
+        rt = self.runtime
+        ptr = rt.pool_allocate(self.pool, size)
+        try:
+            if self.kind is Kind.HOST and rt.gpus:
+                rt.allow_access(rt.gpus, ptr)
+        except BaseException:
+            rt.pool_free(ptr)
+            raise
+        host = self.kind is Kind.HOST
+        return self._new_buffer(
+            ptr,
+            size,
+            host_accessible=host,
+            dl_device=(rt.traits.dl_host, 0) if host else (rt.traits.dl_device, self.device or 0),
+            native=_PoolAllocation("pool", self.pool.handle),
+        )
+
+    def _free(self, buffer: Buffer) -> None:
+        for export in self._exports.pop(buffer.ptr, ()):
+            export.close()
+        self.runtime.pool_free(buffer.ptr)
+
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Export a device buffer for another process (``hsa_amd_ipc_memory_create``)."""
+        return export_from(self, self.runtime, self._exports, buffer)
+
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into a buffer of this area (``hsa_memory_copy``)."""
+        self._lookup(buffer, None)
+        raw = bytes(data)
+        if offset < 0 or offset + len(raw) > buffer.size:
+            raise AMLValueError(f"{len(raw)} bytes at offset {offset} do not fit in {buffer.size}")
+        if raw:
+            src = ctypes.create_string_buffer(raw, len(raw))
+            self.runtime.memory_copy(buffer.ptr + offset, ctypes.addressof(src), len(raw))
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of a buffer of this area (``hsa_memory_copy``)."""
+        self._lookup(buffer, None)
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        if not n:
+            return b""
+        dst = ctypes.create_string_buffer(n)
+        self.runtime.memory_copy(ctypes.addressof(dst), buffer.ptr + offset, n)
+        return dst.raw

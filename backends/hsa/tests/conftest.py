@@ -1,0 +1,56 @@
+"""Fixtures of the aml-hsa tests.
+
+* ``hsa``: aml_hsa running on the driver double (``native/double.c``, interface 1.6) in the
+  mode of ``AML_HSA_TEST_DOUBLE`` (``host`` by default; ``forward`` forwards memory to CUDA
+  and marks the tests ``gpu``). Reset before; after the test, nothing may be left: no
+  object tracked by aml-hsa, no native object in the double, hsa_init's count back to 0.
+* ``hsa_built(interface)``: the same on a double emulating an older interface ((1, 4):
+  ROCm 6.0/6.1 without reserve_align; (1, 0): ROCr 5.2 without hsa_amd_vmem_*).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from hsa_helpers import MODE, HsaDouble, build_double, enter_double, leave_double
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver")
+    config.addinivalue_line("markers", "double: runs against the HSA driver double (needs gcc)")
+    config.addinivalue_line("markers", "host_double: needs the double's host mode (host memory, IPC)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "hsa" in fixtures or "hsa_built" in fixtures:
+            item.add_marker(pytest.mark.double)
+            if MODE == "forward":
+                item.add_marker(pytest.mark.gpu)
+        if MODE == "forward" and item.get_closest_marker("host_double"):
+            item.add_marker(
+                pytest.mark.skip(reason="needs the double's host mode (this run forwards to CUDA)")
+            )
+
+
+@pytest.fixture
+def hsa(monkeypatch: pytest.MonkeyPatch) -> Iterator[HsaDouble]:
+    double = enter_double(build_double(), monkeypatch)
+    yield double
+    leave_double(double)
+
+
+@pytest.fixture
+def hsa_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[tuple[int, int]], HsaDouble]]:
+    used: list[HsaDouble] = []
+
+    def make(interface: tuple[int, int]) -> HsaDouble:
+        double = enter_double(build_double(interface), monkeypatch)
+        used.append(double)
+        return double
+
+    yield make
+    for double in used:
+        leave_double(double)

@@ -1,0 +1,263 @@
+"""Agents and pools, pool areas and the registry, the probe (the real Debian ROCr 5.2 with
+no GPU, and the double), hsa_init's reference count, and HSA IPC between processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from aml_hsa import AgentType, PoolLocation, Segment
+from aml_hsa import abi as C
+from hsa_helpers import HERE, REPO, HsaDouble, aml_hsa, child_env, forget
+
+import aml_core
+from aml_core.errors import AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.specs import Capability, Kind
+
+DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1")
+
+
+def test_agents_and_pools(hsa: HsaDouble) -> None:
+    hsa.need_gpus(2)
+    agents = aml_hsa.agents()
+    assert [a.type for a in agents][:1] == [AgentType.CPU]
+    gpus = [a for a in agents if a.type is AgentType.GPU]
+    assert [g.device for g in gpus] == [0, 1]
+    for gpu in gpus:
+        pools = aml_hsa.pools(gpu)
+        coarse = aml_hsa.device_pool(gpu.device or 0)
+        assert coarse in pools
+        assert coarse.segment is Segment.GLOBAL
+        assert coarse.coarse_grained
+        assert not coarse.fine_grained
+        assert coarse.alloc_allowed
+        assert coarse.granule > 0
+        assert coarse.granule & (coarse.granule - 1) == 0
+        assert coarse.rec_granule >= coarse.granule
+        assert coarse.location is PoolLocation.GPU
+        assert coarse.agent == gpu
+        assert coarse.size > 0
+    host = aml_hsa.host_pool()
+    assert host.fine_grained
+    assert host.agent.type is AgentType.CPU
+    assert host.location is PoolLocation.CPU
+    with pytest.raises(AMLValueError, match=r"not in 0\.\.1"):
+        aml_hsa.device_pool(2)
+    with pytest.raises(AMLValueError, match="unknown agent"):
+        aml_hsa.pools(0x1)
+
+
+def test_granularity_from_the_pool(hsa: HsaDouble) -> None:
+    pool = aml_hsa.device_pool(0)
+    vm = aml_hsa.virtual_memory(0)
+    try:
+        assert vm.granularity() == pool.granule
+        assert vm.granularity(recommended=True) == pool.rec_granule
+        buf = vm.growable(16 * pool.granule)
+        buf.grow(3 * pool.granule)
+        assert buf.mapped == 3 * pool.granule
+        vm.munmap(buf)
+    finally:
+        vm.close()
+
+
+def test_device_and_host_areas(hsa: HsaDouble) -> None:
+    with aml_core.area(kind=Kind.DEVICE, backend="hsa") as device:
+        assert device.pool == aml_hsa.device_pool(0)
+        buf = device.mmap(1000)
+        device.write(buf, b"abc", 10)
+        assert device.read(buf, 3, 10) == b"abc"
+        device.munmap(buf)
+    with aml_core.area(kind=Kind.HOST, backend="hsa") as host:
+        assert host.pool == aml_hsa.host_pool()
+        buf = host.mmap(64)
+        view = memoryview(buf)
+        view[:3] = b"xyz"
+        assert host.read(buf, 3) == b"xyz"
+        view.release()
+        host.munmap(buf)
+    assert hsa.calls("hsa_amd_agents_allow_access") == 1  # host memory made visible to the GPU
+    with pytest.raises(AMLNotSupported):
+        aml_core.area(kind=Kind.MANAGED, backend="hsa")
+    with pytest.raises(AMLTypeError, match="options"):
+        aml_hsa.BACKEND.create_area(Kind.DEVICE, 0, flags=1)
+    with pytest.raises(AMLNotSupported, match="no flags"):
+        aml_hsa.create(0, 1)
+    with pytest.raises(AMLNotSupported, match="managed"):
+        aml_hsa.BACKEND.unified_area()
+
+
+def test_pool_allocation_failure_frees(hsa: HsaDouble) -> None:
+    """allow_access failing after the allocation frees it (host areas)."""
+    hsa.inject("hsa_amd_agents_allow_access", C.HSA_STATUS_ERROR_INVALID_AGENT)
+    with aml_hsa.host_area() as host, pytest.raises(AMLValueError):
+        host.mmap(100)
+    assert hsa.objects() == {}
+
+
+def test_hsa_init_once_and_shut_down(hsa: HsaDouble) -> None:
+    aml_hsa.get_runtime()
+    aml_hsa.BACKEND.reset()
+    aml_hsa.get_runtime()  # a new runtime on the same library: no second hsa_init
+    assert hsa.calls("hsa_init") == 1
+    assert hsa.live()["init"] == 1
+    forget()
+    assert hsa.calls("hsa_shut_down") == 1
+    assert hsa.live()["init"] == 0
+
+
+def test_hsa_shut_down_at_exit(hsa: HsaDouble) -> None:
+    """The process's one hsa_shut_down runs at exit (an atexit handler registered before
+    aml_hsa's runs after it and sees the count back to 0)."""
+    code = f"""
+import atexit, ctypes
+lib = ctypes.CDLL({str(hsa.path)!r})
+lib.hsadouble_live.restype = ctypes.c_long
+atexit.register(lambda: print("at exit:", lib.hsadouble_live(b"init"), lib.hsadouble_calls(b"hsa_shut_down")))
+import aml_hsa
+aml_hsa.get_runtime()
+print("running:", lib.hsadouble_live(b"init"))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=hsa.env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["running: 1", "at exit: 0 1"]
+
+
+@pytest.mark.host_double
+def test_probe_without_kfd(hsa: HsaDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    forget()
+    monkeypatch.setenv("HSADOUBLE_NO_KFD", "1")
+    result = aml_hsa.probe()
+    assert not result.available
+    assert "no AMD GPU / KFD" in result.reason
+    assert "OUT_OF_RESOURCES" in result.reason
+    assert hsa.live()["init"] == 0  # a failed hsa_init is not matched by a shut down
+
+
+def test_probe_with_the_double(hsa: HsaDouble) -> None:
+    result = aml_hsa.probe()
+    assert result.available
+    assert len(result.devices) == aml_hsa.get_runtime().device_count()
+    assert result.capabilities & Capability.VIRTUAL_MEMORY
+    assert result.capabilities & Capability.IPC
+    assert not result.reason
+    assert result.versions["AMD interface"] == "1.6+"
+
+
+def test_missing_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    forget()
+    monkeypatch.setenv("AML_HSA_LIBRARY", "/nonexistent/libhsa-runtime64.so.1")
+    try:
+        result = aml_hsa.probe()
+        assert not result.available
+        assert "cannot load /nonexistent/libhsa-runtime64.so.1" in result.reason
+    finally:
+        forget()
+
+
+@pytest.mark.skipif(not DEBIAN_LIBRARY.exists(), reason="Debian's libhsa-runtime64-1 is not installed")
+@pytest.mark.skipif(os.path.exists("/dev/kfd"), reason="this machine has an AMD GPU (/dev/kfd)")
+def test_real_library_without_a_gpu() -> None:
+    """Debian's ROCr 5.2 and no /dev/kfd: hsa_init fails with OUT_OF_RESOURCES and the
+    backend is cleanly unavailable; the library has no hsa_amd_vmem_*. In a fresh process:
+    once the double is loaded here, the loader hands it out for its SONAME."""
+    env = child_env()
+    env.pop("AML_HSA_LIBRARY", None)
+    code = """
+import json, aml_hsa, aml_hsa.native
+result = aml_hsa.probe()
+lib = aml_hsa.native.load()
+print(json.dumps([result.available, result.reason, list(lib.interface), lib.vmem_missing(), lib.initialized]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    available, reason, interface, missing, initialized = json.loads(proc.stdout)
+    assert available is False
+    assert reason.startswith("no AMD GPU / KFD (hsa_init of ROCr 5.2 failed with OUT_OF_RESOURCES")
+    assert interface == [1, 0]
+    assert missing == (
+        "ROCr 5.2 has no virtual memory API (libhsa-runtime64.so.1 lacks all of hsa_amd_vmem_*); "
+        "needs ROCm 6.0+"
+    )
+    assert initialized is False
+    info = subprocess.run(
+        [sys.executable, "-m", "aml_core", "info", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert info.returncode == 0, info.stderr
+    backends = {b["name"]: b for b in json.loads(info.stdout)["backends"]}
+    assert backends["hsa"]["available"] is False
+    assert "no AMD GPU / KFD" in backends["hsa"]["reason"]
+
+
+@pytest.mark.host_double
+def test_ipc_between_processes(hsa: HsaDouble) -> None:
+    size = 4096
+    with aml_hsa.create(0) as area:
+        buf = area.mmap(size)
+        area.write(buf, bytes(range(256)) * (size // 256))
+        export = area.ipc_export(buf)
+        handle = export.handle
+        assert len(handle.data) == C.IPC_HANDLE_SIZE
+        proc = subprocess.run(
+            [sys.executable, str(HERE / "hsa_children.py"), "ipc"],
+            input=pickle.dumps(handle),
+            env=hsa.env(),
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr.decode()
+        assert proc.stdout.decode().split() == ["OK", "0"]
+        assert area.read(buf, 5) == b"child"
+        with pytest.raises(AMLValueError, match="process that exported it"):
+            aml_hsa.ipc_open(handle)
+        area.munmap(buf)
+        with pytest.raises(AMLValueError, match="freed"):
+            _ = export.handle
+
+
+def test_ipc_errors(hsa: HsaDouble) -> None:
+    with aml_hsa.create(0) as area:
+        buf = area.mmap(4096)
+        hsa.inject("hsa_amd_ipc_memory_create", C.HSA_STATUS_ERROR_INVALID_ARGUMENT)
+        with pytest.raises(AMLValueError):
+            area.ipc_export(buf)
+        area.munmap(buf)
+    with aml_hsa.host_area() as host, pytest.raises(AMLNotSupported, match="device memory"):
+        host.ipc_export(host.mmap(10))
+
+
+def test_plugin_is_cheap() -> None:
+    """Importing the plugin and the package and running the hook loads no native library,
+    no runtime and no area code."""
+    code = """
+import sys
+import aml_hsa.plugin as p
+[d] = p.aml_backends()
+import aml_hsa
+heavy = ("aml_hsa.api", "aml_hsa.native", "aml_hsa.runtime", "aml_core.gpu.area")
+loaded = [m for m in heavy if m in sys.modules]
+assert not loaded, loaded
+assert "libhsa-runtime64" not in open("/proc/self/maps").read(), "an HSA library was loaded"
+print(d.name, d.priority, sorted(k.value for k in d.kinds))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["hsa", "90", "['device',", "'host']"]
