@@ -80,7 +80,10 @@ Threads
     One re-entrant lock (``_plock``) guards the heaps, slabs and counters; the area is
     called with it held (areas are thread-safe and never call back into the pool). The
     buffer bookkeeping is the area base class's, with its own rules. So every public
-    method may be called from any thread.
+    method may be called from any thread. Re-entrant, because a finalizer can free a
+    pooled buffer in a thread that is inside the pool already (the garbage collector,
+    run by an allocation under the lock, collecting a CuPy array that holds a block);
+    such a free only pushes the block on its stack, which no locked path has half-done.
 """
 
 from __future__ import annotations

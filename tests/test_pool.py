@@ -552,6 +552,29 @@ def test_threads_mixed_sizes(pool: Pool) -> None:
     assert s.fragmentation == 0.0 or s.slabs > 1
 
 
+def test_a_free_from_inside_the_pool_does_not_deadlock(pool: Pool) -> None:
+    """A finalizer (a collected CuPy array, say) may free a block in a thread that holds
+    the pool's lock already: the lock is re-entrant and the free completes."""
+    bufs = [pool.mmap(4096) for _ in range(3)]
+    done = threading.Event()
+
+    def free_while_locked() -> None:
+        with pool._plock:
+            pool.munmap(bufs[0])
+            extra = pool.mmap(4096)  # and allocate, as a finalizer's code might
+            pool.munmap(extra)
+        done.set()
+
+    worker = threading.Thread(target=free_while_locked)
+    worker.start()
+    worker.join(timeout=30)
+    assert done.is_set()
+    assert bufs[0].freed
+    assert pool.stats.live_mappings == 2
+    for b in bufs[1:]:
+        pool.munmap(b)
+
+
 def test_no_warning_on_normal_use(host: FaultyArea) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
