@@ -12,7 +12,8 @@ and on any CPU, the host pool against the host area and raw ``mmap.mmap``::
 
 Peers (GPU): ``aml area`` (``aml_cuda.create(0)``: cudaMalloc per mmap), ``aml area,
 stream-ordered`` (the same area's ``mmap(n, stream=s)``: cudaMallocAsync), ``aml pool``
-(``aml_core.pool`` over it), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
+(``aml_core.pool`` over it), ``aml pool, on a stream`` (the pool's per-stream lists:
+``pool.mmap(n, stream=s)``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
 raw ``cudaMalloc``/``cudaFree`` and ``cudaMallocAsync``/``cudaFreeAsync`` (the device's
 default memory pool, one stream) through cuda-bindings, CuPy's ``MemoryPool``, PyTorch's
 caching allocator (``torch.empty``) and cuda.core's ``DeviceMemoryResource``. A peer that
@@ -284,9 +285,40 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         return StreamOrderedArea("aml area, stream-ordered", area, native=False)
 
+    def aml_pool_on_stream() -> Peer:
+        import aml_cuda
+
+        import aml_core
+
+        pool = aml_core.pool(aml_cuda.create(0))
+        try:
+            stream = aml_cuda.stream(non_blocking=True)
+        except BaseException:
+            pool.area.close()
+            pool.close()
+            raise
+
+        class PoolOnStream(AmlPool):
+            def alloc(self, n: int) -> Any:
+                return pool.mmap(n, stream=stream)
+
+            def free(self, h: Any) -> None:
+                pool.munmap(h)  # in the order of the stream it was allocated on
+
+            def sync(self) -> None:
+                stream.synchronize()
+
+            def close(self) -> None:
+                stream.synchronize()
+                super().close()
+                stream.close()
+
+        return PoolOnStream("aml pool, on a stream", pool)
+
     attempt("aml area", aml_area)
     attempt("aml area, stream-ordered", aml_stream_ordered)
     attempt("aml pool", aml_pool)
+    attempt("aml pool, on a stream", aml_pool_on_stream)
     attempt("aml expandable pool", aml_expandable)
 
     if rt is not None:
