@@ -1,4 +1,5 @@
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn, TypeVar, overload
 
 from .buffer import Buffer
 
@@ -6,6 +7,43 @@ _B = TypeVar("_B", bound=Buffer)
 
 HOST: int
 READONLY: int
+OPS: tuple[str, ...]
+
+class NativeAllocator:
+    def __init__(
+        self,
+        *,
+        get_device: int,
+        malloc: int,
+        free: int,
+        fail: Callable[..., NoReturn],
+        names: Mapping[str, str],
+        malloc_managed: int | None = None,
+        host_alloc: int | None = None,
+        free_host: int | None = None,
+        error_sentinel: int | None = None,
+        attach_host: int = 0,
+        attach_global: int = 0,
+        host_portable: int = 0,
+        owner: object = None,
+    ) -> None: ...
+    @property
+    def fail(self) -> Callable[..., NoReturn]: ...
+    @property
+    def names(self) -> dict[str, str]: ...
+    @property
+    def owner(self) -> object: ...
+    @property
+    def attach_host(self) -> int: ...
+    @property
+    def attach_global(self) -> int: ...
+    @property
+    def host_portable(self) -> int: ...
+    def has(self, op: str, /) -> bool: ...
+    def get_device(self) -> int: ...
+
+def _noop_functions() -> dict[str, int]: ...
+def _noop_control(fail_code: int = 0, fail_count: int = 0, skip: int = 0) -> int: ...
 
 class BufferBase:
     @property
@@ -84,5 +122,21 @@ class AreaBase:
     def _lookup(self, target: Buffer | int, size: int | None) -> Buffer: ...
     def _not_mapped(self, target: int) -> None: ...
     def _restore(self, buf: Buffer) -> None: ...
+    def _set_native(
+        self,
+        allocator: NativeAllocator | None,
+        mode: str = "device",
+        *,
+        dl_device_type: int = 0,
+        host_accessible: bool = False,
+        dl_device_current: bool = True,
+        flags: int = 0,
+        granule: int = 1,
+        records: dict[int, Any] | None = None,
+        record: Callable[[int], Any] | None = None,
+        slow_free: dict[int, Any] | None = None,
+    ) -> None: ...
+    @property
+    def _native_allocator(self) -> NativeAllocator | None: ...
 
 def address_of(obj: Any, /) -> tuple[int, int, bool]: ...

@@ -26,6 +26,14 @@ state: they use a dict keyed by exact ints, the buffers' C fields and C counters
 allocate no object the garbage collector tracks between reading and writing, and
 every buffer they drop from the table is still referenced by the caller. Errors are
 raised before anything changes.
+
+``NativeAllocator`` is a compiled ops table (after UMF's memory-provider ops): the C
+addresses of a GPU runtime's allocation calls, whose CUDA and HIP signatures are the
+same. An area installs one for its mode (``AreaBase._set_native``); then ``mmap(size)``
+without options and ``munmap`` of the buffers it made run in C from end to end, with no
+Python frame (but the area's native-record factory, on a size's first allocation): get
+the current device, allocate, make the buffer, track it (and the reverse). Anything else (another device to select, options, a buffer with an IPC export)
+takes the Python ``_allocate``/``_free`` path, which frees either kind of buffer.
 """
 
 cimport cython
@@ -78,6 +86,9 @@ READONLY = 2
 cdef extern from "<limits.h>":
     const unsigned long long ULLONG_MAX
 
+cdef extern from "Python.h":
+    const Py_ssize_t PY_SSIZE_T_MAX
+
 # What AreaBase._add did.
 cdef enum:
     ADDED = 0
@@ -88,6 +99,7 @@ cdef enum:
     F_HOST = 1
     F_READONLY = 2
     F_RELEASED = 4  # freed: no new export
+    F_NATIVE = 8  # made by the area's NativeAllocator: munmap may free it in C
 
 cdef str RELEASED_MSG = "this aml buffer was freed: its memory can no longer be viewed"
 cdef tuple NO_DL_DEVICE = (0, 0)
@@ -332,6 +344,243 @@ cdef void capsule_versioned(object capsule) noexcept:
             t.deleter(t)
 
 
+# ---- the compiled allocation ops (NativeAllocator) ---------------------------------------
+# The shapes CUDA's and HIP's runtime calls share (cudaX and hipX alike); 0 is success.
+ctypedef int (*get_device_fn)(int *) noexcept nogil
+ctypedef int (*malloc_fn)(void **, size_t) noexcept nogil
+ctypedef int (*malloc_flags_fn)(void **, size_t, unsigned int) noexcept nogil
+ctypedef int (*free_fn)(void *) noexcept nogil
+
+#: The operations of a NativeAllocator, as named in its ``names``.
+OPS = ("get_device", "malloc", "free", "malloc_managed", "host_alloc", "free_host")
+
+# Modes an area may run natively (AreaBase._set_native).
+cdef enum:
+    N_NONE = 0
+    N_DEVICE = 1  # malloc / free
+    N_MANAGED = 2  # malloc_managed(flags) / free, in granules
+    N_HOST = 3  # host_alloc(flags) / free_host
+
+cdef dict NATIVE_MODES = {"device": N_DEVICE, "managed": N_MANAGED, "host": N_HOST}
+
+
+cdef inline size_t address(object value, str what) except? 0:
+    cdef unsigned long long a = value
+    if a == 0:
+        raise ValueError(f"the address of {what} is NULL")
+    return <size_t>a
+
+
+cdef class NativeAllocator:
+    """A GPU runtime's allocation calls as C function pointers (integer addresses), with
+    the signatures CUDA and HIP share:
+
+    ============================  =============================================
+    ``get_device(int *)``         cudaGetDevice / hipGetDevice
+    ``malloc(void **, size_t)``   cudaMalloc / hipMalloc
+    ``free(void *)``              cudaFree / hipFree
+    ``malloc_managed(void **,     cudaMallocManaged / hipMallocManaged
+    size_t, unsigned int)``
+    ``host_alloc(void **,         cudaHostAlloc / hipHostMalloc (hipExtHostAlloc)
+    size_t, unsigned int)``
+    ``free_host(void *)``         cudaFreeHost / hipHostFree (hipFreeHost)
+    ============================  =============================================
+
+    Each returns 0 on success or the runtime's error code. ``names`` maps each operation
+    (:data:`OPS`) to the native function's name. On a non-zero return (the error path
+    only) the allocator calls ``fail(name, code, *args)``, which must raise the backend's
+    translated AMLError (its table, its native cause); ``args`` are the call's size
+    (allocations) and flags (``host_alloc``), for the message. ``error_sentinel``: the
+    functions are Cython functions declared ``except ?error_sentinel`` (cuda-bindings'
+    cyruntime): that return value with a Python exception set propagates the exception.
+    ``attach_host``/``attach_global`` are the malloc_managed flags of
+    cudaMemAttachHost/Global, ``host_portable`` the host_alloc flag of a portable
+    allocation. The functions must stay loaded while the allocator lives (``owner`` is
+    kept referenced for that)."""
+
+    cdef get_device_fn c_get_device
+    cdef malloc_fn c_malloc
+    cdef free_fn c_free
+    cdef malloc_flags_fn c_malloc_managed
+    cdef malloc_flags_fn c_host_alloc
+    cdef free_fn c_free_host
+    cdef int sentinel
+    cdef bint has_sentinel
+    #: The error hook: fail(name, code, *args) raises.
+    cdef readonly object fail
+    #: operation -> native function name.
+    cdef readonly dict names
+    #: What keeps the functions loaded (a library, a module).
+    cdef readonly object owner
+    cdef readonly unsigned int attach_host
+    cdef readonly unsigned int attach_global
+    cdef readonly unsigned int host_portable
+
+    def __init__(
+        self,
+        *,
+        get_device,
+        malloc,
+        free,
+        fail,
+        names,
+        malloc_managed=None,
+        host_alloc=None,
+        free_host=None,
+        error_sentinel=None,
+        attach_host=0,
+        attach_global=0,
+        host_portable=0,
+        owner=None,
+    ):
+        if not callable(fail):
+            raise TypeError("fail must be callable")
+        given = {"get_device": get_device, "malloc": malloc, "free": free, "malloc_managed": malloc_managed,
+                 "host_alloc": host_alloc, "free_host": free_host}
+        self.names = {}
+        for op in OPS:
+            if given[op] is not None:
+                name = names[op]
+                if not isinstance(name, str):
+                    raise TypeError(f"names[{op!r}] must be a str")
+                self.names[op] = name
+        self.c_get_device = <get_device_fn>address(get_device, "get_device")
+        self.c_malloc = <malloc_fn>address(malloc, "malloc")
+        self.c_free = <free_fn>address(free, "free")
+        if malloc_managed is not None:
+            self.c_malloc_managed = <malloc_flags_fn>address(malloc_managed, "malloc_managed")
+        if (host_alloc is None) != (free_host is None):
+            raise ValueError("host_alloc and free_host come together")
+        if host_alloc is not None:
+            self.c_host_alloc = <malloc_flags_fn>address(host_alloc, "host_alloc")
+            self.c_free_host = <free_fn>address(free_host, "free_host")
+        self.has_sentinel = error_sentinel is not None
+        self.sentinel = error_sentinel if self.has_sentinel else 0
+        self.fail = fail
+        self.owner = owner
+        self.attach_host = attach_host
+        self.attach_global = attach_global
+        self.host_portable = host_portable
+
+    def has(self, op, /):
+        """Whether the allocator has the operation ``op`` (one of :data:`OPS`)."""
+        return op in self.names
+
+    def __repr__(self):
+        return f"<aml NativeAllocator {', '.join(self.names.values())}>"
+
+    cdef int failed(self, int code, str op, tuple args) except -1:
+        """The error path of a call that returned ``code`` (non-zero): raise."""
+        if self.has_sentinel and code == self.sentinel and PyErr_Occurred() != NULL:
+            return -1  # the function raised a Python exception: propagate it
+        self.fail(self.names[op], code, *args)
+        raise SystemError(f"the fail hook of {self!r} returned instead of raising")
+
+    def get_device(self):
+        """The current device, through the compiled get_device."""
+        cdef int dev = -1
+        cdef int rc = self.c_get_device(&dev)
+        if rc != 0:
+            self.failed(rc, "get_device", EMPTY)
+        return dev
+
+    cdef int free_native(self, int mode, void *p) except -1:
+        cdef int rc
+        if mode == N_HOST:
+            with nogil:
+                rc = self.c_free_host(p)
+            if rc != 0:
+                self.failed(rc, "free_host", EMPTY)
+        else:
+            with nogil:
+                rc = self.c_free(p)
+            if rc != 0:
+                self.failed(rc, "free", EMPTY)
+        return 0
+
+
+# A do-nothing allocator in C (no memory: fake, never dereferenced addresses from a
+# counter), for measuring and testing the compiled path without a GPU. Its address
+# counter and live count are atomic (its calls run without the GIL); its fault
+# injection (calls fail with `noop_fail_code` while `noop_fail_count` > 0, after
+# `noop_skip` calls) is for single-threaded tests.
+cdef extern from *:
+    """
+    static size_t aml_noop_next = (size_t)1 << 44;
+    static long long aml_noop_live = 0;
+    static size_t aml_noop_take(size_t n) { return __atomic_fetch_add(&aml_noop_next, n, __ATOMIC_RELAXED); }
+    static void aml_noop_count(long long d) { __atomic_fetch_add(&aml_noop_live, d, __ATOMIC_RELAXED); }
+    static long long aml_noop_live_now(void) { return __atomic_load_n(&aml_noop_live, __ATOMIC_RELAXED); }
+    """
+    size_t aml_noop_take(size_t n) noexcept nogil
+    void aml_noop_count(long long d) noexcept nogil
+    long long aml_noop_live_now() noexcept nogil
+
+cdef int noop_fail_code = 0
+cdef int noop_fail_count = 0
+cdef int noop_skip = 0
+
+
+cdef inline int noop_fault() noexcept nogil:
+    global noop_fail_count, noop_skip
+    if noop_skip > 0:
+        noop_skip -= 1
+        return 0
+    if noop_fail_count > 0:
+        noop_fail_count -= 1
+        return noop_fail_code
+    return 0
+
+
+cdef int noop_get_device(int *dev) noexcept nogil:
+    cdef int rc = noop_fault()
+    if rc == 0:
+        dev[0] = 0
+    return rc
+
+
+cdef int noop_malloc(void **p, size_t size) noexcept nogil:
+    cdef int rc = noop_fault()
+    if rc == 0:
+        p[0] = <void *>aml_noop_take((size + 4095) & ~(<size_t>4095))
+        aml_noop_count(1)
+    return rc
+
+
+cdef int noop_malloc_flags(void **p, size_t size, unsigned int flags) noexcept nogil:
+    return noop_malloc(p, size)
+
+
+cdef int noop_free(void *p) noexcept nogil:
+    cdef int rc = noop_fault()
+    if rc == 0:
+        aml_noop_count(-1)
+    return rc
+
+
+def _noop_functions():
+    """Addresses of the compiled do-nothing allocator (benchmarks, tests): a dict of
+    get_device, malloc, free, malloc_managed, host_alloc, free_host."""
+    return {
+        "get_device": <size_t>noop_get_device,
+        "malloc": <size_t>noop_malloc,
+        "free": <size_t>noop_free,
+        "malloc_managed": <size_t>noop_malloc_flags,
+        "host_alloc": <size_t>noop_malloc_flags,
+        "free_host": <size_t>noop_free,
+    }
+
+
+def _noop_control(fail_code=0, fail_count=0, skip=0):
+    """Make the do-nothing allocator's ``fail_count`` calls after the next ``skip`` return
+    ``fail_code``; return how many of its allocations are live."""
+    global noop_fail_code, noop_fail_count, noop_skip
+    noop_fail_code = fail_code
+    noop_fail_count = fail_count
+    noop_skip = skip
+    return aml_noop_live_now()
+
+
 # ---- areas -------------------------------------------------------------------------------
 @cython.no_gc_clear  # finalizers that run after a collection may still use the table
 cdef class AreaBase:
@@ -357,6 +606,18 @@ cdef class AreaBase:
     cdef unsigned long long _peak
     cdef unsigned long long _maps
     cdef unsigned long long _unmaps
+    # The compiled path (_set_native): the allocator, the mode and what it needs.
+    cdef NativeAllocator _native
+    cdef int _nmode
+    cdef int _ndevice  # the area's device (negative: the current one)
+    cdef unsigned int _nflags
+    cdef Py_ssize_t _ngranule
+    cdef int _ndl_type
+    cdef bint _nhost  # host-accessible buffers
+    cdef bint _ndl_current  # DLPack device id: the current device (else 0)
+    cdef dict _nrecords  # allocated size -> native record
+    cdef object _nrecord  # allocated size -> a new native record (on a miss)
+    cdef dict _nslow  # buffers whose key is here are freed by _free (IPC exports)
 
     def __cinit__(self, *args, **kwargs):
         self._live = {}
@@ -466,6 +727,17 @@ cdef class AreaBase:
         """A new buffer of this area's buffer_type (or of buffer_type, a Buffer subclass),
         bound to the memory and to this area: device_ptr defaults to ptr and device to the
         area's."""
+        tp = self._buffer_type(buffer_type)
+        if size < 0:
+            raise ValueError("size must be >= 0")
+        cdef unsigned long long p = ptr
+        cdef int flags = (F_HOST if host_accessible else 0) | (F_READONLY if readonly else 0)
+        dt, did = dl_device
+        return self._make(
+            tp, ptr, p, size, flags, dt, did, self.device if device is None else device, device_ptr, native
+        )
+
+    cdef object _buffer_type(self, buffer_type):
         cdef PyObject *cls_attr
         if buffer_type is None:  # the class attribute, through the type attribute cache
             cls_attr = _PyType_Lookup(Py_TYPE(self), BUFFER_TYPE)
@@ -474,12 +746,14 @@ cdef class AreaBase:
             tp = buffer_type
         if not isinstance(tp, type) or not PyType_IsSubtype(<PyTypeObject *>tp, <PyTypeObject *>BufferBase):
             raise TypeError(f"buffer_type must be a Buffer class, not {tp!r}")
-        if size < 0:
-            raise ValueError("size must be >= 0")
-        cdef unsigned long long p = ptr
-        cdef int flags = (F_HOST if host_accessible else 0) | (F_READONLY if readonly else 0)
-        dt, did = dl_device
-        cdef int dl_type = dt, dl_id = did
+        return tp
+
+    cdef BufferBase _make(
+        self, tp, ptr, unsigned long long p, Py_ssize_t size, int flags, int dl_type, int dl_id,
+        device, device_ptr, native,
+    ):
+        """Bind a new buffer of class tp (checked by _buffer_type): _new_buffer's and the
+        compiled mmap's one constructor."""
         # tp's own tp_new (BufferBase's, inherited by Python subclasses), in one C call.
         cdef BufferBase buf = <BufferBase>(<PyTypeObject *>tp).tp_new(tp, <PyObject *>EMPTY, NULL)
         buf._ptr = p
@@ -490,10 +764,122 @@ cdef class AreaBase:
         buf.dl_device_id = dl_id
         buf._area = self
         buf.kind = self.kind
-        buf.device = self.device if device is None else device
+        buf.device = device
         buf.device_ptr = buf._key if device_ptr is None else device_ptr
         buf.native = native
         return buf
+
+    # -- the compiled path ------------------------------------------------------------------
+    def _set_native(
+        self,
+        NativeAllocator allocator,
+        str mode="device",
+        *,
+        int dl_device_type=0,
+        bint host_accessible=False,
+        bint dl_device_current=True,
+        unsigned int flags=0,
+        Py_ssize_t granule=1,
+        dict records=None,
+        record=None,
+        dict slow_free=None,
+    ):
+        """Install ``allocator`` for this area's ``mode`` ("device": malloc/free,
+        "managed": malloc_managed(flags) in ``granule`` bytes/free, "host":
+        host_alloc(flags)/free_host); None uninstalls it. Then ``mmap(size)`` without
+        options, when the area's device (read now: it must not change) is negative or the
+        current one, runs in C: get_device, the allocation, the buffer (host_accessible,
+        DLPack device (dl_device_type, the current device if dl_device_current else 0),
+        device: the current device, native: ``records[allocated size]``, or
+        ``record(allocated size)`` on a miss), then the bookkeeping. munmap frees such a
+        buffer in C unless its pointer is a key of ``slow_free`` (the area's IPC exports),
+        when _free does. _free must free both kinds of buffers: close, finalizers and
+        every other case use it."""
+        if allocator is None:
+            self._native = None
+            self._nmode = N_NONE
+            return
+        cdef int m = NATIVE_MODES.get(mode, N_NONE)
+        if m == N_NONE:
+            raise ValueError(f"unknown native mode {mode!r}")
+        if m == N_MANAGED and not allocator.has("malloc_managed"):
+            raise ValueError(f"{allocator!r} has no malloc_managed")
+        if m == N_HOST and not allocator.has("host_alloc"):
+            raise ValueError(f"{allocator!r} has no host_alloc")
+        if granule < 1:
+            raise ValueError("granule must be >= 1")
+        if records is None or slow_free is None or not callable(record):
+            raise TypeError("records (a dict), record (a callable) and slow_free (a dict) are needed")
+        dev = self.device
+        self._ndevice = -1 if dev is None else dev
+        self._nmode = m
+        self._nflags = flags
+        self._ngranule = granule
+        self._ndl_type = dl_device_type
+        self._nhost = host_accessible
+        self._ndl_current = dl_device_current
+        self._nrecords = records
+        self._nrecord = record
+        self._nslow = slow_free
+        self._native = allocator
+
+    @property
+    def _native_allocator(self):
+        """The installed NativeAllocator, or None."""
+        return self._native
+
+    cdef BufferBase _native_mmap(self, object n_obj):
+        """The compiled mmap (the size is checked); None when the Python path must run
+        (another device to select)."""
+        cdef NativeAllocator a = self._native
+        cdef int current = -1
+        cdef int rc = a.c_get_device(&current)
+        if rc != 0:
+            a.failed(rc, "get_device", EMPTY)
+        if self._ndevice >= 0 and self._ndevice != current:
+            return None
+        cdef Py_ssize_t n = n_obj
+        cdef Py_ssize_t alloc = n
+        cdef Py_ssize_t g = self._ngranule
+        if self._nmode == N_MANAGED and g > 1:
+            if n > PY_SSIZE_T_MAX - (g - 1):
+                return None  # the Python path rounds it with ints
+            alloc = (n + g - 1) // g * g
+        tp = self._buffer_type(None)
+        record = self._nrecords.get(alloc)
+        if record is None:
+            record = self._nrecord(alloc)
+        cdef void *p = NULL
+        cdef unsigned int fl = self._nflags
+        if self._nmode == N_DEVICE:
+            with nogil:
+                rc = a.c_malloc(&p, <size_t>n)
+            if rc != 0:
+                a.failed(rc, "malloc", (n_obj,))
+        elif self._nmode == N_MANAGED:
+            with nogil:
+                rc = a.c_malloc_managed(&p, <size_t>alloc, fl)
+            if rc != 0:
+                a.failed(rc, "malloc_managed", (alloc,))
+        else:
+            with nogil:
+                rc = a.c_host_alloc(&p, <size_t>n, fl)
+            if rc != 0:
+                a.failed(rc, "host_alloc", (n_obj, fl))
+        cdef unsigned long long up = <unsigned long long><uintptr_t>p
+        cdef int flags = F_NATIVE | (F_HOST if self._nhost else 0)
+        try:
+            return self._make(
+                tp, up, up, n, flags, self._ndl_type, current if self._ndl_current else 0,
+                current, None, record,
+            )
+        except BaseException:
+            with nogil:
+                if self._nmode == N_HOST:
+                    a.c_free_host(p)
+                else:
+                    a.c_free(p)
+            raise
 
     def _track(self, BufferBase buf not None, during="mmap"):
         """Track a new buffer (mmap's, or one a subclass made); if the area is closed, give
@@ -562,7 +948,11 @@ cdef class AreaBase:
         n_obj = size if n > 0 else as_size(size)
         if self._closed:
             self._check_open()
-        cdef BufferBase buf = self._allocate(n_obj, self._coerce_options(options))
+        cdef BufferBase buf = None
+        if options is None and self._native is not None:
+            buf = self._native_mmap(n_obj)
+        if buf is None:
+            buf = self._allocate(n_obj, self._coerce_options(options))
         cdef int status = self._add(buf)
         if status != ADDED:
             self._refuse(buf, status, "mmap")
@@ -574,6 +964,13 @@ cdef class AreaBase:
             self._check_open()
         cdef BufferBase buf = self._lookup(buffer, size)
         self._detach(buf)
+        if buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow):
+            try:
+                self._native.free_native(self._nmode, <void *><uintptr_t>buf._ptr)
+            except BaseException:
+                self._restore(buf)  # the memory is still there: keep tracking it
+                raise
+            return
         try:
             self._free(buf)
         except BaseException:

@@ -33,6 +33,10 @@ which runs under the GIL without releasing it, so each change is atomic; the bac
 native ``_allocate`` and ``_free`` run outside them. No lock guards the bookkeeping.
 ``_lock`` is a re-entrant lock for subclasses' own state only.
 
+An area may also install a compiled allocator (``_set_native``: C function pointers of
+its runtime's allocation calls, aml_core._buffer.NativeAllocator); ``mmap(size)`` without
+options and ``munmap`` of the buffers it made then run in C, under the same rule.
+
 Writing a backend means subclassing :class:`Area` and implementing ``_allocate`` and
 ``_free`` (see docs/backend-authoring.md).
 """

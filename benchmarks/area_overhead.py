@@ -9,8 +9,19 @@ It times, per operation (median over repetitions of the mean of a batch):
   pair_ptr      area.mmap(4096) then area.munmap(buf.ptr)
   allocate      area._allocate(4096, None) alone: the no-op backend's own cost
   loop          an empty loop iteration (subtracted from nothing; for scale)
+  gpu_python_pair  the pair on a GpuArea over a runtime whose Python methods do nothing
+                (the Python path: GpuArea._allocate, _allocate_on, _free)
+  native_pair   the pair on an area that installed a NativeAllocator
+                (AreaBase._set_native) over aml_core's compiled do-nothing allocator: the
+                compiled path, with no Python frame between mmap and the C calls
+                (get_device, malloc; free), which cost nanoseconds
+  gpu_native_pair  the pair on a GpuArea whose runtime offers that allocator as its
+                table (what a CUDA or HIP device area runs, less the native calls)
+The compiled cases are left out for an aml_core built before them (compare builds with
+``--label``).
 ``bookkeeping_us`` is pair_buffer - allocate: what Area.mmap + Area.munmap add to the
-backend's calls (the issue's target: aml's device mmap+munmap within 1 µs of raw
+backend's calls on the Python path; ``native_pair_us`` is what they add on the compiled
+path (the issue's target: aml's device mmap+munmap within 1 µs of raw
 cudaMalloc+cudaFree, so this must stay well under 1 µs). Results go to
 ``DIR/area_overhead_NAME[_LABEL].json``.
 """
@@ -18,6 +29,7 @@ cudaMalloc+cudaFree, so this must stay well under 1 µs). Results go to
 from __future__ import annotations
 
 import argparse
+import ctypes
 import itertools
 import json
 import os
@@ -25,11 +37,18 @@ import platform
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from aml_core import _buffer
 from aml_core.area import Area
-from aml_core.buffer import Buffer
-from aml_core.specs import Kind
+from aml_core.buffer import Buffer, DLDeviceType
+from aml_core.errors import ErrorTable
+from aml_core.gpu import GpuArea
+from aml_core.gpu.runtime import AllocationOps, PointerAttributes, Runtime, RuntimeTraits
+from aml_core.specs import DeviceInfo, Kind
+
+#: False for an aml_core built before the compiled path (comparing builds with --label).
+COMPILED = hasattr(_buffer, "NativeAllocator")
 
 SIZE = 4096
 
@@ -46,6 +65,114 @@ class NoOpArea(Area):
 
     def _free(self, buffer: Buffer) -> None:
         pass
+
+
+class NativeNoOpArea(Area):
+    """The compiled path over aml_core's do-nothing C allocator (fake addresses)."""
+
+    def __init__(self) -> None:
+        super().__init__(backend="noop", kind=Kind.DEVICE, device=0)
+        self._native_free = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_buffer._noop_functions()["free"])
+        table = noop_table(self._fail)
+        self._records: dict[int, tuple[str, int]] = {}
+        self._set_native(
+            table,
+            "device",
+            dl_device_type=2,
+            host_accessible=False,
+            records=self._records,
+            record=self._record,
+            slow_free={},
+        )
+
+    def _record(self, size: int) -> tuple[str, int]:
+        """The native record of a size, kept (as GpuArea._record does)."""
+        found = self._records[size] = ("noop", size)
+        return found
+
+    @staticmethod
+    def _fail(function: str, code: int, *args: object) -> NoReturn:
+        raise RuntimeError(f"{function} returned {code}")
+
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        raise AssertionError("the compiled path allocates without _allocate")
+
+    def _free(self, buffer: Buffer) -> None:  # close(): the same C free
+        if self._native_free(buffer.ptr):
+            raise RuntimeError("noop free failed")
+
+
+def noop_table(fail: Any) -> Any:
+    """A NativeAllocator over aml_core's compiled do-nothing allocator."""
+    fn = _buffer._noop_functions()
+    return _buffer.NativeAllocator(**fn, fail=fail, names={op: f"noop_{op}" for op in fn})
+
+
+class NoOpRuntime(Runtime, AllocationOps):
+    """A GPU runtime whose device calls and allocations do nothing (Python methods)."""
+
+    traits = RuntimeTraits(
+        name="noop", dl_device=DLDeviceType.CUDA, dl_host=DLDeviceType.CUDA_HOST, dl_managed=DLDeviceType.CUDA
+    )
+    errors = ErrorTable("noop", {})
+
+    def __init__(self) -> None:
+        self._next = itertools.count(1 << 40, 1 << 20).__next__
+
+    def device_count(self) -> int:
+        return 1
+
+    def get_device(self) -> int:
+        return 0
+
+    def synchronize(self) -> None:
+        pass
+
+    def _set_device(self, device: int) -> None:
+        pass
+
+    def _device_info(self, device: int) -> DeviceInfo:
+        return DeviceInfo(index=device, name="noop")
+
+    def _malloc(self, size: int) -> int:
+        return int(self._next())
+
+    def _free(self, ptr: int) -> None:
+        pass
+
+    def _host_alloc(self, size: int, portable: bool, mapped: bool) -> int:
+        return int(self._next())
+
+    def _free_host(self, ptr: int) -> None:
+        pass
+
+    def _host_register(self, ptr: int, size: int, portable: bool, mapped: bool) -> None:
+        pass
+
+    def _host_unregister(self, ptr: int) -> None:
+        pass
+
+    def _host_device_pointer(self, ptr: int) -> int:
+        return ptr
+
+    def _pointer_attributes(self, ptr: int) -> PointerAttributes:
+        return PointerAttributes("device", 0, ptr, ptr, False)
+
+    def _memcpy(self, dst: int, src: int, size: int) -> None:
+        pass
+
+    def _memset(self, ptr: int, value: int, size: int) -> None:
+        pass
+
+
+class CompiledNoOpRuntime(NoOpRuntime):
+    """The same, offering aml_core's compiled do-nothing allocator as its table."""
+
+    def native_allocator(self) -> Any:
+        return noop_table(self._fail)
+
+    def _fail(self, function: str, code: int, *args: object) -> NoReturn:
+        raise self.errors.error(function, code)
 
 
 def per_op_us(body: Any, batch: int, reps: int) -> float:
@@ -105,6 +232,43 @@ def measure(batch: int, reps: int) -> dict[str, float]:
     st = area.stats
     assert st.live_mappings == 0, st
     area.close()
+
+    gpu = GpuArea(NoOpRuntime(), 0, 0)
+    gmmap, gmunmap = gpu.mmap, gpu.munmap
+
+    def gpu_python_pair(n: int) -> None:
+        for _ in range(n):
+            gmunmap(gmmap(SIZE))
+
+    out["gpu_python_pair_us"] = per_op_us(gpu_python_pair, batch, reps)
+    gpu.close()
+    if not COMPILED:
+        return out
+
+    live = _buffer._noop_control()
+    native = NativeNoOpArea()
+    nmmap, nmunmap = native.mmap, native.munmap
+
+    def native_pair(n: int) -> None:
+        for _ in range(n):
+            nmunmap(nmmap(SIZE))
+
+    out["native_pair_us"] = per_op_us(native_pair, batch, reps)
+    assert native.stats.live_mappings == 0
+    native.close()
+
+    cgpu = GpuArea(CompiledNoOpRuntime(), 0, 0)
+    assert cgpu._native_allocator is not None
+    cmmap, cmunmap = cgpu.mmap, cgpu.munmap
+
+    def gpu_native_pair(n: int) -> None:
+        for _ in range(n):
+            cmunmap(cmmap(SIZE))
+
+    out["gpu_native_pair_us"] = per_op_us(gpu_native_pair, batch, reps)
+    assert cgpu.stats.live_mappings == 0
+    cgpu.close()
+    assert _buffer._noop_control() == live
     return out
 
 

@@ -548,9 +548,25 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
         def _free(self, ptr: int) -> None:
             pass
 
+    from aml_core._buffer import NativeAllocator, _noop_control, _noop_functions
+
+    class CompiledNoOpRuntime(NoOpRuntime):
+        """The same, with aml_core's compiled do-nothing allocator as its table: GpuArea's
+        mmap/munmap then run compiled (AreaBase's C path), as over CUDA's real table."""
+
+        def native_allocator(self) -> NativeAllocator:
+            fn = _noop_functions()
+            return NativeAllocator(**fn, fail=self._native_fail, names={op: f"noop_{op}" for op in fn})
+
     bare = Bare(backend="noop", kind=Kind.DEVICE)
     gpu = GpuArea(NoOpRuntime(), 0, 0)
+    assert gpu._native_allocator is None  # NoOpRuntime replaces the methods CUDA's table stands for
+    compiled = GpuArea(CompiledNoOpRuntime(), 0, 0)
+    assert compiled._native_allocator is not None
+    real = GpuArea(CudaRuntime(), 0, 0)
+    assert real._native_allocator is not None, "this cuda-bindings offers no compiled allocator"
     noop = NoOpRuntime()
+    live = _noop_control()
 
     def get_device() -> None:
         err, _dev = rt.cudaGetDevice()
@@ -569,10 +585,15 @@ def hot_path_breakdown(rt: Any) -> dict[str, float]:
         "python_call_pair_us": _median_us(lambda: noop._free(noop._malloc(256))),
         "area_base_mmap_munmap_us": _median_us(lambda: bare.munmap(bare.mmap(256))),
         "gpu_area_mmap_munmap_noop_runtime_us": _median_us(lambda: gpu.munmap(gpu.mmap(256))),
+        "gpu_area_compiled_noop_allocator_us": _median_us(lambda: compiled.munmap(compiled.mmap(256))),
         "cudaGetDevice_us": _median_us(get_device),
+        "compiled_cudaGetDevice_us": _median_us(real._native_allocator.get_device),
     }
+    assert _noop_control() == live
     bare.close()
     gpu.close()
+    compiled.close()
+    real.close()
     return out
 
 
@@ -606,8 +627,12 @@ def render(r: dict[str, Any]) -> str:
             "µs per mmap+munmap): "
             f"aml_core Area base class {b['area_base_mmap_munmap_us']:.2f}, GpuArea over a no-op runtime "
             f"{b['gpu_area_mmap_munmap_noop_runtime_us']:.2f} (a bare Python malloc/free pair "
-            f"{b['python_call_pair_us']:.2f}), plus the cudaGetDevice call aml makes to record and restore "
-            f"the device {b['cudaGetDevice_us']:.2f} (cuCtxGetCurrent, which aml's VMM calls make, "
+            f"{b['python_call_pair_us']:.2f}); GpuArea's compiled path over a no-op C allocator "
+            f"{b['gpu_area_compiled_noop_allocator_us']:.2f} (what aml adds to the C calls); "
+            f"plus the cudaGetDevice call aml makes to record and restore "
+            f"the device {b['cudaGetDevice_us']:.2f} through cuda-bindings' Python, "
+            f"{b['compiled_cudaGetDevice_us']:.2f} through the compiled table from Python "
+            f"(cuCtxGetCurrent, which aml's VMM calls make, "
             f"{b['cuCtxGetCurrent_us']:.2f}). Hot loops: in the interleaved measurement above the "
             "Python runs with caches cooled by the driver's work, so it costs more there.",
         ]

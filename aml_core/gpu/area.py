@@ -85,7 +85,13 @@ class GpuAllocation:
 
 class GpuArea(Area):
     """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
-    ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas)."""
+    ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas).
+
+    When the runtime offers a compiled allocator (``native_allocator()``), device, managed
+    and host areas install it: ``mmap(size)`` without options on the current device and
+    ``munmap`` then run in C and do not call ``_allocate``/``_free`` (docs/
+    backend-authoring.md, "The compiled allocator"). A subclass that changes how those
+    areas allocate uninstalls it with ``self._set_native(None)``."""
 
     options_type = GpuMmapOptions
 
@@ -111,6 +117,54 @@ class GpuArea(Area):
         self._default_options = GpuMmapOptions()
         self._stream_ordered: StreamOrderedOps | None = None
         self._free_stream = threading.local()
+        #: Shared (frozen) native records by allocated size; the mode is the area's.
+        self._records: dict[int, GpuAllocation] = {}
+        self._install_native()
+
+    def _install_native(self) -> None:
+        """Install the runtime's compiled allocator (AllocationOps.native_allocator) for
+        this area's mode, if it has one: mmap(size) and munmap then run in C
+        (AreaBase._set_native). HOST_MAPPED and REGISTERED areas, which need more than
+        one native call or the caller's memory, keep the Python path."""
+        native = self._alloc.native_allocator()
+        if native is None:
+            return
+        traits = self.runtime.traits
+        mode = self._mode
+        if mode is AllocMode.DEVICE:
+            name, dl_type, host, flags, granule = "device", traits.dl_device, False, 0, 1
+        elif mode is AllocMode.MANAGED and native.has("malloc_managed"):
+            flags = native.attach_global if self._global else native.attach_host
+            name, dl_type, host, granule = "managed", traits.dl_managed, True, traits.managed_granule
+        elif mode is AllocMode.HOST and native.has("host_alloc"):
+            flags = native.host_portable if self._global else 0
+            name, dl_type, host, granule = "host", traits.dl_host, True, 1
+        else:
+            return
+        self._set_native(
+            native,
+            name,
+            dl_device_type=dl_type,
+            host_accessible=host,
+            # Pinned host memory's DLPack device is (CUDA_HOST/ROCM_HOST, 0), as _allocate_on says.
+            dl_device_current=name != "host",
+            flags=flags,
+            granule=granule,
+            records=self._records,
+            record=self._record,
+            slow_free=self._exports,
+        )
+
+    def _record(self, alloc_size: int) -> GpuAllocation:
+        """A shared (frozen) GpuAllocation of this area's mode for the usual sizes:
+        building an attrs instance costs more than the rest of the Python side of an
+        mmap. Keyed by the size alone (an Enum's hash is Python code)."""
+        found = self._records.get(alloc_size)
+        if found is None:
+            found = GpuAllocation(self._mode, alloc_size)
+            if len(self._records) < _RECORDS_MAX:
+                self._records[alloc_size] = found
+        return found
 
     def _device_count(self) -> int:
         try:
@@ -220,7 +274,7 @@ class GpuArea(Area):
                 size,
                 host_accessible=False,
                 dl_device=(traits.dl_device, used),
-                native=_allocation(mode, size),
+                native=self._record(size),
                 device=used,
             )
         if mode is AllocMode.MANAGED:
@@ -233,7 +287,7 @@ class GpuArea(Area):
                 size,
                 host_accessible=True,
                 dl_device=(traits.dl_managed, used),
-                native=_allocation(mode, n),
+                native=self._record(n),
                 device=used,
             )
         if mode is AllocMode.HOST:
@@ -243,7 +297,7 @@ class GpuArea(Area):
                 size,
                 host_accessible=True,
                 dl_device=(traits.dl_host, 0),
-                native=_allocation(mode, size),
+                native=self._record(size),
                 device=used,
             )
         if mode is AllocMode.HOST_MAPPED:
@@ -259,7 +313,7 @@ class GpuArea(Area):
                 host_accessible=True,
                 dl_device=(traits.dl_host, 0),
                 device_ptr=dptr,
-                native=_allocation(mode, size),
+                native=self._record(size),
                 device=used,
             )
         # REGISTERED: ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
@@ -449,17 +503,5 @@ def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
     return addr, view
 
 
-_ALLOCATIONS: dict[tuple[AllocMode, int], GpuAllocation] = {}
-_ALLOCATIONS_MAX = 4096
-
-
-def _allocation(mode: AllocMode, size: int) -> GpuAllocation:
-    """A shared (frozen) GpuAllocation for the usual sizes: building an attrs instance
-    costs more than the rest of the Python side of an mmap."""
-    key = (mode, size)
-    found = _ALLOCATIONS.get(key)
-    if found is None:
-        found = GpuAllocation(mode, size)
-        if len(_ALLOCATIONS) < _ALLOCATIONS_MAX:
-            _ALLOCATIONS[key] = found
-    return found
+#: Native records an area keeps (GpuArea._record).
+_RECORDS_MAX = 4096

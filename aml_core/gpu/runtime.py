@@ -47,6 +47,7 @@ from typing import Literal, overload
 import attrs
 
 from .. import checks
+from .._buffer import NativeAllocator
 from ..buffer import DLDeviceType
 from ..errors import AMLNotSupported, AMLValueError, ErrorTable
 from ..specs import Capability, DeviceInfo
@@ -69,6 +70,7 @@ __all__ = [
     "VirtualMemoryOps",
     "capabilities",
     "device_capabilities",
+    "replaces_native",
 ]
 
 #: The host as a managed-memory location (cudaCpuDeviceId, hipCpuDeviceId).
@@ -240,6 +242,16 @@ class AllocationOps(abc.ABC):
 
     def memset(self, ptr: int, value: int, size: int) -> None:
         self._memset(checks.pointer(ptr), checks.byte(value), checks.size(size))
+
+    def native_allocator(self) -> NativeAllocator | None:
+        """The compiled allocator of this runtime (:class:`aml_core._buffer.NativeAllocator`:
+        the C addresses of its get_device, malloc, free and, if it has them,
+        malloc_managed, host_alloc and free_host, with an error hook raising what the
+        ``_``-methods raise), which GpuArea installs so that mmap and munmap run in C;
+        None (the default): areas call the ``_``-methods. The native calls must be the
+        ones the ``_``-methods make (a buffer allocated by one is freed by the other): a
+        subclass that replaces one of them gets None (see :func:`replaces_native`)."""
+        return None
 
     @abc.abstractmethod
     def _malloc(self, size: int) -> int: ...
@@ -524,6 +536,19 @@ GROUP_OPS: Mapping[Group, type] = {
     Group.VIRTUAL_MEMORY: VirtualMemoryOps,
     Group.STREAM_ORDERED: StreamOrderedOps,
 }
+
+
+#: The methods a runtime's NativeAllocator stands for.
+NATIVE_METHODS = ("get_device", "_malloc", "_free", "_malloc_managed", "_host_alloc", "_free_host")
+
+
+def replaces_native(runtime: object, owner: type) -> bool:
+    """Whether ``runtime``'s class replaces one of the :data:`NATIVE_METHODS` of
+    ``owner``, the class whose ``native_allocator`` describes them: its compiled table
+    would then not be what the runtime does (a test's recording runtime, a benchmark's
+    do-nothing one), so it must not offer it."""
+    cls = type(runtime)
+    return any(getattr(cls, m, None) is not getattr(owner, m, None) for m in NATIVE_METHODS)
 
 
 def device_capabilities(

@@ -9,11 +9,20 @@ docs/native-abi.md#cuda): unlike the ctypes backends, aml-cuda has no ``abi.py``
 
 from __future__ import annotations
 
+import ctypes
+from collections.abc import Iterable
 from types import ModuleType
 
 from aml_core.errors import AMLNotSupported
 
-__all__ = ["MIN_BINDINGS", "bindings", "bindings_version", "display_driver_version"]
+__all__ = [
+    "CYRUNTIME_SENTINEL",
+    "MIN_BINDINGS",
+    "bindings",
+    "bindings_version",
+    "cyruntime_functions",
+    "display_driver_version",
+]
 
 #: The oldest cuda-bindings major version with the CUDA 13 call forms used here.
 MIN_BINDINGS = 13
@@ -69,3 +78,41 @@ def display_driver_version() -> str:
         if len(parts) >= 2 and all(p.isdigit() for p in parts):
             return word
     return ""
+
+
+#: What cuda-bindings' ``cyruntime`` functions return when they may have raised a Python
+#: exception (they are declared ``except ?cudaErrorCallRequiresNewerDriver nogil``).
+CYRUNTIME_SENTINEL = 36
+
+_capsule_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_name.restype = ctypes.c_char_p
+_capsule_name.argtypes = [ctypes.py_object]
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def cyruntime_functions(names: Iterable[str]) -> dict[str, tuple[int, str]]:
+    """The C functions of ``cuda.bindings.cyruntime`` (the runtime API that
+    ``cuda.bindings.runtime`` calls), from the PyCapsules Cython exports them in for
+    cimport (``__pyx_capi__``): name -> (address, its C signature: the capsule's name). Needs
+    no CUDA header, no compilation and no driver. AMLNotSupported if one is missing."""
+    try:
+        from cuda.bindings import cyruntime  # type: ignore[import-untyped, import-not-found, unused-ignore]
+
+        capi = cyruntime.__pyx_capi__
+    except Exception as exc:
+        raise AMLNotSupported(
+            f"cuda-bindings {bindings_version()} exports no cyruntime functions: {type(exc).__name__}: {exc}"
+        ) from exc
+    out: dict[str, tuple[int, str]] = {}
+    for name in names:
+        capsule = capi.get(name)
+        if capsule is None:
+            raise AMLNotSupported(f"cuda.bindings.cyruntime does not export {name}")
+        signature = _capsule_name(capsule)
+        address = _capsule_pointer(capsule, signature)
+        if not address:
+            raise AMLNotSupported(f"the cuda.bindings.cyruntime capsule of {name} holds no address")
+        out[name] = (int(address), signature.decode() if signature else "")
+    return out

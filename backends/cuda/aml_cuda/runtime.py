@@ -29,13 +29,20 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+from aml_core._buffer import NativeAllocator
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, ErrorTable
 from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from .errors import DRIVER_ERRORS, RUNTIME_ERRORS
-from .native import bindings, bindings_version, display_driver_version
+from .native import (
+    CYRUNTIME_SENTINEL,
+    bindings,
+    bindings_version,
+    cyruntime_functions,
+    display_driver_version,
+)
 
 _rt, _drv = bindings()
 
@@ -100,6 +107,26 @@ _GRAN_REC = _drv.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOM
 _A = _drv.CUdevice_attribute
 
 
+#: NativeAllocator operation -> the cyruntime function behind it.
+NATIVE_FUNCTIONS = {
+    "get_device": "cudaGetDevice",
+    "malloc": "cudaMalloc",
+    "free": "cudaFree",
+    "malloc_managed": "cudaMallocManaged",
+    "host_alloc": "cudaHostAlloc",
+    "free_host": "cudaFreeHost",
+}
+#: The C signature each capsule must name (the shapes NativeAllocator calls).
+CYRUNTIME_SIGNATURES = {
+    "cudaGetDevice": "cudaError_t (int *)",
+    "cudaMalloc": "cudaError_t (void **, size_t)",
+    "cudaFree": "cudaError_t (void *)",
+    "cudaMallocManaged": "cudaError_t (void **, size_t, unsigned int)",
+    "cudaHostAlloc": "cudaError_t (void **, size_t, unsigned int)",
+    "cudaFreeHost": "cudaError_t (void *)",
+}
+
+
 def _version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
@@ -152,6 +179,8 @@ class CudaRuntime(
         self._access: dict[tuple[tuple[int, int], ...], list[Any]] = {}
         self._devlocs: dict[int, Any] = {}
         self._libcuda: ctypes.CDLL | None = None
+        self._native: NativeAllocator | None = None
+        self._native_checked = False
 
     def __repr__(self) -> str:
         return f"<CudaRuntime {self.traits.version}>"
@@ -282,6 +311,51 @@ class CudaRuntime(
         return int(free), int(total)
 
     # -- allocation ------------------------------------------------------------------------
+    def native_allocator(self) -> NativeAllocator | None:
+        """cudaGetDevice, cudaMalloc, cudaFree, cudaMallocManaged, cudaHostAlloc and
+        cudaFreeHost as the C functions of cuda-bindings' cyruntime (the ones
+        ``cuda.bindings.runtime`` calls), for GpuArea's compiled path; None if this
+        cuda-bindings does not export them with the expected signatures. A failure goes
+        through :meth:`_fail` (the last error cleared, :data:`RUNTIME_ERRORS`), with the
+        messages of the ``_``-methods. None too for a subclass that replaces one of
+        those methods (:func:`aml_core.gpu.runtime.replaces_native`)."""
+        if getattr(self, "_native_checked", False):  # a subclass may skip __init__
+            return self._native
+        self._native = self._make_native_allocator()
+        self._native_checked = True
+        return self._native
+
+    def _make_native_allocator(self) -> NativeAllocator | None:
+        if core.replaces_native(self, CudaRuntime):
+            return None
+        try:
+            found = cyruntime_functions(NATIVE_FUNCTIONS.values())
+        except AMLNotSupported:
+            return None
+        for function in NATIVE_FUNCTIONS.values():
+            if found[function][1] != CYRUNTIME_SIGNATURES[function]:
+                return None
+        names = dict(NATIVE_FUNCTIONS)
+        return NativeAllocator(
+            **{op: found[name][0] for op, name in names.items()},
+            fail=self._native_fail,
+            names=names,
+            error_sentinel=CYRUNTIME_SENTINEL,
+            attach_host=_ATTACH_HOST,
+            attach_global=_ATTACH_GLOBAL,
+            host_portable=_HOST_PORTABLE,
+        )
+
+    def _native_fail(self, function: str, code: int, *args: int) -> NoReturn:
+        """The compiled allocator's error hook: what the ``_``-methods raise."""
+        message = None
+        if function == "cudaHostAlloc":
+            size, flags = args
+            message = f"cudaHostAlloc of {size} bytes (flags 0x{flags:x}) failed"
+        elif args:
+            message = f"{function} of {args[0]} bytes failed"
+        self._fail(function, code, message)
+
     def _malloc(self, size: int) -> int:
         err, ptr = _cudaMalloc(size)
         if err:

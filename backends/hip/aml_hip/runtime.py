@@ -15,8 +15,10 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping, Sequence
 from ctypes import byref, c_int, c_size_t, c_ulonglong, c_void_p
+from typing import NoReturn
 
 from aml_core import checks
+from aml_core._buffer import NativeAllocator
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, AMLValueError
 from aml_core.gpu import runtime as core
@@ -84,6 +86,8 @@ class HipRuntime(
             range_attributes=_RANGE_ATTRIBUTES,
             version=f"{library.version_text}, {library.path}",
         )
+        self._native: NativeAllocator | None = None
+        self._native_checked = False
 
     # -- helpers -----------------------------------------------------------------------------
     def _out_ptr(self, name: str, *args: object) -> int:
@@ -173,6 +177,45 @@ class HipRuntime(
         self.lib.call("hipDeviceSynchronize")
 
     # -- allocation --------------------------------------------------------------------------
+    def native_allocator(self) -> NativeAllocator | None:
+        """hipGetDevice, hipMalloc, hipFree, hipMallocManaged and the version's host pair
+        as C function pointers of the loaded library, for GpuArea's compiled path; a
+        failure raises through the same table as :meth:`HipLibrary.call`. None for a
+        subclass that replaces one of those methods
+        (:func:`aml_core.gpu.runtime.replaces_native`)."""
+        if getattr(self, "_native_checked", False):  # a subclass may skip __init__
+            return self._native
+        self._native = None if core.replaces_native(self, HipRuntime) else self._make_native_allocator()
+        self._native_checked = True
+        return self._native
+
+    def _make_native_allocator(self) -> NativeAllocator:
+        lib = self.lib
+
+        def address(name: str) -> int:
+            return int(ctypes.cast(lib.native.function(name), c_void_p).value or 0)
+
+        def fail(function: str, code: int, *args: object) -> NoReturn:
+            raise self.errors.error(function, code, None)
+
+        names = {
+            "get_device": "hipGetDevice",
+            "malloc": "hipMalloc",
+            "free": "hipFree",
+            "malloc_managed": "hipMallocManaged",
+            "host_alloc": lib.host_alloc,
+            "free_host": lib.host_free,
+        }
+        return NativeAllocator(
+            **{op: address(name) for op, name in names.items()},
+            fail=fail,
+            names=names,
+            attach_host=C.hipMemAttachHost,
+            attach_global=C.hipMemAttachGlobal,
+            host_portable=C.hipHostMallocDefault | C.hipHostMallocPortable,
+            owner=lib,
+        )
+
     def _malloc(self, size: int) -> int:
         return self._out_ptr("hipMalloc", size)
 

@@ -367,7 +367,12 @@ class HsaRuntime(Runtime, IpcOps, VirtualMemoryOps):
         self.lib.call("hsa_amd_memory_pool_allocate", p.handle, n, 0, byref(out))
         ptr = int(out.value or 0)
         if ptr == 0 or (p.alignment and ptr % p.alignment):
-            raise AMLFailure(f"hsa_amd_memory_pool_allocate returned an impossible address {ptr:#x}")
+            if ptr:  # real memory at a place the pool does not promise: give it back, then fail
+                self.lib.call("hsa_amd_memory_pool_free", _vp(ptr))
+            raise AMLFailure(
+                f"hsa_amd_memory_pool_allocate returned an impossible address {ptr:#x} "
+                f"(the pool promises {p.alignment}-byte alignment)"
+            )
         return ptr
 
     def pool_free(self, ptr: int) -> None:

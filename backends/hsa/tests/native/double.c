@@ -275,7 +275,11 @@ static int pool_of(uint64_t handle, pool_t *out)
         p.size = (size_t)4 << 30;
         p.granule = page_size();
         p.rec_granule = page_size();
+#ifdef HSADOUBLE_FORWARD_CUDA
+        p.alignment = 256; /* what cuMemHostAlloc guarantees (it sub-allocates small sizes) */
+#else
         p.alignment = page_size();
+#endif
         p.location = 0;
         p.by_all = handle == SYS_FINE_POOL;
         *out = p;
