@@ -64,9 +64,10 @@ Errors
     (ResourceWarning) instead, since the block was already returned.
 
 Streams (GPU pools)
-    ``pool.mmap(size, stream=s)`` takes a block in ``s``'s order and ``pool.munmap(buf,
-    stream=s)`` frees it in that order (default: the stream it was allocated on): the
-    block may still be used by work queued on ``s``, so it goes on ``s``'s own free list
+    ``pool.mmap(size, {"stream": s})`` takes a block in ``s``'s order and
+    ``pool.munmap_on(buf, s)`` frees it in that order (a plain munmap: on the stream it
+    was allocated on): the block may still be used by work queued on ``s``, so it goes
+    on ``s``'s own free list
     and is reused at once only by later requests on ``s``. A request on another stream
     ``t`` takes host-free memory first, then a block of its exact size freed on another
     stream after making ``t`` wait for an event recorded on that stream (no host wait);
@@ -106,7 +107,7 @@ if TYPE_CHECKING:
     from .gpu.runtime import AllocationOps, StreamOps
     from .gpu.vmm import Reservation, VirtualMemory
 
-__all__ = ["Pool", "PoolStats", "pool"]
+__all__ = ["Pool", "PoolOptions", "PoolStats", "pool"]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -262,12 +263,6 @@ class _Heap:
         return self.sizes[-1] if self.sizes else 0
 
 
-# The base class's mmap and munmap, called without super(): the pool's overrides only add
-# the stream keyword, and this is every allocation's path.
-_area_mmap = Area.mmap
-_area_munmap = Area.munmap
-
-
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -279,9 +274,22 @@ def _power_of_two(value: object, what: str) -> int:
     return n
 
 
+@attrs.frozen
+class PoolOptions:
+    """mmap options of a pool: ``stream`` (GPU pools) takes the block in that stream's
+    order (any stream object or int handle; see "Streams" in the module doc)."""
+
+    stream: Any = None
+
+
+_NO_STREAM = PoolOptions()
+
+
 class Pool(Area):
     """An area that caches the memory of another area (see the module doc).
     Make one with :func:`pool`."""
+
+    options_type = PoolOptions
 
     def __init__(
         self,
@@ -416,27 +424,22 @@ class Pool(Area):
         self._small_slab = self._medium_slab = _round_up(2 * MiB, g)
 
     # -- Area -----------------------------------------------------------------------------
-    def mmap(self, size: int, options: Any = None, *, stream: Any = None) -> Buffer:
-        """Allocate ``size`` bytes; with ``stream`` (GPU pools), in that stream's order:
-        the block may still be in use by earlier work on the stream (see the module doc)."""
-        if stream is None:
-            return _area_mmap(self, size, options)
+    # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
+    # keywords of overriding mmap/munmap: those would add a Python frame to every call.
+    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
+        """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
+        by requests on ``stream``, elsewhere after an event (see the module doc). A plain
+        munmap frees a buffer on the stream it was allocated on, if any."""
         self._tls.stream = self._stream_handle(stream)
         try:
-            return _area_mmap(self, size, options)
+            self.munmap(buffer, size)
         finally:
             self._tls.stream = None
 
-    def munmap(self, buffer: Buffer | int, size: int | None = None, *, stream: Any = None) -> None:
-        """Free a buffer; with ``stream`` (GPU pools), once the work queued on that stream
-        so far is done (default: the stream it was allocated on, if any)."""
-        if stream is None:
-            return _area_munmap(self, buffer, size)
-        self._tls.stream = self._stream_handle(stream)
-        try:
-            _area_munmap(self, buffer, size)
-        finally:
-            self._tls.stream = None
+    def _coerce_options(self, options: Any) -> Any:
+        if options is None:
+            return _NO_STREAM  # frozen: one instance serves every mmap
+        return super()._coerce_options(options)
 
     def _streams(self) -> StreamOps:
         from .gpu.runtime import Group
@@ -463,8 +466,10 @@ class Pool(Area):
         if self._area.closed:
             self._area._check_open()
         n = (size + self._mask) & ~self._mask
+        stream = options.stream
+        if stream is not None:
+            stream = self._stream_handle(stream)
         with self._plock:
-            stream = getattr(self._tls, "stream", None) if self._any_stream else None
             stack = self._fast.get(n) if stream is None else self._sfast.get((stream, n))
             if stack:  # a block of exactly this size, freed earlier: no search, no split
                 blk = stack.pop()

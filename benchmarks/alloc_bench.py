@@ -11,9 +11,9 @@ and on any CPU, the host pool against the host area and raw ``mmap.mmap``::
     PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --host --out benchmarks/results
 
 Peers (GPU): ``aml area`` (``aml_cuda.create(0)``: cudaMalloc per mmap), ``aml area,
-stream-ordered`` (the same area's ``mmap(n, stream=s)``: cudaMallocAsync), ``aml pool``
+stream-ordered`` (the same area's ``mmap(n, {"stream": s})``: cudaMallocAsync), ``aml pool``
 (``aml_core.pool`` over it), ``aml pool, on a stream`` (the pool's per-stream lists:
-``pool.mmap(n, stream=s)``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
+``pool.mmap(n, {"stream": s})``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
 raw ``cudaMalloc``/``cudaFree`` and ``cudaMallocAsync``/``cudaFreeAsync`` (the device's
 default memory pool, one stream) through cuda-bindings, CuPy's ``MemoryPool``, PyTorch's
 caching allocator (``torch.empty``) and cuda.core's ``DeviceMemoryResource``. A peer that
@@ -270,7 +270,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         class StreamOrderedArea(AmlArea):
             def alloc(self, n: int) -> Any:
-                return area.mmap(n, stream=stream)
+                return area.mmap(n, {"stream": stream})
 
             def free(self, h: Any) -> None:
                 area.munmap(h)
@@ -300,7 +300,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         class PoolOnStream(AmlPool):
             def alloc(self, n: int) -> Any:
-                return pool.mmap(n, stream=stream)
+                return pool.mmap(n, {"stream": stream})
 
             def free(self, h: Any) -> None:
                 pool.munmap(h)  # in the order of the stream it was allocated on

@@ -90,10 +90,10 @@ class Stream:
 
 
 def test_same_stream_reuse_needs_no_event(pool: Pool, host: StreamedHost) -> None:
-    a = pool.mmap(4096, stream=S1)
+    a = pool.mmap(4096, {"stream": S1})
     ptr = a.ptr
     pool.munmap(a)  # freed in S1's order: the stream it was allocated on
-    b = pool.mmap(4096, stream=Stream(S1))
+    b = pool.mmap(4096, {"stream": Stream(S1)})
     assert b.ptr == ptr
     assert host.runtime.calls == []
     pool.munmap(b)
@@ -101,18 +101,18 @@ def test_same_stream_reuse_needs_no_event(pool: Pool, host: StreamedHost) -> Non
 
 def test_another_stream_waits_for_an_event(host: StreamedHost) -> None:
     pool = aml_core.pool(host, small_slab=4096, small_max=4096)  # slabs of one block
-    a = pool.mmap(4096, stream=S1)
+    a = pool.mmap(4096, {"stream": S1})
     ptr = a.ptr
     pool.munmap(a)
-    b = pool.mmap(4096, stream=S2)  # the only free block was freed on S1
+    b = pool.mmap(4096, {"stream": S2})  # the only free block was freed on S1
     assert b.ptr == ptr
     assert host.allocs == 1
     calls = host.runtime.calls
     assert calls[0] == ("event_create",)
     event = calls[1][1]
     assert calls[1:] == [("event_record", event, S1), ("stream_wait_event", S2, event)]
-    pool.munmap(b, stream=S2)
-    c = pool.mmap(4096, stream=S2)  # now S2's: no new event
+    pool.munmap_on(b, S2)
+    c = pool.mmap(4096, {"stream": S2})  # now S2's: no new event
     assert c.ptr == ptr
     assert len(host.runtime.calls) == 3
     pool.munmap(c)
@@ -121,17 +121,17 @@ def test_another_stream_waits_for_an_event(host: StreamedHost) -> None:
 
 
 def test_munmap_on_another_stream(pool: Pool, host: StreamedHost) -> None:
-    a = pool.mmap(4096, stream=S1)
+    a = pool.mmap(4096, {"stream": S1})
     ptr = a.ptr
-    pool.munmap(a, stream=S2)
-    b = pool.mmap(4096, stream=S2)
+    pool.munmap_on(a, S2)
+    b = pool.mmap(4096, {"stream": S2})
     assert b.ptr == ptr
     assert host.runtime.calls == []
     pool.munmap(b)
 
 
 def test_host_order_requests_do_not_take_stream_blocks(pool: Pool, host: StreamedHost) -> None:
-    a = pool.mmap(4096, stream=S1)
+    a = pool.mmap(4096, {"stream": S1})
     a_ptr = a.ptr
     pool.munmap(a)
     b = pool.mmap(4096)  # no stream: S1 may still use a's block, so another is taken
@@ -141,7 +141,7 @@ def test_host_order_requests_do_not_take_stream_blocks(pool: Pool, host: Streame
 
 
 def test_streams_are_synchronized_before_the_pool_grows(pool: Pool, host: StreamedHost) -> None:
-    bufs = [pool.mmap(512 * 1024, stream=S1) for _ in range(4)]  # the whole small slab
+    bufs = [pool.mmap(512 * 1024, {"stream": S1}) for _ in range(4)]  # the whole small slab
     for b in bufs:
         pool.munmap(b)
     assert host.allocs == 1
@@ -153,11 +153,11 @@ def test_streams_are_synchronized_before_the_pool_grows(pool: Pool, host: Stream
 
 
 def test_trim_and_close_synchronize_streams(pool: Pool, host: StreamedHost) -> None:
-    a = pool.mmap(64 * MiB, stream=S1)
+    a = pool.mmap(64 * MiB, {"stream": S1})
     pool.munmap(a)
     assert pool.trim() == 64 * MiB
     assert host.runtime.calls == [("stream_synchronize", S1)]
-    b = pool.mmap(4096, stream=S2)
+    b = pool.mmap(4096, {"stream": S2})
     pool.munmap(b)
     pool.close()
     assert host.runtime.calls[-1] == ("stream_synchronize", S2)
@@ -165,7 +165,7 @@ def test_trim_and_close_synchronize_streams(pool: Pool, host: StreamedHost) -> N
 
 
 def test_stats_count_stream_blocks_as_cached(pool: Pool) -> None:
-    a = pool.mmap(4096, stream=S1)
+    a = pool.mmap(4096, {"stream": S1})
     pool.munmap(a)
     s = pool.pool_stats
     assert s.block_bytes == 0
@@ -175,15 +175,15 @@ def test_stats_count_stream_blocks_as_cached(pool: Pool) -> None:
 def test_streams_need_a_runtime() -> None:
     with HostArea() as plain, aml_core.pool(plain) as p:
         with pytest.raises(AMLNotSupported, match="no runtime"):
-            p.mmap(4096, stream=S1)
+            p.mmap(4096, {"stream": S1})
         buf = p.mmap(4096)
         with pytest.raises(AMLNotSupported):
-            p.munmap(buf, stream=S1)
+            p.munmap_on(buf, S1)
         assert not buf.freed
         p.munmap(buf)
 
 
 def test_bad_streams(pool: Pool) -> None:
     with pytest.raises(AMLTypeError):
-        pool.mmap(4096, stream=object())
+        pool.mmap(4096, {"stream": object()})
     assert pool.stats.live_mappings == 0

@@ -180,22 +180,16 @@ class GpuArea(Area):
             return self._default_options  # frozen: one instance serves every mmap
         return super()._coerce_options(options)
 
-    def mmap(self, size: int, options: Any = None, *, stream: Any = None) -> Buffer:
-        """Allocate ``size`` bytes (see :class:`~aml_core.area.Area`); with ``stream``,
-        device memory is allocated in stream order on it (cudaMallocAsync/hipMallocAsync)."""
-        if stream is not None:
-            opts = self._coerce_options(options)
-            options = attrs.evolve(opts, stream=stream)
-        return super().mmap(size, options)
-
-    def munmap(self, buffer: Buffer | int, size: int | None = None, *, stream: Any = None) -> None:
-        """Free a mapping; a stream-ordered one is freed in order on ``stream`` (default:
-        the stream it was allocated on). Other buffers are freed at once, as always."""
-        if stream is None:
-            return super().munmap(buffer, size)
+    # Stream-ordered allocation goes through the options (``mmap(n, {"stream": s})``), not
+    # a keyword of an overriding mmap: that would put a Python frame back on the compiled
+    # path every plain mmap and munmap takes (AreaBase._set_native).
+    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
+        """Free a mapping in ``stream``'s order: a stream-ordered buffer with
+        cudaFreeAsync/hipFreeAsync on ``stream`` (plain munmap frees it on the stream it
+        was allocated on); any other buffer at once, as munmap does."""
         self._free_stream.value = as_stream_handle(stream)
         try:
-            super().munmap(buffer, size)
+            self.munmap(buffer, size)
         finally:
             self._free_stream.value = None
 

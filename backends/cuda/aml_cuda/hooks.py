@@ -219,8 +219,7 @@ class TorchHook:
         try:
             if size <= 0:
                 return None
-            streamed = self._streams and stream
-            buf = self.area.mmap(size, stream=stream) if streamed else self.area.mmap(size)  # type: ignore[call-arg]
+            buf = self.area.mmap(size, {"stream": stream} if self._streams and stream else None)
             with self._lock:
                 self._bufs[buf.device_ptr] = buf
             return buf.device_ptr
@@ -236,10 +235,11 @@ class TorchHook:
                 raise AMLValueError(f"PyTorch freed 0x{ptr or 0:x}, which this hook did not allocate")
             if buf.freed:
                 return  # the area was closed: the memory went with it
-            if self._streams and stream:
-                self.area.munmap(buf, stream=stream)  # type: ignore[call-arg]
+            area = self.area
+            if stream and isinstance(area, (Pool, GpuArea)):
+                area.munmap_on(buf, stream)
             else:
-                self.area.munmap(buf)
+                area.munmap(buf)
         except BaseException as exc:
             self.errors.append(exc)
 

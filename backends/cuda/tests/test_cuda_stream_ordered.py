@@ -1,4 +1,4 @@
-"""Stream-ordered allocation (``area.mmap(size, stream=s)``, cudaMallocAsync/cudaFreeAsync):
+"""Stream-ordered allocation (``area.mmap(size, {"stream": s})``, cudaMallocAsync/cudaFreeAsync):
 the shared GpuArea logic over a recording CudaRuntime on any machine, and a round trip
 on a real GPU (marked ``gpu``)."""
 
@@ -93,7 +93,7 @@ def test_runtime_has_the_group(rec: Any) -> None:
 
 
 def test_mmap_on_a_stream_allocates_in_stream_order(area: Any, rec: Any) -> None:
-    buf = area.mmap(4096, stream=0x5000)
+    buf = area.mmap(4096, {"stream": 0x5000})
     assert rec.calls == [("malloc_async", 4096, 0x5000)]
     assert buf.__dlpack_device__() == (2, 0)
     assert buf.__cuda_array_interface__["data"][0] == buf.ptr
@@ -104,8 +104,8 @@ def test_mmap_on_a_stream_allocates_in_stream_order(area: Any, rec: Any) -> None
 
 
 def test_munmap_on_another_stream(area: Any, rec: Any) -> None:
-    buf = area.mmap(4096, stream=_CudaStream(0x5000))
-    area.munmap(buf, stream=_CudaStream(0x6000))
+    buf = area.mmap(4096, {"stream": _CudaStream(0x5000)})
+    area.munmap_on(buf, _CudaStream(0x6000))
     assert rec.calls[-1] == ("free_async", buf.ptr, 0x6000)
     again = area.mmap(4096, {"stream": 0})  # options work too; 0 is the default stream
     assert rec.calls[-1] == ("malloc_async", 4096, 0)
@@ -116,28 +116,28 @@ def test_munmap_on_another_stream(area: Any, rec: Any) -> None:
 def test_plain_buffers_ignore_the_free_stream(area: Any, rec: Any) -> None:
     buf = area.mmap(4096)
     assert rec.calls == [("malloc", 4096)]
-    area.munmap(buf, stream=0x6000)  # allocated with cudaMalloc: freed with cudaFree
+    area.munmap_on(buf, 0x6000)  # allocated with cudaMalloc: freed with cudaFree
     assert rec.calls[-1] == ("free", buf.ptr)
 
 
 def test_bad_streams_allocate_nothing(area: Any, rec: Any) -> None:
     with pytest.raises(AMLTypeError):
-        area.mmap(4096, stream=object())
+        area.mmap(4096, {"stream": object()})
     with pytest.raises(AMLTypeError):
-        area.mmap(4096, stream=True)
+        area.mmap(4096, {"stream": True})
     with pytest.raises(AMLValueError):
-        area.mmap(4096, stream=-1)
+        area.mmap(4096, {"stream": -1})
     assert rec.calls == []
-    buf = area.mmap(4096, stream=1)
+    buf = area.mmap(4096, {"stream": 1})
     with pytest.raises(AMLTypeError):
-        area.munmap(buf, stream="s")
+        area.munmap_on(buf, "s")
     assert not buf.freed
     area.munmap(buf)
 
 
 def test_out_of_memory_waits_for_the_device_and_retries(area: Any, rec: Any) -> None:
     rec.fail_malloc = 1  # pending frees: the first try fails, the one after a sync succeeds
-    buf = area.mmap(4096, stream=1)
+    buf = area.mmap(4096, {"stream": 1})
     assert rec.calls == [("malloc_async", 4096, 1), ("synchronize",), ("malloc_async", 4096, 1)]
     area.munmap(buf)
 
@@ -145,12 +145,12 @@ def test_out_of_memory_waits_for_the_device_and_retries(area: Any, rec: Any) -> 
 def test_failures_are_translated_and_nothing_leaks(area: Any, rec: Any) -> None:
     rec.fail_malloc = 2
     with pytest.raises(AMLMemoryError) as info:
-        area.mmap(4096, stream=1)
+        area.mmap(4096, {"stream": 1})
     assert info.value.native is not None
     assert info.value.native.name == "cudaErrorMemoryAllocation"
     assert area.stats.live_mappings == 0
     assert rec.calls.count(("synchronize",)) == 1
-    buf = area.mmap(4096, stream=1)
+    buf = area.mmap(4096, {"stream": 1})
     rec.fail_free = True
     with pytest.raises(AMLValueError):
         area.munmap(buf)
@@ -163,7 +163,7 @@ def test_failures_are_translated_and_nothing_leaks(area: Any, rec: Any) -> None:
 
 def test_stream_ordered_is_device_memory_only(rec: Any) -> None:
     with GpuArea(rec, 0, GpuFlags.ALLOC_HOST) as host, pytest.raises(AMLNotSupported, match="device memory"):
-        host.mmap(4096, stream=1)
+        host.mmap(4096, {"stream": 1})
 
 
 @pytest.mark.gpu
@@ -171,11 +171,11 @@ def test_round_trip_on_a_gpu() -> None:
     area = aml_cuda.create(0)
     stream = aml_cuda.stream(non_blocking=True)
     try:
-        buf = area.mmap(1 << 20, stream=stream)
+        buf = area.mmap(1 << 20, {"stream": stream})
         stream.synchronize()
         area.write(buf, b"\x5a" * (1 << 20))
         assert area.read(buf, 16) == b"\x5a" * 16
-        area.munmap(buf, stream=stream)
+        area.munmap_on(buf, stream)
         stream.synchronize()
         assert area.stats.live_mappings == 0
     finally:

@@ -179,7 +179,7 @@ def test_stream_ordered_allocation_is_not_offered_by_hip(hip: HipDouble) -> None
     hipMallocAsync): a stream-ordered mmap says so and allocates nothing."""
     with aml_hip.create(0, 0) as device:
         with pytest.raises(aml_core.AMLNotSupported, match="stream ordered"):
-            device.mmap(4096, stream=0)
+            device.mmap(4096, {"stream": 0})
         assert device.stats.live_mappings == 0
         assert hip.calls("hipMalloc") == 0
 
