@@ -37,6 +37,7 @@ from .errors import (
     strerror,
 )
 from .hookspecs import hookimpl
+from .pool import Pool, PoolStats, pool
 from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
 
@@ -88,12 +89,15 @@ __all__ = [
     "ErrorTable",
     "Kind",
     "NativeCause",
+    "Pool",
+    "PoolStats",
     "ProbeResult",
     "area",
     "backends",
     "choose",
     "hookimpl",
     "ipc_open",
+    "pool",
     "register",
     "strerror",
     "unregister",

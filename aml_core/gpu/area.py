@@ -21,6 +21,7 @@ docs/aml-contract.md#hip-area), written once.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,19 +31,32 @@ from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
 from .ipc import IpcExport, export_from
-from .runtime import Group, Runtime, capabilities
+from .runtime import Group, Runtime, StreamOrderedOps, capabilities
+from .stream import as_stream_handle
 
-__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions"]
+__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "StreamOrdered"]
 
 
 def _opt_device(value: object) -> int | None:
     return None if value is None else checks.c_int(value, "options.device")
+
+
+def _opt_stream(value: object) -> int | None:
+    return None if value is None else as_stream_handle(value)
+
+
+@attrs.frozen
+class StreamOrdered:
+    """The ``keep`` of a stream-ordered device allocation: the stream it was made on,
+    which frees it unless munmap names another."""
+
+    stream: int
 
 
 @attrs.frozen
@@ -54,6 +68,9 @@ class GpuMmapOptions:
 
     device: int | None = attrs.field(default=None, converter=_opt_device)
     ptr: Any = None
+    #: Device memory only: allocate in stream order on this stream (any stream object
+    #: or int handle; 0 is the default stream) through the STREAM_ORDERED group.
+    stream: int | None = attrs.field(default=None, converter=_opt_stream)
 
 
 @attrs.frozen
@@ -98,6 +115,8 @@ class GpuArea(Area):
         self._mode = mode_of_flags(checked)
         self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
         self._default_options = GpuMmapOptions()
+        self._stream_ordered: StreamOrderedOps | None = None
+        self._free_stream = threading.local()
         #: Shared (frozen) native records by allocated size; the mode is the area's.
         self._records: dict[int, GpuAllocation] = {}
         self._install_native()
@@ -161,6 +180,25 @@ class GpuArea(Area):
             return self._default_options  # frozen: one instance serves every mmap
         return super()._coerce_options(options)
 
+    # Stream-ordered allocation goes through the options (``mmap(n, {"stream": s})``), not
+    # a keyword of an overriding mmap: that would put a Python frame back on the compiled
+    # path every plain mmap and munmap takes (AreaBase._set_native).
+    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
+        """Free a mapping in ``stream``'s order: a stream-ordered buffer with
+        cudaFreeAsync/hipFreeAsync on ``stream`` (plain munmap frees it on the stream it
+        was allocated on); any other buffer at once, as munmap does."""
+        self._free_stream.value = as_stream_handle(stream)
+        try:
+            self.munmap(buffer, size)
+        finally:
+            self._free_stream.value = None
+
+    def _stream_ops(self) -> StreamOrderedOps:
+        ops = self._stream_ordered
+        if ops is None:
+            ops = self._stream_ordered = self.runtime.require(Group.STREAM_ORDERED)
+        return ops
+
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
         # even on failure (aml_area_hip_mmap). Written out inline: the hot path of every GPU mmap.
@@ -202,6 +240,27 @@ class GpuArea(Area):
         ops = self._alloc
         traits = self.runtime.traits
         mode = self._mode
+        if options.stream is not None:
+            if mode is not AllocMode.DEVICE:
+                raise AMLNotSupported(
+                    f"stream-ordered allocation makes device memory; this is a {self.kind.value} area"
+                )
+            ops_async = self._stream_ops()
+            try:
+                ptr = ops_async._malloc_async(size, options.stream)
+            except AMLMemoryError:
+                # Frees queued on streams return memory to the device's pool only when
+                # they run: wait for the device, then try once more (then ENOMEM).
+                self.runtime.synchronize()
+                ptr = ops_async._malloc_async(size, options.stream)
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=False,
+                dl_device=(traits.dl_device, used),
+                native=GpuAllocation(mode, size, StreamOrdered(options.stream)),
+                device=used,
+            )
         if mode is AllocMode.DEVICE:
             ptr = ops._malloc(size)
             return self._new_buffer(
@@ -287,7 +346,10 @@ class GpuArea(Area):
             for export in self._exports.pop(buffer.ptr, ()):
                 export.close()
         mode = native.mode
-        if mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
+        if mode is AllocMode.DEVICE and native.keep is not None:  # stream-ordered
+            stream = getattr(self._free_stream, "value", None)
+            self._stream_ops()._free_async(buffer.ptr, native.keep.stream if stream is None else stream)
+        elif mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
             ops._free(buffer.ptr)
         elif mode is AllocMode.REGISTERED:
             ops._host_unregister(buffer.ptr)

@@ -21,6 +21,7 @@ class Group(enum.Enum):
     STREAMS = "streams"
     IPC = "ipc"
     VIRTUAL_MEMORY = "virtual_memory"
+    STREAM_ORDERED = "stream_ordered"
 
 
 _GROUP_CAPABILITIES: Mapping[Group, Capability] = {
@@ -29,6 +30,7 @@ _GROUP_CAPABILITIES: Mapping[Group, Capability] = {
     Group.STREAMS: Capability.NONE,
     Group.IPC: Capability.IPC,
     Group.VIRTUAL_MEMORY: Capability.VIRTUAL_MEMORY,
+    Group.STREAM_ORDERED: Capability.NONE,
 }
 
 

@@ -12,6 +12,11 @@ area whose ``device`` is the exporter's device index. Opening the
 same handle twice in one process maps it once (an importer-side cache, as UMF has): the
 same Buffer comes back and must be closed as many times as it was opened. Importers must
 close before the exporter frees (HIP: freeing first is undefined behaviour).
+
+A block of a pool (``pool.ipc_export(buf)``) is shared as its slab's native handle plus
+the block's ``offset``: the importer maps each slab once (runtimes refuse to open one
+allocation twice in a process) and gives each block its own Buffer at
+``base + offset``; the slab is unmapped when its last block is closed.
 """
 
 from __future__ import annotations
@@ -61,6 +66,10 @@ def _pid(instance: object, attribute: attrs.Attribute[int], value: object) -> No
         raise AMLValueError(f"the IPC handle's pid must be positive, got {value}")
 
 
+def _offset(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
+    checks.size(value, "the IPC handle's offset", zero=True)
+
+
 def _backend(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
     if not isinstance(value, str):
         raise AMLTypeError(f"the IPC handle's backend is a str, not {type(value).__name__}")
@@ -69,14 +78,17 @@ def _backend(instance: object, attribute: attrs.Attribute[str], value: object) -
 @attrs.frozen
 class IpcHandle:
     """What crosses the process boundary (picklable): the backend, the device, the
-    size, the native handle (``traits.ipc_handle_size`` bytes: 64 for CUDA and HIP) and
-    the exporter's pid. Every field is checked when the handle is made (or unpickled)."""
+    size, the native handle (``traits.ipc_handle_size`` bytes: 64 for CUDA and HIP),
+    the exporter's pid and the offset of the shared bytes in the native allocation (a
+    pooled block's in its slab; 0 otherwise). Every field is checked when the handle is
+    made (or unpickled)."""
 
     backend: str = attrs.field(validator=_backend)
     device: int = attrs.field(validator=_device)
     size: int = attrs.field(validator=_size)
     data: bytes = attrs.field(converter=_handle_bytes, repr=lambda d: d[:8].hex() + "...")
     pid: int = attrs.field(validator=_pid)
+    offset: int = attrs.field(default=0, validator=_offset)
 
 
 class IpcExport:
@@ -150,7 +162,8 @@ class IpcOptions:
 @attrs.frozen
 class _Imported:
     tag: str
-    key: bytes
+    #: (native handle, offset, size): one Buffer per key; one mapping per native handle.
+    key: tuple[bytes, int, int]
 
 
 class IpcImportArea(Area):
@@ -167,9 +180,12 @@ class IpcImportArea(Area):
         )
         self._runtime = runtime
         self._ops = runtime.require(Group.IPC)
-        self._by_key: dict[bytes, Buffer] = {}
+        self._by_key: dict[tuple[bytes, int, int], Buffer] = {}
         self._opens: dict[int, int] = {}
         self._open_lock = threading.Lock()
+        #: native handle -> [mapped base, buffers using the mapping]
+        self._mappings: dict[bytes, list[int]] = {}
+        self._map_lock = threading.Lock()
 
     def open(self, handle: IpcHandle) -> Buffer:
         """Map a handle exported by another process (cached: one mapping per handle)."""
@@ -181,14 +197,15 @@ class IpcImportArea(Area):
             raise AMLValueError(
                 "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
             )
+        key = (handle.data, handle.offset, handle.size)
         with self._open_lock:
             self._check_open()
-            buf = self._by_key.get(handle.data)
+            buf = self._by_key.get(key)
             if buf is not None and not buf.freed:
                 self._opens[buf.ptr] += 1
                 return buf
             buf = self.mmap(handle.size, IpcOptions(handle))
-            self._by_key[handle.data] = buf
+            self._by_key[key] = buf
             self._opens[buf.ptr] = 1
             return buf
 
@@ -200,13 +217,18 @@ class IpcImportArea(Area):
         handle = options.handle
         if handle is None:
             raise AMLValueError("the IPC import area maps handles: use ipc_open(handle)")
-        ptr = self._ops.ipc_open_handle(handle.data, handle.size)
+        with self._map_lock:
+            mapping = self._mappings.get(handle.data)
+            if mapping is None:
+                base = self._ops.ipc_open_handle(handle.data, handle.offset + handle.size)
+                mapping = self._mappings[handle.data] = [base, 0]
+            mapping[1] += 1
         return self._new_buffer(
-            ptr,
+            mapping[0] + handle.offset,
             size,
             host_accessible=False,
             dl_device=(self._runtime.traits.dl_device, handle.device),
-            native=_Imported("ipc", handle.data),
+            native=_Imported("ipc", (handle.data, handle.offset, handle.size)),
             device=handle.device,
         )
 
@@ -224,7 +246,14 @@ class IpcImportArea(Area):
             self._by_key.pop(buf.native.key, None)
 
     def _free(self, buffer: Buffer) -> None:
-        self._ops.ipc_close_handle(buffer.ptr)
+        data = buffer.native.key[0]
+        with self._map_lock:
+            mapping = self._mappings[data]
+            if mapping[1] > 1:
+                mapping[1] -= 1
+                return
+            self._ops.ipc_close_handle(mapping[0])  # raises: the mapping stays, and counted
+            del self._mappings[data]
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)

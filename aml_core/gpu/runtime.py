@@ -16,6 +16,8 @@ group                  class (its public methods)                  capability it
 ``IPC``                :class:`IpcOps` (get, open, close a handle)   IPC
 ``VIRTUAL_MEMORY``     :class:`VirtualMemoryOps` (reserve, create,   VIRTUAL_MEMORY
                        map, access, export/import an fd, retain)
+``STREAM_ORDERED``     :class:`StreamOrderedOps` (allocate and free  (none)
+                       in stream order, events)
 =====================  ==========================================  ======================
 
 A runtime provides a group wholly or not at all: each group class declares its native
@@ -64,6 +66,7 @@ __all__ = [
     "Runtime",
     "RuntimeTraits",
     "StreamOps",
+    "StreamOrderedOps",
     "VirtualMemoryOps",
     "capabilities",
     "device_capabilities",
@@ -194,6 +197,8 @@ class Runtime(abc.ABC):
     def require(self, group: Literal[Group.IPC]) -> IpcOps: ...
     @overload
     def require(self, group: Literal[Group.VIRTUAL_MEMORY]) -> VirtualMemoryOps: ...
+    @overload
+    def require(self, group: Literal[Group.STREAM_ORDERED]) -> StreamOrderedOps: ...
     def require(self, group: Group) -> object:
         """This runtime as the group's operations; :class:`AMLNotSupported` with the
         reason when it does not provide the group."""
@@ -469,6 +474,59 @@ class VirtualMemoryOps(abc.ABC):
     def _vmm_properties(self, handle: int) -> AllocationProperties: ...
 
 
+class StreamOrderedOps(abc.ABC):
+    """``STREAM_ORDERED``: device memory allocated and freed in stream order
+    (``cudaMallocAsync``/``cudaFreeAsync``, ``hipMallocAsync``/``hipFreeAsync``) from
+    the device's default memory pool, and the events that order work across streams
+    (a block freed on one stream is reused on another only after an event)."""
+
+    traits: RuntimeTraits
+
+    def malloc_async(self, size: int, stream: int) -> int:
+        return self._malloc_async(checks.size(size), checks.pointer(stream, "stream", null=True))
+
+    def free_async(self, ptr: int, stream: int) -> None:
+        self._free_async(checks.pointer(ptr), checks.pointer(stream, "stream", null=True))
+
+    def event_create(self) -> int:
+        """An event without timing (the cheap kind), for ordering only."""
+        return self._event_create()
+
+    def event_destroy(self, event: int) -> None:
+        self._event_destroy(checks.pointer(event, "event"))
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._event_record(checks.pointer(event, "event"), checks.pointer(stream, "stream", null=True))
+
+    def event_query(self, event: int) -> bool:
+        """True once the work recorded before the event is done."""
+        return self._event_query(checks.pointer(event, "event"))
+
+    def event_synchronize(self, event: int) -> None:
+        self._event_synchronize(checks.pointer(event, "event"))
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        """Make later work on ``stream`` wait for ``event`` (without blocking the host)."""
+        self._stream_wait_event(checks.pointer(stream, "stream", null=True), checks.pointer(event, "event"))
+
+    @abc.abstractmethod
+    def _malloc_async(self, size: int, stream: int) -> int: ...
+    @abc.abstractmethod
+    def _free_async(self, ptr: int, stream: int) -> None: ...
+    @abc.abstractmethod
+    def _event_create(self) -> int: ...
+    @abc.abstractmethod
+    def _event_destroy(self, event: int) -> None: ...
+    @abc.abstractmethod
+    def _event_record(self, event: int, stream: int) -> None: ...
+    @abc.abstractmethod
+    def _event_query(self, event: int) -> bool: ...
+    @abc.abstractmethod
+    def _event_synchronize(self, event: int) -> None: ...
+    @abc.abstractmethod
+    def _stream_wait_event(self, stream: int, event: int) -> None: ...
+
+
 #: Each group and the class whose methods make it up.
 GROUP_OPS: Mapping[Group, type] = {
     Group.ALLOCATION: AllocationOps,
@@ -476,6 +534,7 @@ GROUP_OPS: Mapping[Group, type] = {
     Group.STREAMS: StreamOps,
     Group.IPC: IpcOps,
     Group.VIRTUAL_MEMORY: VirtualMemoryOps,
+    Group.STREAM_ORDERED: StreamOrderedOps,
 }
 
 

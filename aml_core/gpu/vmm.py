@@ -138,6 +138,11 @@ class VirtualMemory(Area):
         self._mappings: dict[int, tuple[int, Physical]] = {}
         self._granularity = self._ops.vmm_granularity(device, False)
 
+    @property
+    def runtime(self) -> Runtime:
+        """The runtime this area maps with (pools read its DLPack device type)."""
+        return self._runtime
+
     # -- checks ---------------------------------------------------------------------
     def granularity(self, recommended: bool = False) -> int:
         """The allocation granularity (minimum, or the recommended one)."""

@@ -17,7 +17,9 @@ ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()
 ``ipc_open(handle)`` / ``ipc_close(buffer)``, ``virtual_memory(device)``, ``stream()``,
 ``probe()``, ``pointer_attributes(ptr)``, ``get_runtime()``, ``load_runtime()``,
 ``BACKEND`` and the managed-memory, IPC and virtual-memory types of :mod:`aml_core.gpu`;
-``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on).
+``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on), and so are
+``use_with_cupy(area)`` / ``use_with_torch(area)`` (CuPy or PyTorch allocates from an
+aml area or pool).
 
 Importing this package is cheap: the API (and aml_core.gpu) is loaded on first use,
 cuda-bindings only when the runtime is first needed, so that the registry can import
@@ -40,6 +42,10 @@ if TYPE_CHECKING:
 
     from .api import get_runtime as get_runtime
     from .api import load_runtime as load_runtime
+    from .hooks import CupyHook as CupyHook
+    from .hooks import TorchHook as TorchHook
+    from .hooks import use_with_cupy as use_with_cupy
+    from .hooks import use_with_torch as use_with_torch
     from .native import MIN_BINDINGS as MIN_BINDINGS
 
 __all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
@@ -49,7 +55,12 @@ __all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
     "CudaFlags",
     "CudaMmapOptions",
     "MIN_BINDINGS",
+    "CupyHook",
+    "TorchHook",
+    "use_with_cupy",
+    "use_with_torch",
 ]
+_HOOKS = dict.fromkeys(("CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"), ".hooks")
 __getattr__, __dir__ = lazy_exports(
-    __name__, gpu_exports("Cuda") | {"MIN_BINDINGS": ".native"}, distribution="aml-cuda"
+    __name__, gpu_exports("Cuda") | {"MIN_BINDINGS": ".native"} | _HOOKS, distribution="aml-cuda"
 )

@@ -73,6 +73,12 @@ _cudaSetDevice = _rt.cudaSetDevice
 _cudaMemcpy = _rt.cudaMemcpy
 _cudaGetLastError = _rt.cudaGetLastError
 _MEMCPY_DEFAULT = _rt.cudaMemcpyKind.cudaMemcpyDefault
+_cudaMallocAsync = _rt.cudaMallocAsync
+_cudaFreeAsync = _rt.cudaFreeAsync
+_cudaEventRecord = _rt.cudaEventRecord
+_cudaEventQuery = _rt.cudaEventQuery
+_ERR_NOT_READY = int(_E.cudaErrorNotReady)
+_EVENT_DISABLE_TIMING = int(_rt.cudaEventDisableTiming)
 
 _HOST_PORTABLE = int(_rt.cudaHostAllocPortable)
 _HOST_MAPPED = int(_rt.cudaHostAllocMapped)
@@ -126,7 +132,13 @@ def _version(v: int) -> str:
 
 
 class CudaRuntime(
-    core.Runtime, core.AllocationOps, core.ManagedOps, core.StreamOps, core.IpcOps, core.VirtualMemoryOps
+    core.Runtime,
+    core.AllocationOps,
+    core.ManagedOps,
+    core.StreamOps,
+    core.IpcOps,
+    core.VirtualMemoryOps,
+    core.StreamOrderedOps,
 ):
     """Every capability group over ``cuda-bindings``."""
 
@@ -514,6 +526,52 @@ class CudaRuntime(
         (err,) = _rt.cudaStreamSynchronize(stream)
         if err:
             self._fail("cudaStreamSynchronize", err)
+
+    # -- stream-ordered allocation ---------------------------------------------------------
+    def _malloc_async(self, size: int, stream: int) -> int:
+        err, ptr = _cudaMallocAsync(size, stream)
+        if err:
+            self._fail("cudaMallocAsync", err, f"cudaMallocAsync of {size} bytes failed")
+        return int(ptr)
+
+    def _free_async(self, ptr: int, stream: int) -> None:
+        (err,) = _cudaFreeAsync(ptr, stream)
+        if err:
+            self._fail("cudaFreeAsync", err)
+
+    def _event_create(self) -> int:
+        err, event = _rt.cudaEventCreateWithFlags(_EVENT_DISABLE_TIMING)
+        if err:
+            self._fail("cudaEventCreateWithFlags", err)
+        return int(event)
+
+    def _event_destroy(self, event: int) -> None:
+        (err,) = _rt.cudaEventDestroy(event)
+        if err:
+            self._fail("cudaEventDestroy", err)
+
+    def _event_record(self, event: int, stream: int) -> None:
+        (err,) = _cudaEventRecord(event, stream)
+        if err:
+            self._fail("cudaEventRecord", err)
+
+    def _event_query(self, event: int) -> bool:
+        (err,) = _cudaEventQuery(event)
+        if not err:
+            return True
+        if int(err) == _ERR_NOT_READY:
+            return False
+        self._fail("cudaEventQuery", err)
+
+    def _event_synchronize(self, event: int) -> None:
+        (err,) = _rt.cudaEventSynchronize(event)
+        if err:
+            self._fail("cudaEventSynchronize", err)
+
+    def _stream_wait_event(self, stream: int, event: int) -> None:
+        (err,) = _rt.cudaStreamWaitEvent(stream, event, 0)
+        if err:
+            self._fail("cudaStreamWaitEvent", err)
 
     # -- IPC -------------------------------------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install aml-core and aml-cuda, run the CUDA tests (GPU tests included) and the
 # benchmark on a GPU machine. Logs and results go to $OUT (default /tmp/aml-cuda-out).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc] [pytest args...]
+# ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
+# calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only.)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -27,5 +29,8 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
     (cd /tmp && timeout 240 $py "$repo/benchmarks/cuda_bench.py" --out "$OUT") 2>&1 | tee "$OUT/cuda-bench.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
+if [ "$what" = alloc ]; then
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/alloc_bench.py" --out "$OUT") || rc=1
 fi
 exit "$rc"

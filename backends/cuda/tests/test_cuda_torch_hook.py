@@ -1,0 +1,178 @@
+"""aml_cuda.use_with_torch: the C entry points (ctypes callbacks) called through their
+addresses, as PyTorch's CUDAPluggableAllocator calls them, against a stand-in ``torch``
+module on any machine; and real PyTorch on a GPU (marked ``gpu``, in a child process:
+PyTorch takes one allocator per process)."""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import aml_cuda
+import pytest
+
+import aml_core
+from aml_core import Area, Kind
+from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
+from aml_core.host import HostArea
+
+MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+
+
+class FakeDeviceArea(HostArea):
+    """Host memory that calls itself device memory: what the hook sees of a GPU area."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind = Kind.DEVICE
+
+
+def _fake_torch() -> Any:
+    torch = types.ModuleType("torch")
+    state: dict[str, Any] = {"current": None, "initialized": False}
+
+    class CUDAPluggableAllocator:
+        def __init__(self, *args: Any) -> None:  # the hook bypasses the .so loading
+            raise AssertionError("not called by the hook")
+
+    def custom_allocator(alloc: int, free: int) -> tuple[str, int, int]:
+        return ("custom", alloc, free)
+
+    def change_current_allocator(allocator: Any) -> None:
+        if state["initialized"]:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        state["current"] = allocator._allocator
+
+    torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        memory=types.SimpleNamespace(
+            CUDAPluggableAllocator=CUDAPluggableAllocator, change_current_allocator=change_current_allocator
+        )
+    )
+    torch._C = types.SimpleNamespace(_cuda_customAllocator=custom_allocator)  # type: ignore[attr-defined]
+    torch.state = state  # type: ignore[attr-defined]
+    return torch
+
+
+@pytest.fixture
+def torch(monkeypatch: pytest.MonkeyPatch) -> Any:
+    from aml_cuda import hooks
+
+    fake = _fake_torch()
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setattr(hooks, "_torch_hook", None)
+    return fake
+
+
+@pytest.fixture
+def area() -> Iterator[Area]:
+    area = FakeDeviceArea()
+    yield area
+    area.close()
+
+
+def _entry_points(torch: Any) -> tuple[Any, Any]:
+    tag, alloc, free = torch.state["current"]
+    assert tag == "custom"
+    return ctypes.cast(alloc, MALLOC), ctypes.cast(free, FREE)
+
+
+def test_the_c_entry_points_allocate_from_a_pool(torch: Any, area: Area) -> None:
+    with aml_core.pool(area) as pool:
+        hook = aml_cuda.use_with_torch(pool)
+        malloc, free = _entry_points(torch)
+        ptr = malloc(4096, 0, None)
+        assert ptr is not None
+        assert hook.live == 1
+        ctypes.memset(ptr, 0x42, 4096)  # host memory here: the pointer is usable as is
+        assert ctypes.string_at(ptr, 4) == b"BBBB"
+        free(ptr, 4096, 0, None)
+        assert hook.live == 0
+        again = malloc(4096, 0, None)
+        assert again == ptr  # the pool's block again
+        assert pool.pool_stats.native_allocations == 1
+        free(again, 4096, 0, None)
+        assert malloc(0, 0, None) is None
+        assert hook.errors == []
+
+
+def test_streams_reach_the_pool(torch: Any) -> None:
+    class Streamed(FakeDeviceArea):
+        def __init__(self) -> None:
+            super().__init__()
+            self.synced: list[int] = []
+            self.runtime = types.SimpleNamespace(
+                require=lambda group: self.runtime, stream_synchronize=self.synced.append
+            )
+
+    area = Streamed()
+    with aml_core.pool(area) as pool:
+        aml_cuda.use_with_torch(pool)
+        malloc, free = _entry_points(torch)
+        ptr = malloc(1000, 0, 0x1234)
+        free(ptr, 1000, 0, 0x1234)
+        again = malloc(1000, 0, 0x1234)  # reused at once on the stream that freed it
+        assert again == ptr
+        free(again, 1000, 0, 0x1234)
+    assert area.synced == [0x1234]  # the pool's close waited for the stream
+    area.close()
+
+
+def test_failures_become_null_and_are_kept(torch: Any, area: Area) -> None:
+    with aml_core.pool(area, limit=1 << 20) as pool:
+        hook = aml_cuda.use_with_torch(pool)
+        malloc, free = _entry_points(torch)
+        assert malloc(2 << 20, 0, None) is None  # past the limit: PyTorch sees NULL (its OOM)
+        assert isinstance(hook.errors[-1], MemoryError)
+        free(0x1000, 16, 0, None)  # not ours: reported, not raised into PyTorch
+        assert isinstance(hook.errors[-1], AMLValueError)
+
+
+def test_installed_once_and_never_removed(torch: Any, area: Area) -> None:
+    hook = aml_cuda.use_with_torch(area)
+    with pytest.raises(AMLBusyError, match="installed already"):
+        aml_cuda.use_with_torch(area)
+    with pytest.raises(AMLNotSupported):
+        hook.uninstall()
+
+
+def test_after_pytorch_allocated(torch: Any, area: Area) -> None:
+    torch.state["initialized"] = True
+    with pytest.raises(AMLBusyError, match="allocated CUDA memory already"):
+        aml_cuda.use_with_torch(area)
+
+
+def test_bad_areas(torch: Any) -> None:
+    with HostArea() as host, pytest.raises(AMLValueError, match="device or managed"):
+        aml_cuda.use_with_torch(host)
+    closed = FakeDeviceArea()
+    closed.close()
+    with pytest.raises(AMLValueError, match="closed"):
+        aml_cuda.use_with_torch(closed)
+
+
+_TORCH_CHILD = """
+import aml_core, aml_cuda, torch
+pool = aml_core.pool(aml_cuda.create(0))
+hook = aml_cuda.use_with_torch(pool)
+x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+assert float(x.sum()) == float((1 << 20) * ((1 << 20) - 1) / 2)
+assert hook.live >= 1 and pool.stats.live_mappings >= 1, (hook.live, pool.stats)
+del x
+torch.cuda.synchronize()
+print("ok", hook.live, pool.pool_stats.native_allocations, hook.errors)
+"""
+
+
+@pytest.mark.gpu
+def test_real_pytorch_on_a_pool() -> None:
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_CHILD], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok"), proc.stdout

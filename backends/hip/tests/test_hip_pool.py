@@ -1,0 +1,264 @@
+"""Pools on the HIP driver double: the conformance kit over a pooled device area and over
+an expandable pool (one virtual range growing in place with hipMemMap), its growth,
+trimming, limit and capacity, and errors injected into the driver. The ``hip`` fixture
+checks after each test that nothing native leaked."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import aml_hip
+import pytest
+from hip_helpers import HipDouble
+
+import aml_core
+from aml_core import Pool
+from aml_core.errors import AMLError, AMLMemoryError, AMLValueError, ErrorCode
+from aml_core.gpu.vmm import VirtualMemory
+from aml_core.testing import AreaConformance
+
+MiB = 1 << 20
+G = 2 * MiB  # the double's VMM granularity
+
+
+class TestPoolOverHipDevice(AreaConformance):
+    rounds = 20
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[Pool]:
+        device = aml_hip.create(0, 0)
+        p = aml_core.pool(device)
+        yield p
+        p.close()
+        assert device.stats.live_mappings == 0
+        device.close()
+
+
+class TestExpandablePool(AreaConformance):
+    rounds = 20
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[Pool]:
+        vm = aml_hip.virtual_memory(0)
+        p = aml_core.pool(vm, expandable=True, capacity=256 * MiB)
+        yield p
+        p.close()
+        vm.close()
+
+
+@pytest.fixture
+def vm(hip: HipDouble) -> Iterator[VirtualMemory]:
+    vm = aml_hip.virtual_memory(0)
+    yield vm
+    vm.close()
+
+
+def test_device_pool_blocks_share_a_slab(hip: HipDouble) -> None:
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
+        a, b = p.mmap(4096), p.mmap(4096)
+        assert hip.calls("hipMalloc") == 1
+        assert b.ptr == a.ptr + 4096
+        assert b.__cuda_array_interface__["data"][0] == b.ptr
+        assert b.__dlpack_device__() == a.__dlpack_device__()
+        p.write(a, b"\x11" * 4096)
+        p.write(b, b"\x22" * 4096)
+        assert p.read(a) == b"\x11" * 4096
+        assert p.read(b, 16, offset=8) == b"\x22" * 16
+        with pytest.raises(AMLValueError):
+            p.write(b, b"x" * 4097)
+        p.munmap(a)
+        p.munmap(b)
+        assert hip.calls("hipFree") == 0
+    assert hip.calls("hipFree") == 1
+
+
+def test_expandable_pool_grows_in_place(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        assert p.expandable
+        a = p.mmap(MiB)
+        base = a.ptr
+        b = p.mmap(3 * MiB)  # past the first 2 MiB chunk: the segment grows at its end
+        assert b.ptr == base + MiB
+        s = p.pool_stats
+        assert s.bytes_reserved == 4 * MiB
+        assert s.slabs == 2
+        assert hip.calls("hipMemAddressReserve") == 1
+        p.write(a, b"a" * MiB)
+        p.write(b, b"b" * (3 * MiB))
+        c = p.mmap(10 * MiB)
+        assert c.ptr == base + 4 * MiB
+        assert p.read(a, 4) == b"aaaa"
+        assert p.read(b, 4, offset=3 * MiB - 4) == b"bbbb"
+        p.munmap(c)
+        d = p.mmap(12 * MiB)  # the freed tail and new bytes after it: one block, same place
+        assert d.ptr == base + 4 * MiB
+        assert p.pool_stats.bytes_reserved == 16 * MiB
+        for buf in (a, b, d):
+            p.munmap(buf)
+        s = p.pool_stats
+        assert s.largest_free_block == 16 * MiB
+        assert s.fragmentation == 0.0
+
+
+def test_expandable_trim_unmaps_the_free_end(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        a = p.mmap(MiB)
+        b = p.mmap(9 * MiB)
+        p.munmap(b)
+        unmaps = hip.calls("hipMemUnmap")
+        assert p.trim() == 8 * MiB  # the chunk holding `a` stays
+        assert hip.calls("hipMemUnmap") == unmaps + 1
+        assert p.pool_stats.bytes_reserved == 2 * MiB
+        p.munmap(a)
+        assert p.trim() == 2 * MiB
+        assert p.pool_stats.bytes_reserved == 0
+        again = p.mmap(100)  # grows again from the start of the range
+        assert again.ptr == a.ptr
+        p.munmap(again)
+
+
+def test_expandable_release_threshold(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB, release_threshold=0) as p:
+        a = p.mmap(6 * MiB)
+        assert p.pool_stats.bytes_reserved == 6 * MiB
+        p.munmap(a)
+        assert p.pool_stats.bytes_reserved == 0
+
+
+def test_expandable_limit_and_capacity(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, limit=8 * MiB) as p:
+        a = p.mmap(7 * MiB)
+        with pytest.raises(AMLMemoryError, match="limit") as info:
+            p.mmap(2 * MiB)
+        assert info.value.code is ErrorCode.ENOMEM
+        small = p.mmap(MiB)  # the free MiB of the last chunk
+        p.munmap(small)
+        p.munmap(a)
+        b = p.mmap(8 * MiB)
+        p.munmap(b)
+    with aml_core.pool(vm, expandable=True, capacity=4 * MiB) as p:
+        a = p.mmap(3 * MiB)
+        with pytest.raises(AMLMemoryError, match="capacity"):
+            p.mmap(2 * MiB)
+        p.munmap(a)
+
+
+def test_expandable_driver_failure_leaves_the_pool_usable(vm: VirtualMemory, hip: HipDouble) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=64 * MiB) as p:
+        a = p.mmap(MiB)
+        hip.inject("hipMemMap", 2)  # hipErrorOutOfMemory
+        with pytest.raises(AMLError):
+            p.mmap(5 * MiB)
+        s = p.pool_stats
+        assert s.bytes_reserved == 2 * MiB
+        assert s.bytes_in_use == MiB
+        b = p.mmap(5 * MiB)
+        assert b.ptr == a.ptr + MiB
+        p.munmap(b)
+        p.munmap(a)
+
+
+def test_expandable_close_returns_the_range(hip: HipDouble) -> None:
+    vm = aml_hip.virtual_memory(0)
+    p = aml_core.pool(vm, expandable=True, capacity=64 * MiB)
+    bufs = [p.mmap(n) for n in (100, 3 * MiB, 5000)]
+    p.close()
+    assert all(b.freed for b in bufs)
+    assert hip.calls("hipMemAddressFree") == 1
+    assert hip.calls("hipMemUnmap") == hip.calls("hipMemMap")
+    vm.close()
+
+
+def test_expandable_needs_a_virtual_memory_area(hip: HipDouble) -> None:
+    with aml_hip.create(0, 0) as device, pytest.raises(aml_core.AMLNotSupported):
+        aml_core.pool(device, expandable=True)
+
+
+def test_stream_ordered_allocation_is_not_offered_by_hip(hip: HipDouble) -> None:
+    """The HIP runtime does not provide the STREAM_ORDERED group (the double exports no
+    hipMallocAsync): a stream-ordered mmap says so and allocates nothing."""
+    with aml_hip.create(0, 0) as device:
+        with pytest.raises(aml_core.AMLNotSupported, match="stream ordered"):
+            device.mmap(4096, {"stream": 0})
+        assert device.stats.live_mappings == 0
+        assert hip.calls("hipMalloc") == 0
+
+
+_POOL_CHILD = r"""
+import base64, ctypes, json, pickle, sys
+import aml_hip
+sys.path.insert(0, sys.argv[1])
+from hip_children import _control
+handles = [pickle.loads(base64.b64decode(h)) for h in json.loads(sys.stdin.read())]
+ctl = _control()
+bufs = [aml_hip.ipc_open(h) for h in handles]
+rt = aml_hip.get_runtime()
+out = []
+for buf in bufs:
+    data = (ctypes.c_char * 8)()
+    rt.memcpy(ctypes.addressof(data), buf.device_ptr, 8)
+    out.append(bytes(data).hex())
+report = {"read": out, "ptrs": [b.ptr for b in bufs], "sizes": [b.size for b in bufs],
+          "open_calls": ctl.calls("hipIpcOpenMemHandle")}
+aml_hip.ipc_close(bufs[0])
+report["close_calls_after_first"] = ctl.calls("hipIpcCloseMemHandle")
+for b in bufs[1:]:
+    aml_hip.ipc_close(b)
+report["close_calls"] = ctl.calls("hipIpcCloseMemHandle")
+aml_hip.BACKEND.reset()
+report["live_ipc"] = ctl.live("ipc")
+print(json.dumps(report))
+"""
+
+
+def test_pooled_blocks_are_shared_with_their_offsets(hip: HipDouble) -> None:
+    """Two blocks of one slab cross the process boundary as one native handle and two
+    offsets: the importer maps the slab once and sees each block at its own address."""
+    import base64
+    import json
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
+        a, b = p.mmap(4096), p.mmap(1000)
+        p.write(a, b"block A!")
+        p.write(b, b"block B!")
+        ha, hb = p.ipc_export(a).handle, p.ipc_export(b).handle
+        assert ha.data == hb.data  # one slab, one native handle
+        assert (ha.offset, ha.size, hb.offset, hb.size) == (0, 4096, 4096, 1000)
+        assert pickle.loads(pickle.dumps(hb)) == hb
+        proc = subprocess.run(
+            [sys.executable, "-c", _POOL_CHILD, str(Path(__file__).resolve().parent)],
+            input=json.dumps([base64.b64encode(pickle.dumps(h)).decode() for h in (ha, hb)]),
+            capture_output=True,
+            text=True,
+            env=hip.env(),
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert [bytes.fromhex(r) for r in report["read"]] == [b"block A!", b"block B!"]
+        assert report["ptrs"][1] - report["ptrs"][0] == 4096
+        assert report["sizes"] == [4096, 1000]
+        assert report["open_calls"] == 1  # the slab is mapped once
+        assert report["close_calls_after_first"] == 0  # b still uses the mapping
+        assert report["close_calls"] == 1
+        assert report["live_ipc"] == 0
+        export_b = p.ipc_export(b)
+        p.munmap(a)
+        with pytest.raises(AMLValueError, match="unmapped"):
+            p.ipc_export(a)  # a freed block is not exported
+        p.munmap(b)
+        with pytest.raises(AMLValueError, match="freed"):
+            _ = export_b.handle
+
+
+def test_expandable_pools_do_not_export(vm: VirtualMemory) -> None:
+    with aml_core.pool(vm, expandable=True, capacity=8 * MiB) as p:
+        buf = p.mmap(4096)
+        with pytest.raises(aml_core.AMLNotSupported):
+            p.ipc_export(buf)
+        p.munmap(buf)

@@ -1,0 +1,960 @@
+"""Allocator benchmark: aml's pool against the allocators a user would pick instead,
+in one process and one run, interleaved.
+
+Usage on the GPU machine (writes <name>.json, <name>.md and <name>_*.png to --out,
+default $OUT; prints the summary last)::
+
+    PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --out $OUT
+
+and on any CPU, the host pool against the host area and raw ``mmap.mmap``::
+
+    PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --host --out benchmarks/results
+
+Peers (GPU): ``aml area`` (``aml_cuda.create(0)``: cudaMalloc per mmap), ``aml area,
+stream-ordered`` (the same area's ``mmap(n, {"stream": s})``: cudaMallocAsync), ``aml pool``
+(``aml_core.pool`` over it), ``aml pool, on a stream`` (the pool's per-stream lists:
+``pool.mmap(n, {"stream": s})``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
+raw ``cudaMalloc``/``cudaFree`` and ``cudaMallocAsync``/``cudaFreeAsync`` (the device's
+default memory pool, one stream) through cuda-bindings, CuPy's ``MemoryPool``, PyTorch's
+caching allocator (``torch.empty``) and cuda.core's ``DeviceMemoryResource``. A peer that
+is not installed (or fails to start) is skipped and the reason is written down.
+
+Measures:
+
+1. alloc+free of one size (256 B, 64 KiB, 1 MiB, 64 MiB, 1 GiB): each round times a
+   batch of cycles of every peer in turn (the order rotates every round), and the
+   figure is the median over rounds of the batch mean;
+2. a mixed-size trace (a training step's allocation sizes, see :func:`training_trace`)
+   replayed three times: time per operation and *peak reserved* memory, the
+   fragmentation measure (for peers that report it; the ideal is the trace's peak of
+   live bytes);
+3. 16 threads allocating and freeing mixed sizes at once: time per operation (wall
+   time x threads / operations).
+
+The markdown gives the same-run ratios the issue targets: the pool against CuPy's pool
+(<= 1.0 at every size), against cuda.core, PyTorch and cudaMallocAsync, and its peak
+reserved memory on the trace against PyTorch's. Run time is bounded (about a minute on
+an H100 machine; ``--quick`` for a smoke test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import mmap
+import os
+import platform
+import statistics
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+KiB = 1 << 10
+MiB = 1 << 20
+GiB = 1 << 30
+SIZES = (256, 64 * KiB, MiB, 64 * MiB, GiB)
+
+
+def human(n: float) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            v = n / scale
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+# -- peers -------------------------------------------------------------------------------------------
+
+
+class Peer:
+    """An allocator: ``alloc(n)`` returns a handle that ``free(handle)`` releases.
+    ``native`` peers make a system or driver call per allocation (fewer repetitions)."""
+
+    name = "?"
+    native = False
+
+    def alloc(self, n: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, h: Any) -> None:
+        raise NotImplementedError
+
+    def reserved(self) -> int | None:
+        """Bytes currently held from the system/driver, if the peer reports it."""
+        return None
+
+    def peak_reserved(self) -> int | None:
+        """The peak of reserved() since reset_peak(), if the peer tracks it itself."""
+        return None
+
+    def reset_peak(self) -> None:
+        pass
+
+    def release(self) -> None:
+        """Give cached memory back (between measurements)."""
+
+    def sync(self) -> None:
+        pass
+
+    def thread_init(self) -> None:
+        """Called first in each thread of the threads test (a context to make current)."""
+
+    def close(self) -> None:
+        pass
+
+
+class AmlArea(Peer):
+    def __init__(self, name: str, area: Any, native: bool) -> None:
+        self.name = name
+        self.area = area
+        self.native = native
+        if type(self).alloc is Peer.alloc:  # bound methods: no extra frame per call
+            self.alloc = area.mmap  # type: ignore[method-assign]
+            self.free = area.munmap  # type: ignore[method-assign]
+
+    def close(self) -> None:
+        self.area.close()
+
+
+class AmlPool(AmlArea):
+    def __init__(self, name: str, pool: Any, keep_area: bool = False) -> None:
+        super().__init__(name, pool, native=False)
+        self.keep_area = keep_area
+
+    def reserved(self) -> int:
+        return int(self.area.pool_stats.bytes_reserved)
+
+    def peak_reserved(self) -> int:
+        return int(self.area.pool_stats.peak_bytes_reserved)
+
+    def reset_peak(self) -> None:
+        self.area.reset_peak()
+
+    def release(self) -> None:
+        self.area.trim()
+
+    def close(self) -> None:
+        under = self.area.area
+        self.area.close()
+        if not self.keep_area:
+            under.close()
+
+
+class RawMmap(Peer):
+    """Python's mmap.mmap (private anonymous), the system call aml's host area makes."""
+
+    name = "raw mmap"
+    native = True
+
+    def alloc(self, n: int) -> Any:
+        return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+
+    def free(self, h: Any) -> None:
+        h.close()
+
+
+class Touched(Peer):
+    """Another peer's allocations with one byte written per page (NumPy, strided): the
+    page faults a fresh mapping pays and a reused pooled block does not."""
+
+    def __init__(self, peer: Peer) -> None:
+        import numpy as np
+
+        self.peer = peer
+        self.name = f"{peer.name}, touched"
+        self.native = peer.native
+        self.np = np
+
+    def alloc(self, n: int) -> Any:
+        h = self.peer.alloc(n)
+        arr = self.np.frombuffer(h, dtype=self.np.uint8)
+        arr[:: mmap.PAGESIZE] = 1
+        del arr
+        return h
+
+    def free(self, h: Any) -> None:
+        self.peer.free(h)
+
+    def reserved(self) -> int | None:
+        return self.peer.reserved()
+
+    def peak_reserved(self) -> int | None:
+        return self.peer.peak_reserved()
+
+    def reset_peak(self) -> None:
+        self.peer.reset_peak()
+
+    def release(self) -> None:
+        self.peer.release()
+
+
+def host_peers(skipped: dict[str, str]) -> list[Peer]:
+    import aml_core
+    from aml_core.host import HostArea
+
+    peers: list[Peer] = [
+        RawMmap(),
+        AmlArea("aml host area", HostArea(), native=True),
+        AmlPool("aml pool", aml_core.pool(HostArea())),
+    ]
+    try:
+        peers += [Touched(p) for p in peers]
+    except ImportError as exc:
+        skipped["touched peers"] = f"needs NumPy ({exc})"
+    return peers
+
+
+def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
+    """Every GPU peer that starts; the others go to ``skipped`` with the reason."""
+    peers: list[Peer] = []
+
+    def attempt(name: str, make: Callable[[], Peer]) -> None:
+        try:
+            peers.append(make())
+        except Exception as exc:  # any failure: the peer is skipped, with why
+            skipped[name] = f"{type(exc).__name__}: {exc}"
+            print(f"skipped {name}: {skipped[name]}", flush=True)
+
+    rt: Any = None
+    try:
+        from cuda.bindings import runtime as rt
+
+        (err,) = rt.cudaFree(0)
+        if int(err):
+            raise RuntimeError(repr(err))
+    except Exception as exc:
+        skipped["cuda-bindings"] = f"{type(exc).__name__}: {exc}"
+        rt = None
+
+    def ck(result: Any) -> Any:
+        err = result[0]
+        if int(err):
+            raise RuntimeError(f"CUDA call failed: {err!r}")
+        return result[1] if len(result) == 2 else result[1:]
+
+    # aml
+    def aml_area() -> Peer:
+        import aml_cuda
+
+        return AmlArea("aml area", aml_cuda.create(0), native=True)
+
+    def aml_pool() -> Peer:
+        import aml_cuda
+
+        import aml_core
+
+        return AmlPool("aml pool", aml_core.pool(aml_cuda.create(0)))
+
+    def aml_expandable() -> Peer:
+        import aml_cuda
+
+        import aml_core
+
+        total = int(meta.get("gpu_memory_bytes") or 80 * GiB)
+        vm = aml_cuda.virtual_memory(0)
+        return AmlPool("aml expandable pool", aml_core.pool(vm, expandable=True, capacity=total))
+
+    def aml_stream_ordered() -> Peer:
+        import aml_cuda
+
+        area = aml_cuda.create(0)
+        try:
+            stream = aml_cuda.stream(non_blocking=True)
+        except BaseException:
+            area.close()
+            raise
+
+        class StreamOrderedArea(AmlArea):
+            def alloc(self, n: int) -> Any:
+                return area.mmap(n, {"stream": stream})
+
+            def free(self, h: Any) -> None:
+                area.munmap(h)
+
+            def sync(self) -> None:
+                stream.synchronize()
+
+            def close(self) -> None:
+                stream.synchronize()
+                area.close()
+                stream.close()
+
+        return StreamOrderedArea("aml area, stream-ordered", area, native=False)
+
+    def aml_pool_on_stream() -> Peer:
+        import aml_cuda
+
+        import aml_core
+
+        pool = aml_core.pool(aml_cuda.create(0))
+        try:
+            stream = aml_cuda.stream(non_blocking=True)
+        except BaseException:
+            pool.area.close()
+            pool.close()
+            raise
+
+        class PoolOnStream(AmlPool):
+            def alloc(self, n: int) -> Any:
+                return pool.mmap(n, {"stream": stream})
+
+            def free(self, h: Any) -> None:
+                pool.munmap(h)  # in the order of the stream it was allocated on
+
+            def sync(self) -> None:
+                stream.synchronize()
+
+            def close(self) -> None:
+                stream.synchronize()
+                super().close()
+                stream.close()
+
+        return PoolOnStream("aml pool, on a stream", pool)
+
+    attempt("aml area", aml_area)
+    attempt("aml area, stream-ordered", aml_stream_ordered)
+    attempt("aml pool", aml_pool)
+    attempt("aml pool, on a stream", aml_pool_on_stream)
+    attempt("aml expandable pool", aml_expandable)
+
+    if rt is not None:
+
+        class RawMalloc(Peer):
+            name = "cudaMalloc"
+            native = True
+
+            def alloc(self, n: int) -> Any:
+                err, p = rt.cudaMalloc(n)
+                if err:
+                    raise MemoryError(repr(err))
+                return p
+
+            def free(self, h: Any) -> None:
+                (err,) = rt.cudaFree(h)
+                if err:
+                    raise RuntimeError(repr(err))
+
+        class RawMallocAsync(Peer):
+            name = "cudaMallocAsync"
+
+            def __init__(self) -> None:
+                self.stream = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+                self.pool = ck(rt.cudaDeviceGetDefaultMemPool(0))
+                self.high = rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemHigh
+                self.current = rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent
+
+            def alloc(self, n: int) -> Any:
+                err, p = rt.cudaMallocAsync(n, self.stream)
+                if err:
+                    raise MemoryError(repr(err))
+                return p
+
+            def free(self, h: Any) -> None:
+                (err,) = rt.cudaFreeAsync(h, self.stream)
+                if err:
+                    raise RuntimeError(repr(err))
+
+            def _attr(self, attr: Any) -> int:
+                return int(ck(rt.cudaMemPoolGetAttribute(self.pool, attr)))
+
+            def reserved(self) -> int:
+                return self._attr(self.current)
+
+            def peak_reserved(self) -> int:
+                return self._attr(self.high)
+
+            def reset_peak(self) -> None:
+                ck(rt.cudaMemPoolSetAttribute(self.pool, self.high, rt.cuuint64_t(0)))
+
+            def sync(self) -> None:
+                ck(rt.cudaStreamSynchronize(self.stream))
+
+            def release(self) -> None:
+                self.sync()
+                ck(rt.cudaMemPoolTrimTo(self.pool, 0))
+
+            def close(self) -> None:
+                self.release()
+                ck(rt.cudaStreamDestroy(self.stream))
+
+        attempt("cudaMalloc", RawMalloc)
+        attempt("cudaMallocAsync", RawMallocAsync)
+
+    def cupy_pool() -> Peer:
+        import cupy
+
+        class CupyPool(Peer):
+            name = "CuPy MemoryPool"
+
+            def __init__(self) -> None:
+                self.pool = cupy.cuda.MemoryPool()
+                self.alloc = self.pool.malloc  # type: ignore[method-assign]
+                self.peak = 0
+
+            def free(self, h: Any) -> None:
+                pass  # the MemoryPointer returns its block when dropped
+
+            def reserved(self) -> int:
+                return int(self.pool.total_bytes())
+
+            def release(self) -> None:
+                self.pool.free_all_blocks()
+
+        meta["cupy"] = cupy.__version__
+        return CupyPool()
+
+    def torch_caching() -> Peer:
+        import torch
+
+        class TorchCaching(Peer):
+            name = "PyTorch caching"
+
+            def __init__(self) -> None:
+                torch.cuda.init()
+                self.empty = torch.empty
+                self.u8 = torch.uint8
+                self.dev = torch.device("cuda", 0)
+
+            def alloc(self, n: int) -> Any:
+                return self.empty(n, dtype=self.u8, device=self.dev)
+
+            def free(self, h: Any) -> None:
+                pass  # the tensor returns its block when dropped
+
+            def reserved(self) -> int:
+                return int(torch.cuda.memory_reserved(0))
+
+            def peak_reserved(self) -> int:
+                return int(torch.cuda.max_memory_reserved(0))
+
+            def reset_peak(self) -> None:
+                torch.cuda.reset_peak_memory_stats(0)
+
+            def release(self) -> None:
+                torch.cuda.empty_cache()
+
+        meta["torch"] = torch.__version__
+        return TorchCaching()
+
+    def cuda_core() -> Peer:
+        try:
+            from cuda.core import Device
+        except ImportError:
+            from cuda.core.experimental import Device
+        import cuda.core
+
+        class CudaCore(Peer):
+            name = "cuda.core DeviceMemoryResource"
+
+            def __init__(self) -> None:
+                self.dev = Device(0)
+                self.dev.set_current()
+                self.mr = self.dev.memory_resource
+                self.stream = self.dev.create_stream()
+
+            def alloc(self, n: int) -> Any:
+                return self.mr.allocate(n, stream=self.stream)
+
+            def free(self, h: Any) -> None:
+                h.close(self.stream)
+
+            def sync(self) -> None:
+                self.stream.sync()
+
+            def thread_init(self) -> None:
+                self.dev.set_current()
+
+        meta["cuda.core"] = getattr(cuda.core, "__version__", "?")
+        return CudaCore()
+
+    attempt("CuPy MemoryPool", cupy_pool)
+    attempt("PyTorch caching", torch_caching)
+    attempt("cuda.core DeviceMemoryResource", cuda_core)
+    return peers
+
+
+# -- measurements ------------------------------------------------------------------------------------
+
+
+def batch_for(peer: Peer, n: int, quick: bool) -> tuple[int, int]:
+    """(rounds, cycles per batch) for one peer and size."""
+    if peer.native:
+        cycles = 1 if n >= 64 * MiB else 10
+        rounds = {256: 60, 64 * KiB: 60, MiB: 60, 64 * MiB: 30, GiB: 9}[n]
+    else:
+        cycles, rounds = 200, 40
+    if quick:
+        rounds = max(3, rounds // 6)
+    return rounds, cycles
+
+
+def alloc_free(peers: list[Peer], quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    clock = time.perf_counter_ns
+    for n in SIZES:
+        plans = {p.name: batch_for(p, n, quick) for p in peers}
+        rounds = max(r for r, _ in plans.values())
+        samples: dict[str, list[float]] = {p.name: [] for p in peers}
+        failed: dict[str, str] = {}
+        for r in range(rounds + 1):  # round 0 is warm-up
+            k = r % len(peers)
+            for peer in peers[k:] + peers[:k]:
+                want, cycles = plans[peer.name]
+                if peer.name in failed or (r > want):
+                    continue
+                alloc, free = peer.alloc, peer.free
+                try:
+                    t0 = clock()
+                    for _ in range(cycles):
+                        free(alloc(n))
+                    dt = (clock() - t0) / cycles / 1e3
+                    peer.sync()
+                except Exception as exc:
+                    failed[peer.name] = f"{type(exc).__name__}: {exc}"
+                    continue
+                if r:
+                    samples[peer.name].append(dt)
+        for peer in peers:
+            s = samples[peer.name]
+            row: dict[str, Any] = {"peer": peer.name, "size": n}
+            if peer.name in failed:
+                row["error"] = failed[peer.name]
+            if s:
+                row.update(us=statistics.median(s), rounds=len(s), cycles=plans[peer.name][1])
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+        for peer in peers:
+            try:
+                peer.release()
+            except Exception as exc:
+                print(f"{peer.name}: release failed: {exc}", flush=True)
+    return rows
+
+
+def training_trace(scale: int = 1, steps: int = 3) -> list[tuple[str, int, int]]:
+    """A training step's allocations, replayed ``steps`` times: ``("a", id, size)``
+    allocates, ``("f", id, 0)`` frees. A transformer of 12 layers, batch 8, hidden 2048,
+    16 heads, bf16, with the sequence length changing every step (896, 1024, 960 ...)
+    as padded batches do: parameters live throughout; the forward pass keeps activations
+    (and frees its temporaries), the backward pass frees them in reverse while making
+    gradients, the optimizer step frees the gradients. Sizes are divided by ``scale``."""
+    ops: list[tuple[str, int, int]] = []
+    ids = iter(range(1 << 30))
+    hidden, heads, batch, layers, elt = 2048, 16, 8, 12, 2
+
+    def a(n: int) -> int:
+        i = next(ids)
+        ops.append(("a", i, max(1, n // scale)))
+        return i
+
+    def f(i: int) -> None:
+        ops.append(("f", i, 0))
+
+    for _ in range(layers):  # parameters and their optimizer state: never freed
+        for n in (4 * hidden * hidden, 8 * hidden * hidden, 2 * hidden, 4 * hidden):
+            a(n * elt)
+            a(n * 4)
+            a(n * 4)
+    for step in range(steps):
+        seq = (896, 1024, 960, 1000)[step % 4]
+        tokens = batch * seq
+        saved: list[list[int]] = []
+        for _ in range(layers):
+            keep = [
+                a(tokens * hidden * elt),  # layer input
+                a(tokens * 3 * hidden * elt),  # qkv
+                a(batch * heads * seq * seq * elt),  # attention probabilities
+                a(tokens * 4 * hidden * elt),  # mlp hidden
+                a(tokens * 4 * 4),  # layernorm statistics
+            ]
+            tmp = [a(batch * heads * seq * seq * 4), a(tokens * hidden * 4), a(256), a(4096)]
+            for i in reversed(tmp):
+                f(i)
+            saved.append(keep)
+        grads: list[int] = []
+        for keep in reversed(saved):
+            gin = a(tokens * hidden * elt)
+            g_tmp = [a(tokens * 4 * hidden * elt), a(batch * heads * seq * seq * elt)]
+            grads += [a(n * 4) for n in (4 * hidden * hidden, 8 * hidden * hidden, 2 * hidden, 4 * hidden)]
+            for i in g_tmp:
+                f(i)
+            for i in reversed(keep):
+                f(i)
+            f(gin)
+        for i in grads:
+            f(i)
+    return ops
+
+
+def replay(peer: Peer, trace: list[tuple[str, int, int]]) -> dict[str, Any]:
+    live: dict[int, Any] = {}
+    own_peak = peer.peak_reserved() is not None
+    peer.release()
+    peer.reset_peak()
+    peak = 0
+    t0 = time.perf_counter_ns()
+    for op, i, n in trace:
+        if op == "a":
+            live[i] = peer.alloc(n)
+            if not own_peak:
+                r = peer.reserved()
+                if r is not None and r > peak:
+                    peak = r
+        else:
+            peer.free(live.pop(i))
+    peer.sync()
+    dt = (time.perf_counter_ns() - t0) / 1e3
+    for h in live.values():
+        peer.free(h)
+    live.clear()
+    peer.sync()
+    out: dict[str, Any] = {"peer": peer.name, "us_per_op": dt / len(trace), "ops": len(trace)}
+    if own_peak:
+        out["peak_reserved"] = peer.peak_reserved()
+    elif peer.reserved() is not None:
+        out["peak_reserved"] = peak  # sampled after every allocation
+    peer.release()
+    return out
+
+
+def ideal_peak(trace: list[tuple[str, int, int]]) -> int:
+    live: dict[int, int] = {}
+    cur = peak = 0
+    for op, i, n in trace:
+        if op == "a":
+            live[i] = n
+            cur += n
+            peak = max(peak, cur)
+        else:
+            cur -= live.pop(i)
+    return peak
+
+
+def threads(peer: Peer, nthreads: int, per_thread: int) -> dict[str, Any]:
+    sizes = (256, 4096, 64 * KiB, 512 * KiB, MiB)
+    errors: list[BaseException] = []
+    start = threading.Barrier(nthreads + 1, timeout=120)
+
+    def work(seed: int) -> None:
+        try:
+            peer.thread_init()
+        except BaseException as exc:
+            errors.append(exc)
+        start.wait()  # every thread reaches the barrier, failed or not
+        if errors:
+            return
+        try:
+            alloc, free = peer.alloc, peer.free
+            held: list[Any] = []
+            for i in range(per_thread):
+                held.append(alloc(sizes[(seed + i) % len(sizes)]))
+                if len(held) == 4:
+                    for h in held:
+                        free(h)
+                    held.clear()
+            for h in held:
+                free(h)
+        except BaseException as exc:
+            errors.append(exc)
+
+    ts = [threading.Thread(target=work, args=(s,)) for s in range(nthreads)]
+    for t in ts:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter_ns()
+    for t in ts:
+        t.join()
+    peer.sync()
+    dt = (time.perf_counter_ns() - t0) / 1e3
+    ops = nthreads * per_thread
+    out: dict[str, Any] = {"peer": peer.name, "threads": nthreads, "ops": ops, "wall_us": dt}
+    out["us_per_op"] = dt / ops  # wall time per allocation+free pair, all threads together
+    if errors:
+        out["error"] = f"{type(errors[0]).__name__}: {errors[0]}"
+    peer.release()
+    return out
+
+
+# -- output -------------------------------------------------------------------------------------------
+
+
+def ratio_table(rows: list[dict[str, Any]], pool: str, others: list[str]) -> list[str]:
+    by = {(r["peer"], r["size"]): r.get("us") for r in rows}
+    peers = [p for p in others if any(by.get((p, n)) for n in SIZES)]
+    if not peers or not any(by.get((pool, n)) for n in SIZES):
+        return []
+    lines = [
+        f"| size | {pool} µs | " + " | ".join(f"{pool} / {p}" for p in peers) + " |",
+        "| ---: | ---: | " + " | ".join("---:" for _ in peers) + " |",
+    ]
+    for n in SIZES:
+        mine = by.get((pool, n))
+        cells = []
+        for p in peers:
+            theirs = by.get((p, n))
+            cells.append(f"{mine / theirs:.2f}" if mine and theirs else "-")
+        lines.append(f"| {human(n)} | {mine:.2f} | " if mine else f"| {human(n)} | - | ")
+        lines[-1] += " | ".join(cells) + " |"
+    return lines
+
+
+def render(r: dict[str, Any]) -> str:
+    m = r["meta"]
+    lines = [f"# aml allocator benchmark ({r['mode']}), {m['date']}", ""]
+    lines.append(", ".join(f"{k} {v}" for k, v in m.items() if k != "date") + ".")
+    lines += [
+        "",
+        "Medians over interleaved rounds (the peers' order rotates each round), one process, one run.",
+    ]
+    if r["mode"] == "host":
+        lines += [
+            "",
+            "Host mode: untouched mappings cost only the system calls; *touched* peers write one "
+            "byte per page after each allocation (the page faults a fresh mapping pays and a reused "
+            "block does not); the two groups are timed separately. The trace is scaled down 16x.",
+        ]
+    if r["skipped"]:
+        lines += ["", "Skipped peers: " + "; ".join(f"{k} ({v})" for k, v in r["skipped"].items()) + "."]
+    peers = list(dict.fromkeys(row["peer"] for row in r["alloc_free"]))
+    by = {(row["peer"], row["size"]): row for row in r["alloc_free"]}
+    lines += [
+        "",
+        "## alloc+free of one size (µs per pair)",
+        "",
+        "| peer | " + " | ".join(human(n) for n in SIZES) + " |",
+        "| --- | " + " | ".join("---:" for _ in SIZES) + " |",
+    ]
+    for p in peers:
+        cells = []
+        for n in SIZES:
+            row = by.get((p, n), {})
+            cells.append(f"{row['us']:.2f}" if "us" in row else ("error" if "error" in row else "-"))
+        lines.append(f"| {p} | " + " | ".join(cells) + " |")
+    errors = [
+        f"{row['peer']} at {human(row['size'])}: {row['error']}" for row in r["alloc_free"] if "error" in row
+    ]
+    if errors:
+        lines += ["", "Errors: " + "; ".join(errors) + "."]
+    for pool in [p for p in peers if p in {"aml pool", "aml pool, touched"}]:
+        touched = pool.endswith(", touched")
+        others = [p for p in peers if p != pool and p.endswith(", touched") == touched]
+        table = ratio_table(r["alloc_free"], pool, others)
+        if table:
+            lines += [
+                "",
+                f"### same-run ratios ({pool} / peer; below 1 means the pool is faster)",
+                "",
+                *table,
+            ]
+    t = r["trace"]
+    lines += [
+        "",
+        f"## mixed-size trace ({t['ops']} operations: a training step's sizes, {t['steps']} steps; "
+        f"ideal peak {human(t['ideal_peak'])} live)",
+        "",
+        "| peer | µs per op | peak reserved | peak / ideal |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for row in t["rows"]:
+        pr = row.get("peak_reserved")
+        peak = f"{human(pr)} | {pr / t['ideal_peak']:.3f}" if pr else "- | -"
+        us = f"{row['us_per_op']:.2f}" if "us_per_op" in row else row.get("error", "-")
+        lines.append(f"| {row['peer']} | {us} | {peak} |")
+    th = r["threads"]
+    lines += [
+        "",
+        f"## {th['threads']} threads at once (mixed sizes 256 B .. 1 MiB, µs of wall time per alloc+free)",
+        "",
+        "| peer | ops | µs per op |",
+        "| --- | ---: | ---: |",
+    ]
+    for row in th["rows"]:
+        us = f"{row['us_per_op']:.3f}" if "error" not in row else row["error"]
+        lines.append(f"| {row['peer']} | {row['ops']} | {us} |")
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plots(r: dict[str, Any], out: Path, name: str) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception as exc:
+        print(f"no plots: matplotlib is not usable ({exc})", flush=True)
+        return []
+    files = []
+    fig, ax = plt.subplots(figsize=(8, 5))
+    peers = list(dict.fromkeys(row["peer"] for row in r["alloc_free"]))
+    for p in peers:
+        pts = [(row["size"], row["us"]) for row in r["alloc_free"] if row["peer"] == p and "us" in row]
+        if pts:
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(list(SIZES), [human(n) for n in SIZES])
+    ax.set_xlabel("size")
+    ax.set_ylabel("µs per alloc+free (median)")
+    ax.set_title(f"alloc+free latency ({r['mode']})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"{name}_latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    files.append(path.name)
+
+    t = r["trace"]
+    rows = [row for row in t["rows"] if row.get("peak_reserved")]
+    if rows:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.barh([row["peer"] for row in rows], [row["peak_reserved"] / MiB for row in rows])
+        ax.axvline(t["ideal_peak"] / MiB, color="k", linestyle="--", label="ideal (peak live bytes)")
+        ax.set_xlabel("peak reserved (MiB)")
+        ax.set_title("mixed-size trace: peak reserved memory")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"{name}_trace.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path.name)
+
+    rows = [row for row in r["threads"]["rows"] if "error" not in row]
+    if rows:
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.barh([row["peer"] for row in rows], [row["us_per_op"] for row in rows])
+        ax.set_xscale("log")
+        ax.set_xlabel("µs of wall time per alloc+free")
+        ax.set_title(f"{r['threads']['threads']} threads at once")
+        fig.tight_layout()
+        path = out / f"{name}_threads.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        files.append(path.name)
+    return files
+
+
+def machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def gpu_meta(meta: dict[str, Any]) -> None:
+    try:
+        import aml_cuda
+
+        probe = aml_cuda.probe()
+        meta["aml_cuda"] = aml_cuda.__version__
+        if probe.available and probe.devices:
+            dev = probe.devices[0]
+            meta["gpu"] = dev.name
+            meta["gpu_memory_bytes"] = dev.total_memory
+            meta["driver"] = dev.details.get("driver_version")
+        else:
+            meta["gpu"] = f"none ({probe.reason})"
+    except Exception as exc:
+        meta["gpu"] = f"unknown ({type(exc).__name__}: {exc})"
+    try:
+        import cuda.bindings
+
+        meta["cuda_bindings"] = cuda.bindings.__version__
+    except Exception:
+        meta["cuda_bindings"] = "missing"
+
+
+def each(peers: list[Peer], fn: Callable[[Peer], dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for peer in peers:
+        try:
+            row = fn(peer)
+        except Exception as exc:
+            traceback.print_exc()
+            row = {"peer": peer.name, "error": f"{type(exc).__name__}: {exc}", "ops": 0}
+        print(json.dumps(row), flush=True)
+        yield row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--host", action="store_true", help="the host pool against the host area")
+    parser.add_argument("--name", default=None, help="file name prefix (default alloc_bench[_host])")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
+    args = parser.parse_args()
+    started = time.monotonic()
+    meta = machine()
+    skipped: dict[str, str] = {}
+    if args.host:
+        peers = host_peers(skipped)
+        mode = "host"
+    else:
+        gpu_meta(meta)
+        peers = gpu_peers(skipped, meta)
+        mode = "gpu"
+    if not peers:
+        raise SystemExit(f"no peer could start: {skipped}")
+    print(json.dumps(meta), flush=True)
+    results: dict[str, Any] = {"mode": mode, "meta": meta, "skipped": skipped}
+    # Touched peers (host mode) run as their own group: their page faults and large
+    # munmaps would otherwise cool the caches of the untouched peers' rounds.
+    plain = [p for p in peers if not isinstance(p, Touched)]
+    touched = [p for p in peers if isinstance(p, Touched)]
+    results["alloc_free"] = alloc_free(plain, args.quick) + (
+        alloc_free(touched, args.quick) if touched else []
+    )
+
+    # The host trace is scaled down (its peers map untouched memory: only the count and
+    # the layout of mappings matter); the GPU trace is full size (peaks of a few GiB).
+    steps = 2 if args.quick else 3
+    trace = training_trace(scale=16 if mode == "host" else 1, steps=steps)
+    results["trace"] = {
+        "steps": steps,
+        "scale": 16 if mode == "host" else 1,
+        "ops": len(trace),
+        "ideal_peak": ideal_peak(trace),
+        "rows": list(each(peers, lambda p: replay(p, trace))),
+    }
+    nthreads = 16
+    per_thread = 200 if args.quick else 2000
+
+    def run_threads(p: Peer) -> dict[str, Any]:
+        return threads(p, nthreads, per_thread // 10 if p.native else per_thread)
+
+    results["threads"] = {"threads": nthreads, "rows": list(each(peers, run_threads))}
+    for peer in peers:
+        try:
+            peer.close()
+        except Exception as exc:
+            print(f"{peer.name}: close failed: {exc}", flush=True)
+    results["seconds"] = time.monotonic() - started
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = args.name or ("alloc_bench_host" if args.host else "alloc_bench")
+    results["plots"] = plots(results, out, name)
+    md = render(results)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (out / f"{name}.md").write_text(md)
+    print()
+    print(md, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Pools used with streams, over a host area with a recording stream runtime: blocks are
+reused at once on the stream that freed them, handed to another stream through an event,
+and returned to host order (after synchronizing their streams) before the pool grows,
+trims or closes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import aml_core
+from aml_core import Buffer, Pool
+from aml_core.errors import AMLNotSupported, AMLTypeError
+from aml_core.gpu import Group
+from aml_core.host import HostArea
+
+MiB = 1 << 20
+
+
+class StreamRecorder:
+    """The STREAMS and STREAM_ORDERED operations a pool uses, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.events = 0
+
+    def require(self, group: Group) -> StreamRecorder:
+        assert group in (Group.STREAMS, Group.STREAM_ORDERED)
+        return self
+
+    def event_create(self) -> int:
+        self.events += 1
+        self.calls.append(("event_create",))
+        return 0xE0 + self.events
+
+    def event_destroy(self, event: int) -> None:
+        self.events -= 1
+        self.calls.append(("event_destroy", event))
+
+    def event_record(self, event: int, stream: int) -> None:
+        self.calls.append(("event_record", event, stream))
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        self.calls.append(("stream_wait_event", stream, event))
+
+    def stream_synchronize(self, stream: int) -> None:
+        self.calls.append(("stream_synchronize", stream))
+
+
+class StreamedHost(HostArea):
+    """A host area with a runtime: stands in for a GPU area in these tests."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runtime = StreamRecorder()
+        self.allocs = 0
+
+    def _allocate(self, size: int, options: Any) -> Buffer:
+        self.allocs += 1
+        return super()._allocate(size, options)
+
+
+@pytest.fixture
+def host() -> Iterator[StreamedHost]:
+    area = StreamedHost()
+    yield area
+    area.close()
+
+
+@pytest.fixture
+def pool(host: StreamedHost) -> Iterator[Pool]:
+    p = aml_core.pool(host)
+    yield p
+    p.close()
+
+
+S1, S2 = 0x1000, 0x2000
+
+
+class Stream:
+    """A foreign stream object (``__cuda_stream__``, as cuda.core streams have)."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+
+def test_same_stream_reuse_needs_no_event(pool: Pool, host: StreamedHost) -> None:
+    a = pool.mmap(4096, {"stream": S1})
+    ptr = a.ptr
+    pool.munmap(a)  # freed in S1's order: the stream it was allocated on
+    b = pool.mmap(4096, {"stream": Stream(S1)})
+    assert b.ptr == ptr
+    assert host.runtime.calls == []
+    pool.munmap(b)
+
+
+def test_another_stream_waits_for_an_event(host: StreamedHost) -> None:
+    pool = aml_core.pool(host, small_slab=4096, small_max=4096)  # slabs of one block
+    a = pool.mmap(4096, {"stream": S1})
+    ptr = a.ptr
+    pool.munmap(a)
+    b = pool.mmap(4096, {"stream": S2})  # the only free block was freed on S1
+    assert b.ptr == ptr
+    assert host.allocs == 1
+    calls = host.runtime.calls
+    assert calls[0] == ("event_create",)
+    event = calls[1][1]
+    assert calls[1:] == [("event_record", event, S1), ("stream_wait_event", S2, event)]
+    pool.munmap_on(b, S2)
+    c = pool.mmap(4096, {"stream": S2})  # now S2's: no new event
+    assert c.ptr == ptr
+    assert len(host.runtime.calls) == 3
+    pool.munmap(c)
+    pool.close()
+    assert host.runtime.events == 0  # the pool's event is destroyed with it
+
+
+def test_munmap_on_another_stream(pool: Pool, host: StreamedHost) -> None:
+    a = pool.mmap(4096, {"stream": S1})
+    ptr = a.ptr
+    pool.munmap_on(a, S2)
+    b = pool.mmap(4096, {"stream": S2})
+    assert b.ptr == ptr
+    assert host.runtime.calls == []
+    pool.munmap(b)
+
+
+def test_host_order_requests_do_not_take_stream_blocks(pool: Pool, host: StreamedHost) -> None:
+    a = pool.mmap(4096, {"stream": S1})
+    a_ptr = a.ptr
+    pool.munmap(a)
+    b = pool.mmap(4096)  # no stream: S1 may still use a's block, so another is taken
+    assert b.ptr != a_ptr
+    assert host.runtime.calls == []
+    pool.munmap(b)
+
+
+def test_streams_are_synchronized_before_the_pool_grows(pool: Pool, host: StreamedHost) -> None:
+    bufs = [pool.mmap(512 * 1024, {"stream": S1}) for _ in range(4)]  # the whole small slab
+    for b in bufs:
+        pool.munmap(b)
+    assert host.allocs == 1
+    big = pool.mmap(MiB)  # nothing free in host order: S1 is synchronized, its blocks coalesce
+    assert host.runtime.calls == [("stream_synchronize", S1)]
+    assert host.allocs == 1
+    assert big.ptr == bufs[0].ptr
+    pool.munmap(big)
+
+
+def test_trim_and_close_synchronize_streams(pool: Pool, host: StreamedHost) -> None:
+    a = pool.mmap(64 * MiB, {"stream": S1})
+    pool.munmap(a)
+    assert pool.trim() == 64 * MiB
+    assert host.runtime.calls == [("stream_synchronize", S1)]
+    b = pool.mmap(4096, {"stream": S2})
+    pool.munmap(b)
+    pool.close()
+    assert host.runtime.calls[-1] == ("stream_synchronize", S2)
+    assert host.stats.live_mappings == 0
+
+
+def test_stats_count_stream_blocks_as_cached(pool: Pool) -> None:
+    a = pool.mmap(4096, {"stream": S1})
+    pool.munmap(a)
+    s = pool.pool_stats
+    assert s.block_bytes == 0
+    assert s.bytes_cached == s.bytes_reserved == 2 * MiB
+
+
+def test_streams_need_a_runtime() -> None:
+    with HostArea() as plain, aml_core.pool(plain) as p:
+        with pytest.raises(AMLNotSupported, match="no runtime"):
+            p.mmap(4096, {"stream": S1})
+        buf = p.mmap(4096)
+        with pytest.raises(AMLNotSupported):
+            p.munmap_on(buf, S1)
+        assert not buf.freed
+        p.munmap(buf)
+
+
+def test_bad_streams(pool: Pool) -> None:
+    with pytest.raises(AMLTypeError):
+        pool.mmap(4096, {"stream": object()})
+    assert pool.stats.live_mappings == 0
