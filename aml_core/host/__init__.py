@@ -2,11 +2,12 @@
 file mappings."""
 
 from .area import HostArea, HostMmapOptions
-from .numa import Policy, allowed_nodes, online_nodes, page_nodes, policy_of
+from .numa import NOT_TOUCHED, Policy, allowed_nodes, online_nodes, page_nodes, policy_of
 
 __all__ = [
     "HostArea",
     "HostMmapOptions",
+    "NOT_TOUCHED",
     "Policy",
     "allowed_nodes",
     "online_nodes",
