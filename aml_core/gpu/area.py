@@ -30,10 +30,11 @@ from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
+from .devices import usable_device_count
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
 from .ipc import IpcExport, export_from
 from .runtime import Group, Runtime, capabilities
@@ -94,12 +95,8 @@ class GpuArea(Area):
         self._default_options = GpuMmapOptions()
 
     def _device_count(self) -> int:
-        try:
-            return self.runtime.device_count()
-        except AMLError as exc:
-            raise AMLFailure(
-                f"{self.runtime.traits.name} could not provide the number of devices", native=exc.native
-            ) from exc
+        # No driver or device: AMLNotSupported "no usable <backend> device: ..." (.devices).
+        return usable_device_count(self.runtime)
 
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
