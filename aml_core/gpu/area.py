@@ -22,7 +22,7 @@ docs/aml-contract.md#hip-area), written once.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import attrs
 
@@ -57,6 +57,13 @@ class GpuMmapOptions:
     ptr: Any = None
 
 
+class GpuMmapOptionsDict(TypedDict, total=False):
+    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``), typed."""
+
+    device: int | None
+    ptr: object
+
+
 @attrs.frozen
 class GpuAllocation:
     """What a GPU buffer needs to be freed: how it was allocated, the native size,
@@ -72,6 +79,10 @@ class GpuArea(Area):
     ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas)."""
 
     options_type = GpuMmapOptions
+
+    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+
+        def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer: ...
 
     def __init__(self, runtime: Runtime, device: int, flags: int | GpuFlags) -> None:
         device = checks.c_int(device, "device")
@@ -274,6 +285,39 @@ class GpuArea(Area):
         self._managed(buffer)
         managed.advise(self.runtime, buffer, advice, location, offset=offset, size=size)
 
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[managed.RangeAttribute.READ_MOSTLY],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> bool: ...
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[managed.RangeAttribute.ACCESSED_BY],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> tuple[int, ...]: ...
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[
+            managed.RangeAttribute.PREFERRED_LOCATION,
+            managed.RangeAttribute.LAST_PREFETCH_LOCATION,
+            managed.RangeAttribute.PREFERRED_LOCATION_ID,
+            managed.RangeAttribute.LAST_PREFETCH_LOCATION_ID,
+        ],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> int: ...
+    @overload
     def range_attribute(
         self,
         buffer: Buffer,
@@ -281,8 +325,17 @@ class GpuArea(Area):
         *,
         offset: int = 0,
         size: int | None = None,
-    ) -> object:
-        """One attribute of a managed range, as a Python value."""
+    ) -> managed.RangeValue: ...
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: managed.RangeAttribute | int,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> managed.RangeValue:
+        """One attribute of a managed range, as a Python value (typed per attribute:
+        READ_MOSTLY a bool, ACCESSED_BY a tuple of devices, the locations an int)."""
         self._managed(buffer)
         return managed.range_attribute(self.runtime, buffer, attribute, offset=offset, size=size)
 
@@ -293,7 +346,7 @@ class GpuArea(Area):
         *,
         offset: int = 0,
         size: int | None = None,
-    ) -> dict[managed.RangeAttribute, object]:
+    ) -> dict[managed.RangeAttribute, managed.RangeValue]:
         """Several attributes of a managed range, in one native call."""
         self._managed(buffer)
         return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)

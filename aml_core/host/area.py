@@ -24,7 +24,7 @@ import mmap as _mmap
 import os
 import stat
 from collections.abc import Iterable
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import attrs
 
@@ -93,6 +93,18 @@ class HostMmapOptions:
 _DEFAULT_OPTIONS = HostMmapOptions()
 
 
+class HostMmapOptionsDict(TypedDict, total=False):
+    """:class:`HostMmapOptions` as a mapping (``area.mmap(n, {"fd": fd})``), typed: an
+    unknown key or a value of the wrong type is a type error."""
+
+    fd: int | None
+    offset: int
+    prot: int
+    flags: int
+    shared: bool | None
+    alignment: int | None
+
+
 def _alignment(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise AMLTypeError(f"alignment must be an int, not {type(value).__name__}")
@@ -128,6 +140,10 @@ class HostArea(Area):
     """Host memory from the Linux kernel, placed by a NUMA policy."""
 
     options_type = HostMmapOptions
+
+    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+
+        def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer: ...
 
     def __init__(
         self,
