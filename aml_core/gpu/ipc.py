@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
@@ -108,6 +109,28 @@ class IpcImportArea(Area):
             self._by_key[handle.data] = buf
             self._opens[buf.ptr] = 1
             return buf
+
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into an imported buffer (as ``GpuArea.write``)."""
+        self._lookup(buffer, None)
+        src, n, _ = address_of(data)
+        if offset < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        if n:
+            self._runtime.require(Group.ALLOCATION).memcpy(buffer.device_ptr + offset, src, n)
+            self._runtime.synchronize()
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of an imported buffer (as ``GpuArea.read``)."""
+        self._lookup(buffer, None)
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        out = bytearray(n)
+        if n:
+            dst, _, _ = address_of(out)
+            self._runtime.require(Group.ALLOCATION).memcpy(dst, buffer.device_ptr + offset, n)
+        return bytes(out)
 
     def open_count(self, buffer: Buffer) -> int:
         """How many opens of this mapping are not yet closed."""

@@ -27,7 +27,7 @@ from aml_core.errors import (
     ErrorCode,
 )
 from aml_core.specs import Capability, Kind
-from aml_core.testing import AreaConformance
+from aml_core.testing import AreaConformance, IpcConformance
 
 F = HipFlags
 
@@ -71,9 +71,29 @@ class TestConformance(AreaConformance):
 
     @pytest.fixture(params=list(COMBINATIONS.values()), ids=list(COMBINATIONS))
     def area(self, request: pytest.FixtureRequest, hip: HipDouble) -> Iterator[Area]:
+        self.double = hip
         area = aml_hip.create(0, request.param)
         yield area
         area.close()
+
+    def native_live(self, area: Area) -> int | None:
+        """The double's own count of live allocations: the kit's leak check."""
+        return sum(self.double.live().values())
+
+
+class TestIpcConformance(IpcConformance):
+    """The kit's IPC class over the double: export, open in a child process (the same
+    double, through hip.env()), write there, read back here."""
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[Area]:
+        self.double = hip
+        area = aml_hip.create(0, F.DEFAULT)
+        yield area
+        area.close()
+
+    def child_env(self, area: Area) -> dict[str, str]:
+        return self.double.env()
 
 
 class TestMappedConformance(AreaConformance):
@@ -82,6 +102,7 @@ class TestMappedConformance(AreaConformance):
 
     sizes = (1, 4096, 65537)
     rounds = 10
+    enomem_size = None  # the caller's memory is mapped: nothing to run out of
 
     class _Area(aml_hip.HipArea):
         def mmap(self, size: int, options: object = None) -> Buffer:
