@@ -80,6 +80,8 @@ class IpcExport:
     """The exporter's side of a shared buffer."""
 
     def __init__(self, buffer: Buffer, handle: IpcHandle) -> None:
+        """``buffer`` — the exported live buffer; ``handle`` — its :class:`IpcHandle`.
+        Made by a backend's ``area.ipc_export(buffer)``."""
         self._buffer = buffer
         self._handle = handle
         self._closed = False

@@ -5,10 +5,12 @@ help() on the public constructors."""
 from __future__ import annotations
 
 import gc
+import inspect
 import mmap
 import pydoc
 import warnings
 
+import attrs
 import numpy as np
 import pytest
 
@@ -174,11 +176,30 @@ def test_page_nodes_summary_counts_pages_per_node() -> None:
 
 
 # -- help() ----------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    "cls",
-    [aml_core.Area, aml_core.Buffer, HostArea, aml_core.AreaStats, aml_core.AreaSpec, aml_core.AMLError],
-)
+def _public_classes() -> list[type]:
+    import aml_core.gpu
+    import aml_core.host
+    import aml_core.ipc
+
+    classes = [
+        obj
+        for module in (aml_core, aml_core.host, aml_core.ipc)
+        for obj in (getattr(module, name) for name in module.__all__)
+        if inspect.isclass(obj)
+    ]
+    for name in ("GpuArea", "GpuBackend", "Stream", "VirtualMemory", "IpcImportArea", "GpuMmapOptions"):
+        classes.append(getattr(aml_core.gpu, name))
+    return classes
+
+
+@pytest.mark.parametrize("cls", _public_classes(), ids=lambda c: c.__name__)
 def test_help_explains_the_constructor(cls: type) -> None:
+    init = cls.__dict__.get("__init__")
+    if init is not None and not attrs.has(cls):  # attrs classes document their fields
+        doc = inspect.getdoc(init) or ""
+        params = [p for p in inspect.signature(init).parameters if p not in ("self", "args", "kwargs")]
+        missing = [p for p in params if p not in doc]
+        assert not missing, f"{cls.__name__}.__init__'s docstring does not explain {missing}"
     text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
     assert "Initialize self.  See help(type(self))" not in text.split("Methods inherited")[0]
     assert cls.__doc__

@@ -85,6 +85,11 @@ class GpuArea(Area):
         def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer: ...
 
     def __init__(self, runtime: Runtime, device: int, flags: int | GpuFlags) -> None:
+        """``aml_area_<name>_create(&area, device, flags)``: ``runtime`` — the backend's
+        loaded runtime (``aml_hip.get_runtime()``); ``device`` — a device index, or
+        negative for the current device at mmap time; ``flags`` — :class:`GpuFlags`
+        (ALLOC_HOST, ALLOC_MAPPED, ALLOC_UNIFIED, ALLOC_GLOBAL). Prefer the backend's
+        ``create(device, flags)``."""
         device = checks.c_int(device, "device")
         checked = check_flags(flags)
         kind = kind_of_flags(checked)

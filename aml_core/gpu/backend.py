@@ -41,6 +41,11 @@ class GpuBackend:
         description: str = "",
         precheck: Callable[[], str | None] | None = None,
     ) -> None:
+        """``name`` — the registered backend name; ``load_runtime`` — called once, on
+        first use, to load the :class:`Runtime` (raises ``AMLNotSupported`` when the
+        library or driver is missing); ``description`` — one line for ``aml info``;
+        ``precheck`` — a cheap test run by :meth:`probe` before loading the runtime,
+        returning why the backend cannot work here, or None."""
         self.name = name
         self.description = description
         self._load_runtime = load_runtime

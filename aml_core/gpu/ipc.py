@@ -77,6 +77,8 @@ class IpcImportArea(Area):
     options_type = IpcOptions
 
     def __init__(self, runtime: Runtime) -> None:
+        """The import area of ``runtime``'s backend in this process (one per backend:
+        ``GpuBackend.ipc_open`` makes it); ``runtime`` must provide the IPC group."""
         super().__init__(
             backend=runtime.traits.name,
             kind=Kind.DEVICE,
