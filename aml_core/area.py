@@ -24,7 +24,8 @@ any use of a closed area                    :class:`AMLValueError` (EINVAL)
 ``close()`` (or leaving a ``with`` block) frees every mapping still live. A buffer that
 is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
 safely: close() detaches it instead, and its memory is released when the last view
-and the buffer object itself are gone. Areas are thread-safe.
+and the buffer object itself are gone. Leaving a buffer's ``with`` block does the same
+for that one buffer (:meth:`Area._detach_viewed`). Areas are thread-safe.
 
 The bookkeeping (live mappings, counters, the closed flag), mmap and munmap live in the
 compiled base class :class:`~aml_core._buffer.AreaBase`, with one rule: every change to

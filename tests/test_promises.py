@@ -40,9 +40,12 @@ def test_buffer_with_block_detaches_a_viewed_buffer() -> None:
             area.munmap(buf)  # no longer live in the area
         ptr = buf.ptr
         assert ptr in area._orphans
-        del arr, arr_w, buf
+        del arr, arr_w
         gc.collect()
-        assert ptr not in area._orphans  # released with the last view
+        assert ptr in area._orphans  # the views are gone, the buffer object is not
+        del buf
+        gc.collect()
+        assert ptr not in area._orphans  # released with the last view and the buffer object
 
 
 def test_buffer_with_block_unmaps_an_unviewed_buffer() -> None:
