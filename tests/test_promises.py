@@ -207,3 +207,23 @@ def test_help_explains_the_constructor(cls: type) -> None:
     assert "Initialize self.  See help(type(self))" not in text.split("Methods inherited")[0]
     assert cls.__doc__
     assert len(cls.__doc__.strip()) > 20
+
+
+# -- the generic IPC types ---------------------------------------------------------------
+def test_ipc_types_live_in_aml_core_ipc_and_stay_reachable_from_gpu() -> None:
+    import pickle
+
+    import aml_core.gpu
+    import aml_core.gpu.ipc
+    import aml_core.ipc
+
+    for name in ("IpcHandle", "IpcExport"):
+        cls = getattr(aml_core.ipc, name)
+        assert cls.__module__ == "aml_core.ipc"
+        assert getattr(aml_core, name) is cls
+        assert getattr(aml_core.gpu, name) is cls  # every backend's import keeps working
+        assert getattr(aml_core.gpu.ipc, name) is cls
+    handle = aml_core.ipc.IpcHandle(backend="memfd", device=0, size=4096, data=b"/proc/1/fd/3", pid=1)
+    assert pickle.loads(pickle.dumps(handle)) == handle
+    with pytest.raises(aml_core.AMLTypeError):
+        aml_core.ipc_open(object())  # type: ignore[arg-type]
