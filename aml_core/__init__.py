@@ -15,8 +15,6 @@ Quick start::
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import _compiled  # noqa: F401  # first: imports the Cython modules, or says how to build them
 from .area import Area
 from .buffer import Buffer, DLDeviceType
@@ -37,6 +35,7 @@ from .errors import (
     strerror,
 )
 from .hookspecs import hookimpl
+from .ipc import IpcExport, IpcHandle
 from .pool import Pool, PoolStats, pool
 from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
@@ -87,6 +86,8 @@ __all__ = [
     "DeviceInfo",
     "ErrorCode",
     "ErrorTable",
+    "IpcExport",
+    "IpcHandle",
     "Kind",
     "NativeCause",
     "Pool",
@@ -104,8 +105,12 @@ __all__ = [
 ]
 
 
-def ipc_open(handle: Any) -> Buffer:
-    """Open an IPC handle exported by another process, with the backend that made it."""
+def ipc_open(handle: IpcHandle) -> Buffer:
+    """Open an IPC handle exported by another process (``area.ipc_export(buf).handle``)
+    with the backend it names (``handle.backend``): a buffer of ``handle.size`` bytes
+    over the same memory, in that backend's import area (close it with
+    ``buf.area.munmap(buf)``). :class:`AMLTypeError` for anything but a handle,
+    :class:`AMLNotSupported` for a backend that does not open IPC handles."""
     name = getattr(handle, "backend", None)
     if not isinstance(name, str):
         raise AMLTypeError(f"ipc_open takes an IPC handle exported by aml, not {type(handle).__name__}")

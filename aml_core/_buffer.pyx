@@ -631,7 +631,7 @@ cdef class AreaBase:
     def _check_open(self):
         """Raise AMLValueError if the area is closed."""
         if self._closed:
-            raise AMLValueError(f"this {self.backend} {self.kind.value} area is closed")
+            raise AMLValueError(f"this {self.backend} area ({self.kind.value} memory) is closed")
 
     def _stats(self):
         """(bytes_in_use, peak_bytes, live_mappings, total_maps, total_unmaps), read at once."""
@@ -898,7 +898,7 @@ cdef class AreaBase:
                 f"this {self.backend} {self.kind.value} area's live mappings would pass 2**64 - 1 "
                 f"bytes with {buf.size} more"
             )
-        raise AMLValueError(f"this {self.backend} {self.kind.value} area was closed during {during}")
+        raise AMLValueError(f"this {self.backend} area ({self.kind.value} memory) was closed during {during}")
 
     cpdef BufferBase _lookup(self, target, size):
         """The live buffer of this area that ``target`` (a Buffer or its base pointer)
@@ -988,6 +988,18 @@ cdef class AreaBase:
         self._live[key] = buf
         self._bytes += buf.size
         self._unmaps -= 1
+
+    def _untrack_viewed(self, BufferBase buf not None):
+        """Untrack a live buffer of this area that is still viewed and count the unmap
+        (its memory stays until the area frees it as an orphan); return False, doing
+        nothing, if it is not live here. The one-buffer form of what _drain does."""
+        key = buf._key
+        if buf.flags & F_RELEASED or self._live.get(key) is not buf:
+            return False
+        del self._live[key]
+        self._bytes -= buf.size
+        self._unmaps += 1
+        return True
 
 
 def address_of(obj, /):

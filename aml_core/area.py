@@ -24,7 +24,8 @@ any use of a closed area                    :class:`AMLValueError` (EINVAL)
 ``close()`` (or leaving a ``with`` block) frees every mapping still live. A buffer that
 is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
 safely: close() detaches it instead, and its memory is released when the last view
-and the buffer object itself are gone. Areas are thread-safe.
+and the buffer object itself are gone. Leaving a buffer's ``with`` block does the same
+for that one buffer (:meth:`Area._detach_viewed`). Areas are thread-safe.
 
 The bookkeeping (live mappings, counters, the closed flag), mmap and munmap live in the
 compiled base class :class:`~aml_core._buffer.AreaBase`, with one rule: every change to
@@ -56,7 +57,7 @@ import attrs
 from ._buffer import AreaBase
 from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
-from .specs import AreaStats, Capability, Kind
+from .specs import AreaStats, Capability, Kind, format_size
 
 __all__ = ["Area", "NoOptions"]
 
@@ -92,6 +93,14 @@ class Area(AreaBase, abc.ABC):
         device: int | None = None,
         capabilities: Capability = Capability.NONE,
     ) -> None:
+        """Set what every area states (a subclass's ``__init__`` calls this last, once
+        its own checks passed).
+
+        ``backend``: the registered name of the backend (``"host"``, ``"cuda"``...);
+        ``kind``: the :class:`~aml_core.specs.Kind` of memory it maps; ``device``: the
+        device index (a NUMA node for host memory), or None; ``capabilities``: the
+        :class:`~aml_core.specs.Capability` flags this area's buffers have.
+        """
         self.backend = backend
         self.kind = kind
         self.device = device
@@ -167,10 +176,26 @@ class Area(AreaBase, abc.ABC):
                     ResourceWarning,
                     stacklevel=2,
                 )
-                self._orphans[buf.ptr] = buf.native, buf.size
-                weakref.finalize(buf, self._free_orphan_at, buf.ptr)
+                self._orphan(buf)
         if errors:
             raise errors[0]
+
+    def _orphan(self, buf: Buffer) -> None:
+        """Free an untracked, still viewed buffer's memory once the Buffer object is gone
+        (its views hold it, so: when the last view is gone)."""
+        self._orphans[buf.ptr] = buf.native, buf.size
+        weakref.finalize(buf, self._free_orphan_at, buf.ptr)
+
+    def _detach_viewed(self, buf: Buffer) -> bool:
+        """Detach one live buffer of this open area that is still viewed, as close()
+        detaches every viewed buffer: it is untracked and counted as unmapped now, and its
+        memory is freed when its last view is gone. Return False (nothing done) if the
+        buffer is not live here. What leaving a buffer's ``with`` block does."""
+        self._check_open()
+        if not self._untrack_viewed(buf):
+            return False
+        self._orphan(buf)
+        return True
 
     def _free_orphan_at(self, ptr: int) -> None:
         """Free a mapping detached by close() once its Buffer object is gone: a
@@ -199,5 +224,5 @@ class Area(AreaBase, abc.ABC):
 
     def __repr__(self) -> str:
         dev = "" if self.device is None else f" device={self.device}"
-        state = "closed" if self.closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{len(self._live)} live, {format_size(self.stats.bytes_in_use)}"
         return f"<aml {type(self).__name__} {self.backend}:{self.kind.value}{dev} {state}>"

@@ -1,8 +1,9 @@
 """Buffer: one live mapping made by an :class:`~aml_core.area.Area`.
 
 A buffer knows its address (``ptr``), ``size``, memory ``kind``, ``device`` and owning
-``area``. It is a context manager (leaving the block unmaps it) and speaks the zero-copy
-protocols its memory allows:
+``area``. It is a context manager (leaving the block unmaps it, or, if a view outlives
+the block, detaches it: its memory is released when the last view and the buffer object
+are gone) and speaks the zero-copy protocols its memory allows:
 
 * host-accessible memory: the buffer protocol (``memoryview(buf)``,
   ``numpy.frombuffer(buf, ...)``) and DLPack on the host;
@@ -17,11 +18,12 @@ memory is never reachable from Python.
 from __future__ import annotations
 
 import enum
+import warnings
 from typing import TYPE_CHECKING, Any, Self
 
 from ._buffer import BufferBase
-from .errors import AMLValueError
-from .specs import Kind
+from .errors import AMLBusyError, AMLError, AMLValueError
+from .specs import Kind, format_size
 
 if TYPE_CHECKING:
     from .area import Area
@@ -93,9 +95,32 @@ class Buffer(BufferBase):
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        if not self.freed:
-            self.area.munmap(self)
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """Unmap the buffer; if it is still viewed (``np.frombuffer(buf)`` kept past the
+        block), detach it as the area's close() does: it leaves the area's live mappings
+        now and its memory is released when its last view (and this object) is gone. Never raises because
+        of a live view, and never masks an exception raised inside the block."""
+        if self.freed:
+            return
+        area = self.area
+        try:
+            if area.closed:  # close() already freed or detached it
+                return
+            if self.exports:
+                area._detach_viewed(self)
+                return
+            try:
+                area.munmap(self)
+            except AMLBusyError:  # a view appeared since the test above
+                area._detach_viewed(self)
+        except AMLError as error:
+            if exc_type is None:
+                raise
+            warnings.warn(
+                f"could not unmap {self!r} while leaving its with block on {exc_type.__name__}: {error}",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     def __len__(self) -> int:
         return self.size
@@ -105,7 +130,7 @@ class Buffer(BufferBase):
         dev = "" if self.device is None else f" device={self.device}"
         return (
             f"<aml Buffer {self.area.backend}:{self.kind.value}{dev} ptr=0x{self.ptr:x} "
-            f"size={self.size} {state}>"
+            f"size={format_size(self.size)} {state}>"
         )
 
     # -- DLPack ------------------------------------------------------------------

@@ -78,12 +78,17 @@ _MESSAGES: dict[int, str] = {
 
 def strerror(code: int) -> str:
     """Return AML's message for ``code``; negative codes (AML returns ``-AML_E...``)
-    are read as their absolute value, and any other value gives ``"Unknown error"``."""
+    are read as their absolute value. A value outside AML's 0..7 is not an AML error
+    code, and the message says so (``strerror(22)``: ``"Unknown error: 22 is not an AML
+    error code (0..7)"``; an errno such as EINVAL=22 is not AML's EINVAL=3)."""
     try:
         value = abs(int(code))
     except (TypeError, ValueError, OverflowError):
-        return "Unknown error"
-    return _MESSAGES.get(value, "Unknown error")
+        return f"Unknown error: {code!r} is not an AML error code (0..{max(ErrorCode)})"
+    message = _MESSAGES.get(value)
+    if message is None:
+        return f"Unknown error: {value} is not an AML error code (0..{max(ErrorCode)})"
+    return message
 
 
 @attrs.frozen
@@ -109,6 +114,9 @@ class AMLError(Exception):
     code: ErrorCode = ErrorCode.FAILURE
 
     def __init__(self, message: str | None = None, *, native: NativeCause | None = None) -> None:
+        """``message``: what went wrong (default: :func:`strerror` of the class's code);
+        ``native``: the :class:`NativeCause` of a failed native call, appended to the
+        message as ``[backend: function returned NAME (code)]``."""
         self.native = native
         self._raw_message = message
         text = message if message is not None else strerror(self.code)

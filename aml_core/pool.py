@@ -305,6 +305,18 @@ class Pool(Area):
         expandable: bool = False,
         capacity: int | None = None,
     ) -> None:
+        """A pool over ``area`` (usually made with :func:`pool`).
+
+        ``area`` — the area whose memory is cached (it stays open and owned by the caller);
+        ``limit`` — the most bytes the pool may hold from the area (None: no limit); past it
+        the pool releases its cache and retries, then raises ENOMEM; ``release_threshold`` —
+        the most cached (free) bytes kept after a munmap (None: keep all); ``options`` — the
+        mmap options passed to the area for every slab; ``granule`` — the block granularity
+        (a power of two; sizes are rounded up to it); ``small_max`` — requests up to this
+        size share ``small_slab``-byte slabs; ``medium_slab`` — the slab size for larger
+        requests below half of it (bigger ones get a slab of their own);
+        ``expandable`` — back the pool with one virtual-memory reservation of ``capacity``
+        bytes that grows in place (the area must be a VirtualMemory area)."""
         if not isinstance(area, Area):
             raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
         area._check_open()

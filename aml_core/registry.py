@@ -54,7 +54,7 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import attrs
 import pluggy
@@ -66,6 +66,7 @@ from .specs import AreaSpec, BackendStatus, Capability, DeviceInfo, Kind, as_kin
 
 if TYPE_CHECKING:
     from .area import Area
+    from .host.area import HostArea
 
 __all__ = [
     "AMLConfigWarning",
@@ -936,13 +937,37 @@ def choose(kind: Kind | str = Kind.DEVICE, device: int | None = None, backend: s
     return default_registry().choose(kind, device, backend)
 
 
+#: The kinds of memory by name, as ``aml_core.area(kind=...)`` takes them.
+KindName = Literal["device", "host", "managed", "mapped"]
+
+
+@overload
 def area(
-    kind: Kind | str = Kind.DEVICE,
+    kind: Kind | KindName = Kind.DEVICE,
+    device: int | None = None,
+    *,
+    backend: Literal["host"],
+    **options: Any,
+) -> HostArea: ...
+@overload
+def area(
+    kind: Kind | KindName = Kind.DEVICE,
+    device: int | None = None,
+    backend: str | None = None,
+    **options: Any,
+) -> Area: ...
+def area(
+    kind: Kind | KindName = Kind.DEVICE,
     device: int | None = None,
     backend: str | None = None,
     **options: Any,
 ) -> Area:
     """An area of ``kind`` memory from the best available backend.
+
+    Typed for ``mypy --strict`` user code: ``kind`` is a :class:`~aml_core.specs.Kind` or
+    one of its names (a misspelt name is a type error), the result is an
+    :class:`~aml_core.area.Area` (``backend="host"``: a
+    :class:`~aml_core.host.HostArea`, whose ``mmap`` options are typed).
 
     ``device`` picks a device index (None: the backend's default); ``backend``
     forces one by name (as ``AML_BACKEND`` does) and only that backend is probed;

@@ -284,12 +284,32 @@ class BackendStatus:
         }
 
 
+def format_size(n: int) -> str:
+    """A byte count for people: ``"64.0 MiB"``, ``"4.0 KiB"``, ``"512 B"`` (binary
+    units, one decimal). Exact values stay in the fields that hold them."""
+    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if abs(n) >= 1 << shift:
+            return f"{n / (1 << shift):.1f} {unit}"
+    return f"{n} B"
+
+
 @attrs.frozen
 class AreaStats:
-    """A snapshot of an area's bookkeeping."""
+    """A snapshot of an area's bookkeeping. The fields are exact byte and mapping
+    counts; ``str()`` (:meth:`summary`) gives them for people, sizes in binary units."""
 
     bytes_in_use: int = 0
     peak_bytes: int = 0
     live_mappings: int = 0
     total_maps: int = 0
     total_unmaps: int = 0
+
+    def summary(self) -> str:
+        """``"64.0 MiB in use (peak 128.0 MiB), 2 live mappings, 5 maps, 3 unmaps"``."""
+        return (
+            f"{format_size(self.bytes_in_use)} in use (peak {format_size(self.peak_bytes)}), "
+            f"{self.live_mappings} live mappings, {self.total_maps} maps, {self.total_unmaps} unmaps"
+        )
+
+    def __str__(self) -> str:
+        return self.summary()

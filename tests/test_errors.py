@@ -34,9 +34,10 @@ def test_codes_have_amls_values() -> None:
         (6, "Underlying resource is not available for operation"),
         (7, "Insufficient permissions"),
         (-2, "Not enough memory"),
-        (8, "Unknown error"),
-        (1000, "Unknown error"),
-        ("x", "Unknown error"),
+        (8, "Unknown error: 8 is not an AML error code (0..7)"),
+        (22, "Unknown error: 22 is not an AML error code (0..7)"),
+        (-1000, "Unknown error: 1000 is not an AML error code (0..7)"),
+        ("x", "Unknown error: 'x' is not an AML error code (0..7)"),
     ],
 )
 def test_strerror(code: object, message: str) -> None:

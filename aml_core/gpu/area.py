@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import attrs
 
@@ -31,10 +31,11 @@ from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from . import managed
+from .devices import usable_device_count
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
 from .ipc import IpcExport, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
@@ -73,6 +74,13 @@ class GpuMmapOptions:
     stream: int | None = attrs.field(default=None, converter=_opt_stream)
 
 
+class GpuMmapOptionsDict(TypedDict, total=False):
+    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``), typed."""
+
+    device: int | None
+    ptr: object
+
+
 @attrs.frozen
 class GpuAllocation:
     """What a GPU buffer needs to be freed: how it was allocated, the native size,
@@ -95,7 +103,16 @@ class GpuArea(Area):
 
     options_type = GpuMmapOptions
 
+    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+
+        def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer: ...
+
     def __init__(self, runtime: Runtime, device: int, flags: int | GpuFlags) -> None:
+        """``aml_area_<name>_create(&area, device, flags)``: ``runtime`` — the backend's
+        loaded runtime (``aml_hip.get_runtime()``); ``device`` — a device index, or
+        negative for the current device at mmap time; ``flags`` — :class:`GpuFlags`
+        (ALLOC_HOST, ALLOC_MAPPED, ALLOC_UNIFIED, ALLOC_GLOBAL). Prefer the backend's
+        ``create(device, flags)``."""
         device = checks.c_int(device, "device")
         checked = check_flags(flags)
         kind = kind_of_flags(checked)
@@ -167,12 +184,8 @@ class GpuArea(Area):
         return found
 
     def _device_count(self) -> int:
-        try:
-            return self.runtime.device_count()
-        except AMLError as exc:
-            raise AMLFailure(
-                f"{self.runtime.traits.name} could not provide the number of devices", native=exc.native
-            ) from exc
+        # No driver or device: AMLNotSupported "no usable <backend> device: ..." (.devices).
+        return usable_device_count(self.runtime)
 
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
@@ -393,6 +406,39 @@ class GpuArea(Area):
         self._managed(buffer)
         managed.advise(self.runtime, buffer, advice, location, offset=offset, size=size)
 
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[managed.RangeAttribute.READ_MOSTLY],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> bool: ...
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[managed.RangeAttribute.ACCESSED_BY],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> tuple[int, ...]: ...
+    @overload
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: Literal[
+            managed.RangeAttribute.PREFERRED_LOCATION,
+            managed.RangeAttribute.LAST_PREFETCH_LOCATION,
+            managed.RangeAttribute.PREFERRED_LOCATION_ID,
+            managed.RangeAttribute.LAST_PREFETCH_LOCATION_ID,
+        ],
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> int: ...
+    @overload
     def range_attribute(
         self,
         buffer: Buffer,
@@ -400,8 +446,17 @@ class GpuArea(Area):
         *,
         offset: int = 0,
         size: int | None = None,
-    ) -> object:
-        """One attribute of a managed range, as a Python value."""
+    ) -> managed.RangeValue: ...
+    def range_attribute(
+        self,
+        buffer: Buffer,
+        attribute: managed.RangeAttribute | int,
+        *,
+        offset: int = 0,
+        size: int | None = None,
+    ) -> managed.RangeValue:
+        """One attribute of a managed range, as a Python value (typed per attribute:
+        READ_MOSTLY a bool, ACCESSED_BY a tuple of devices, the locations an int)."""
         self._managed(buffer)
         return managed.range_attribute(self.runtime, buffer, attribute, offset=offset, size=size)
 
@@ -412,7 +467,7 @@ class GpuArea(Area):
         *,
         offset: int = 0,
         size: int | None = None,
-    ) -> dict[managed.RangeAttribute, object]:
+    ) -> dict[managed.RangeAttribute, managed.RangeValue]:
         """Several attributes of a managed range, in one native call."""
         self._managed(buffer)
         return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)

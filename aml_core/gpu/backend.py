@@ -17,6 +17,7 @@ from ..descriptor import ProbeResult
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..specs import Capability, Kind
 from .area import GpuArea
+from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
 from .plugin import GPU_KINDS
@@ -40,6 +41,11 @@ class GpuBackend:
         description: str = "",
         precheck: Callable[[], str | None] | None = None,
     ) -> None:
+        """``name`` — the registered backend name; ``load_runtime`` — called once, on
+        first use, to load the :class:`Runtime` (raises ``AMLNotSupported`` when the
+        library or driver is missing); ``description`` — one line for ``aml info``;
+        ``precheck`` — a cheap test run by :meth:`probe` before loading the runtime,
+        returning why the backend cannot work here, or None."""
         self.name = name
         self.description = description
         self._load_runtime = load_runtime
@@ -59,6 +65,13 @@ class GpuBackend:
                 self._runtime = self._load_runtime()
             return self._runtime
 
+    def _usable_runtime(self) -> Runtime:
+        """The runtime of a call that needs a device: a missing library, driver or device
+        raises :class:`AMLNotSupported` worded as everywhere (:mod:`.devices`)."""
+        rt = usable_runtime(self.name, lambda: self.runtime)
+        usable_device_count(rt)
+        return rt
+
     def reset(self) -> None:
         """Forget the loaded runtime and the cached areas (tests switch libraries)."""
         with self._lock:
@@ -76,11 +89,13 @@ class GpuBackend:
         area; close it (or :meth:`destroy` it) when done.
 
         ``device`` is a device index, or negative for the current device at mmap time.
-        Errors: the device count cannot be read → FAILURE
+        Errors: no usable driver or device → ENOTSUP
+        (:class:`~aml_core.errors.AMLNotSupported`, "no usable <backend> device: ...");
+        the device count cannot be read for another reason → FAILURE
         (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
         unknown flag bits → EINVAL (docs/aml-contract.md#hip-area).
         """
-        return GpuArea(self.runtime, device, flags)
+        return GpuArea(usable_runtime(self.name, lambda: self.runtime), device, flags)
 
     @staticmethod
     def destroy(area: GpuArea) -> None:
@@ -92,7 +107,7 @@ class GpuBackend:
         with self._lock:
             area = self._defaults.get(flags)
         if area is None or area.closed:
-            area = GpuArea(self.runtime, -1, flags)
+            area = GpuArea(usable_runtime(self.name, lambda: self.runtime), -1, flags)
             with self._lock:
                 self._defaults[flags] = area
         return area
@@ -125,17 +140,18 @@ class GpuBackend:
     def virtual_memory(self, device: int = 0) -> VirtualMemory:
         """The virtual-memory API and area of a device (reserve, create, map, access,
         export/import a POSIX fd, retain, properties, granularity); close it when done."""
-        rt = self.runtime
+        rt = usable_runtime(self.name, lambda: self.runtime)
         device = checks.c_int(device, "device")
-        count = rt.device_count()
+        count = usable_device_count(rt)
         if not 0 <= device < count:
             raise AMLValueError(f"device {device!r} is not in 0..{count - 1}")
         return VirtualMemory(rt, device)
 
     def stream(self, *, non_blocking: bool = False) -> Stream:
         """A new stream (``cudaStreamCreateWithFlags`` / ``hipStreamCreateWithFlags``);
-        close it when done."""
-        return Stream(self.runtime, non_blocking=non_blocking)
+        close it when done. No usable driver or device: :class:`AMLNotSupported`, as
+        :meth:`create` says it."""
+        return Stream(self._usable_runtime(), non_blocking=non_blocking)
 
     def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
         """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a

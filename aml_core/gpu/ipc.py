@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .. import checks
+from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
+from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle
 from ..specs import Capability, Kind
 from .runtime import Group
 
@@ -39,96 +40,6 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 
 __all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions", "export_from"]
-
-#: The largest native handle an IpcHandle carries (each runtime checks its exact size).
-MAX_HANDLE_SIZE = 1024
-
-
-def _handle_bytes(value: object) -> bytes:
-    if not isinstance(value, (bytes, bytearray, memoryview)):
-        raise AMLTypeError(f"an IPC handle's data is bytes, not {type(value).__name__}")
-    data = bytes(value)
-    if not 0 < len(data) <= MAX_HANDLE_SIZE:
-        raise AMLValueError(f"an IPC handle's data is 1..{MAX_HANDLE_SIZE} bytes, got {len(data)}")
-    return data
-
-
-def _device(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    checks.device(value, "the IPC handle's device")
-
-
-def _size(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    checks.size(value, "the IPC handle's size")
-
-
-def _pid(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    if checks.c_int(value, "the IPC handle's pid") <= 0:
-        raise AMLValueError(f"the IPC handle's pid must be positive, got {value}")
-
-
-def _offset(instance: object, attribute: attrs.Attribute[int], value: object) -> None:
-    checks.size(value, "the IPC handle's offset", zero=True)
-
-
-def _backend(instance: object, attribute: attrs.Attribute[str], value: object) -> None:
-    if not isinstance(value, str):
-        raise AMLTypeError(f"the IPC handle's backend is a str, not {type(value).__name__}")
-
-
-@attrs.frozen
-class IpcHandle:
-    """What crosses the process boundary (picklable): the backend, the device, the
-    size, the native handle (``traits.ipc_handle_size`` bytes: 64 for CUDA and HIP),
-    the exporter's pid and the offset of the shared bytes in the native allocation (a
-    pooled block's in its slab; 0 otherwise). Every field is checked when the handle is
-    made (or unpickled)."""
-
-    backend: str = attrs.field(validator=_backend)
-    device: int = attrs.field(validator=_device)
-    size: int = attrs.field(validator=_size)
-    data: bytes = attrs.field(converter=_handle_bytes, repr=lambda d: d[:8].hex() + "...")
-    pid: int = attrs.field(validator=_pid)
-    offset: int = attrs.field(default=0, validator=_offset)
-
-
-class IpcExport:
-    """The exporter's side of a shared buffer."""
-
-    def __init__(self, buffer: Buffer, handle: IpcHandle) -> None:
-        self._buffer = buffer
-        self._handle = handle
-        self._closed = False
-
-    @property
-    def handle(self) -> IpcHandle:
-        """The picklable handle; raises once the export was closed or its buffer freed."""
-        # Freeing a buffer also closes its exports: say the more useful thing first.
-        if self._buffer.freed:
-            raise AMLValueError(f"the exported buffer was freed ({self._buffer!r}); export a live buffer")
-        if self._closed:
-            raise AMLValueError("this IPC export was closed")
-        return self._handle
-
-    @property
-    def buffer(self) -> Buffer:
-        return self._buffer
-
-    def close(self) -> None:
-        """Stop handing out this export (importers keep their mappings)."""
-        self._closed = True
-
-    @property
-    def closed(self) -> bool:
-        return self._closed or self._buffer.freed
-
-    def __enter__(self) -> IpcExport:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<aml IpcExport of {self._buffer!r}{' closed' if self.closed else ''}>"
 
 
 def export_from(
@@ -172,6 +83,8 @@ class IpcImportArea(Area):
     options_type = IpcOptions
 
     def __init__(self, runtime: Runtime) -> None:
+        """The import area of ``runtime``'s backend in this process (one per backend:
+        ``GpuBackend.ipc_open`` makes it); ``runtime`` must provide the IPC group."""
         super().__init__(
             backend=runtime.traits.name,
             kind=Kind.DEVICE,
@@ -208,6 +121,28 @@ class IpcImportArea(Area):
             self._by_key[key] = buf
             self._opens[buf.ptr] = 1
             return buf
+
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into an imported buffer (as ``GpuArea.write``)."""
+        self._lookup(buffer, None)
+        src, n, _ = address_of(data)
+        if offset < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        if n:
+            self._runtime.require(Group.ALLOCATION).memcpy(buffer.device_ptr + offset, src, n)
+            self._runtime.synchronize()
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of an imported buffer (as ``GpuArea.read``)."""
+        self._lookup(buffer, None)
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        out = bytearray(n)
+        if n:
+            dst, _, _ = address_of(out)
+            self._runtime.require(Group.ALLOCATION).memcpy(dst, buffer.device_ptr + offset, n)
+        return bytes(out)
 
     def open_count(self, buffer: Buffer) -> int:
         """How many opens of this mapping are not yet closed."""

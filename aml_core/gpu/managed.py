@@ -178,7 +178,14 @@ def advise(
     runtime.require(Group.MANAGED).mem_advise(ptr, n, adv.value, dev)
 
 
-def _convert(attr: RangeAttribute, data: list[int]) -> object:
+#: What a range attribute reads as: READ_MOSTLY a bool, ACCESSED_BY a tuple of device
+#: indices (-1: the host), the location types a :class:`LocationType`, COHERENCY_MODE a
+#: :class:`CoherencyMode` (an int when the runtime answers a value without a name), the
+#: others an int (a device index, -1 the host, -2 none).
+RangeValue = bool | int | tuple[int, ...] | LocationType | CoherencyMode
+
+
+def _convert(attr: RangeAttribute, data: list[int]) -> RangeValue:
     if attr is RangeAttribute.READ_MOSTLY:
         return bool(data[0])
     if attr is RangeAttribute.ACCESSED_BY:
@@ -203,7 +210,7 @@ def range_attributes(
     *,
     offset: int = 0,
     size: int | None = None,
-) -> dict[RangeAttribute, object]:
+) -> dict[RangeAttribute, RangeValue]:
     """Query several attributes of a managed range in one native call."""
     _check_managed(buffer)
     attrs_: list[RangeAttribute] = []
@@ -233,8 +240,8 @@ def range_attribute(
     *,
     offset: int = 0,
     size: int | None = None,
-) -> object:
-    """Query one attribute of a managed range (see the module doc for value types)."""
+) -> RangeValue:
+    """Query one attribute of a managed range (see :data:`RangeValue` for value types)."""
     result = range_attributes(runtime, buffer, [attribute], offset=offset, size=size)
     return next(iter(result.values()))
 

@@ -21,6 +21,9 @@ class Stream:
     """A stream created by a GPU backend; ``close()`` (or ``with``) destroys it."""
 
     def __init__(self, runtime: Runtime, *, non_blocking: bool = False) -> None:
+        """A new stream of ``runtime`` (which must provide the STREAMS group);
+        ``non_blocking``: does not synchronize with the legacy default stream. Prefer the
+        backend's ``stream(non_blocking=...)``."""
         self._runtime = runtime.require(Group.STREAMS)
         self._lock = threading.Lock()
         self.handle: int = self._runtime.stream_create(non_blocking)

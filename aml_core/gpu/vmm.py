@@ -124,6 +124,8 @@ class VirtualMemory(Area):
     options_type = VmmOptions
 
     def __init__(self, runtime: Runtime, device: int) -> None:
+        """The virtual-memory API of ``device`` (an index) over ``runtime`` (which must
+        provide the VIRTUAL_MEMORY group). Prefer the backend's ``virtual_memory(device)``."""
         super().__init__(
             backend=runtime.traits.name,
             kind=Kind.DEVICE,

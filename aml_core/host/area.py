@@ -24,7 +24,7 @@ import mmap as _mmap
 import os
 import stat
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import attrs
 
@@ -32,7 +32,7 @@ from .. import _os
 from ..area import Area
 from ..buffer import Buffer, DLDeviceType
 from ..errors import AMLTypeError, AMLValueError
-from ..specs import Capability, Kind
+from ..specs import Capability, Kind, format_size
 from . import numa
 from .numa import Policy
 
@@ -93,6 +93,18 @@ class HostMmapOptions:
 _DEFAULT_OPTIONS = HostMmapOptions()
 
 
+class HostMmapOptionsDict(TypedDict, total=False):
+    """:class:`HostMmapOptions` as a mapping (``area.mmap(n, {"fd": fd})``), typed: an
+    unknown key or a value of the wrong type is a type error."""
+
+    fd: int | None
+    offset: int
+    prot: int
+    flags: int
+    shared: bool | None
+    alignment: int | None
+
+
 def _alignment(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise AMLTypeError(f"alignment must be an int, not {type(value).__name__}")
@@ -129,6 +141,10 @@ class HostArea(Area):
 
     options_type = HostMmapOptions
 
+    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+
+        def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer: ...
+
     def __init__(
         self,
         policy: Policy | str | int = Policy.DEFAULT,
@@ -139,6 +155,20 @@ class HostArea(Area):
         transparent_huge_pages: bool = False,
         alignment: int = 0,
     ) -> None:
+        """A host area.
+
+        ``policy``: the NUMA policy of every mapping (a :class:`Policy`, its name
+        ``"bind"``/``"interleave"``/``"preferred"``/``"default"``, or its MPOL value);
+        ``nodes``: the NUMA nodes it names (an int or an iterable of ints; none for
+        DEFAULT, one for PREFERRED, at least one for BIND and INTERLEAVE); ``shared``:
+        MAP_SHARED instead of MAP_PRIVATE; ``huge_pages``: True for the default huge page
+        size or a size in bytes (MAP_HUGETLB); ``transparent_huge_pages``:
+        ``madvise(MADV_HUGEPAGE)`` each mapping; ``alignment``: a power of two the
+        mappings' addresses are aligned to (0: the page size). Wrong values raise
+        :class:`~aml_core.errors.AMLValueError`/:class:`~aml_core.errors.AMLTypeError`,
+        nodes this process may not use :class:`~aml_core.errors.AMLDomainError`.
+        Per-mapping options (a file to map...) go to ``mmap`` (:class:`HostMmapOptions`).
+        """
         pol = Policy.parse(policy)
         node_set = numa.as_nodes(nodes)
         if pol is Policy.DEFAULT and node_set:
@@ -260,11 +290,21 @@ class HostArea(Area):
         self._lookup(buffer, None)
         return numa.policy_of(buffer.ptr)
 
-    def page_nodes(self, buffer: Buffer) -> list[int]:
-        """The node of each page of a buffer (negative errno for untouched pages)."""
+    @overload
+    def page_nodes(self, buffer: Buffer, *, summary: Literal[False] = False) -> list[int]: ...
+    @overload
+    def page_nodes(self, buffer: Buffer, *, summary: Literal[True]) -> dict[int, int]: ...
+    def page_nodes(self, buffer: Buffer, *, summary: bool = False) -> list[int] | dict[int, int]:
+        """The node of each page of a buffer (:data:`~aml_core.host.NOT_TOUCHED` for
+        pages not yet touched); ``summary=True``: ``{node: pages}`` as numastat counts."""
         self._lookup(buffer, None)
+        if summary:
+            return numa.page_nodes(buffer.ptr, buffer.size, summary=True)
         return numa.page_nodes(buffer.ptr, buffer.size)
 
     def __repr__(self) -> str:
         nodes = f" nodes={list(self.nodes)}" if self.nodes else ""
-        return f"<aml HostArea {self.policy.name.lower()}{nodes} {len(self._live)} live>"
+        if self.closed:
+            return f"<aml HostArea {self.policy.name.lower()}{nodes} closed>"
+        nbytes = format_size(self.stats.bytes_in_use)
+        return f"<aml HostArea {self.policy.name.lower()}{nodes} {len(self._live)} live, {nbytes}>"

@@ -10,13 +10,16 @@ from __future__ import annotations
 import enum
 import errno
 import os
+from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
+from typing import Literal, overload
 
 from .. import _os
 from ..errors import AMLDomainError, AMLTypeError, AMLValueError, ErrorCode, ErrorTable
 
 __all__ = [
+    "NOT_TOUCHED",
     "OS_ERRORS",
     "Policy",
     "allowed_nodes",
@@ -168,9 +171,24 @@ def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
     return Policy(mode & 0xFF), tuple(nodes)
 
 
-def page_nodes(address: int, length: int) -> list[int]:
-    """The node of each page of a range (negative errno for pages not yet touched)."""
+#: What :func:`page_nodes` says of a page not yet touched (no physical page behind it):
+#: ``-ENOENT``, as move_pages(2) reports it. Other negative values are other errnos.
+NOT_TOUCHED = -errno.ENOENT
+
+
+@overload
+def page_nodes(address: int, length: int, *, summary: Literal[False] = False) -> list[int]: ...
+@overload
+def page_nodes(address: int, length: int, *, summary: Literal[True]) -> dict[int, int]: ...
+def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int] | dict[int, int]:
+    """The node of each page of a range (:data:`NOT_TOUCHED` for pages not yet touched,
+    another negative errno for a page move_pages cannot read). With ``summary=True``,
+    the number of pages per node instead, as numastat counts them: ``{node: pages}``,
+    nodes in ascending order (negative keys first: untouched or unreadable pages)."""
     try:
-        return list(_os.page_nodes(address, length))
+        nodes = list(_os.page_nodes(address, length))
     except OSError as exc:
         raise os_error(exc) from None
+    if not summary:
+        return nodes
+    return dict(sorted(Counter(nodes).items()))

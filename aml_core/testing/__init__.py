@@ -13,9 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from ..registry import Registry
-from .conformance import AreaConformance, ManagedConformance, VirtualMemoryConformance
+from .conformance import AreaConformance, IpcConformance, ManagedConformance, VirtualMemoryConformance
 
-__all__ = ["AreaConformance", "ManagedConformance", "VirtualMemoryConformance", "aml_registry"]
+__all__ = [
+    "AreaConformance",
+    "IpcConformance",
+    "ManagedConformance",
+    "VirtualMemoryConformance",
+    "aml_registry",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:

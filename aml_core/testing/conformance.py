@@ -20,8 +20,13 @@ override :meth:`AreaConformance.write` / :meth:`AreaConformance.read` if yours d
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
 import os
+import pickle
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -34,6 +39,7 @@ from ..errors import (
     AMLBusyError,
     AMLDomainError,
     AMLError,
+    AMLMemoryError,
     AMLNotSupported,
     AMLTypeError,
     AMLValueError,
@@ -41,7 +47,7 @@ from ..errors import (
 )
 from ..specs import MAX_SIZE, AreaStats, Capability
 
-__all__ = ["AreaConformance", "ManagedConformance", "VirtualMemoryConformance"]
+__all__ = ["AreaConformance", "IpcConformance", "ManagedConformance", "VirtualMemoryConformance"]
 
 
 def _pattern(n: int) -> bytes:
@@ -54,16 +60,15 @@ def _is_freed(buf: Buffer) -> bool:
     return buf.freed
 
 
-class AreaConformance:
-    """What every area must do. Needs a fixture ``area`` yielding a fresh, open area."""
+def _can_access(area: Area, buf: Buffer) -> bool:
+    return buf.host_accessible or (hasattr(area, "write") and hasattr(area, "read"))
 
-    #: Sizes mapped by the round-trip tests.
-    sizes: ClassVar[tuple[int, ...]] = (1, 4095, 4096, 65537, 1 << 20)
-    #: Threads and rounds of the concurrency test.
-    threads: ClassVar[int] = 8
-    rounds: ClassVar[int] = 50
 
-    # -- data access, overridable -------------------------------------------------------
+class _DataAccess:
+    """How the kit writes and reads a buffer's bytes: the buffer protocol for
+    host-accessible memory, else the area's ``write(buf, data)`` / ``read(buf, size)``;
+    override both if your area differs."""
+
     def write(self, area: Area, buf: Buffer, data: bytes) -> None:
         if buf.host_accessible:
             with memoryview(buf) as view:
@@ -81,6 +86,27 @@ class AreaConformance:
             data: bytes = area.read(buf, size)
             return data
         pytest.skip("the area's memory is not host-accessible and the area has no read()")
+
+
+class AreaConformance(_DataAccess):
+    """What every area must do. Needs a fixture ``area`` yielding a fresh, open area."""
+
+    #: Sizes mapped by the round-trip tests.
+    sizes: ClassVar[tuple[int, ...]] = (1, 4095, 4096, 65537, 1 << 20)
+    #: Threads and rounds of the concurrency test.
+    threads: ClassVar[int] = 8
+    rounds: ClassVar[int] = 50
+    #: A size the system cannot provide (ENOMEM expected), or None to skip that test.
+    enomem_size: ClassVar[int | None] = MAX_SIZE
+    #: Mappings made and freed by the leak check.
+    leak_rounds: ClassVar[int] = 64
+
+    # -- leak check hook, overridable ---------------------------------------------------
+    def native_live(self, area: Area) -> int | None:
+        """The number of native allocations of ``area`` still alive, as the backend (or
+        its driver double) counts them; None (the default) when it cannot tell. With a
+        count, the leak check proves that ``_free`` really frees."""
+        return None
 
     # -- mapping ---------------------------------------------------------------------
     def test_mmap_munmap_round_trip(self, area: Area) -> None:
@@ -130,6 +156,63 @@ class AreaConformance:
         assert after.total_unmaps == before.total_unmaps + 2
         assert after.peak_bytes >= mid.bytes_in_use
         assert isinstance(after, AreaStats)
+
+    def test_free_is_called_and_frees(self, area: Area) -> None:
+        """Catch a ``_free`` that is never reached or does nothing: every munmap and
+        close() calls it once per mapping, the stats come back to where they were and,
+        with :meth:`native_live`, the backend's own count does too. An area with a
+        compiled allocator installed (``AreaBase._set_native``) frees its fast-path
+        buffers without ``_free``: there the backend's native count is the witness."""
+        compiled = getattr(area, "_native_allocator", None) is not None
+        if compiled and self.native_live(area) is None:
+            pytest.skip(
+                "a compiled allocator frees without _free, and the backend gives no native live count"
+            )
+        freed: list[int] = []
+        original = area._free
+
+        def counting_free(buffer: Buffer) -> None:
+            freed.append(buffer.ptr)
+            original(buffer)
+
+        area._free = counting_free  # type: ignore[method-assign]
+        try:
+            before, native_before = area.stats, self.native_live(area)
+            bufs = [area.mmap(4096 + i) for i in range(self.leak_rounds)]
+            if native_before is not None:
+                assert self.native_live(area) == native_before + self.leak_rounds
+            for buf in bufs[: self.leak_rounds // 2]:
+                area.munmap(buf)
+            if compiled:
+                assert native_before is not None  # checked above: compiled areas need the count
+                assert self.native_live(area) == native_before + self.leak_rounds - self.leak_rounds // 2
+            else:
+                assert sorted(freed) == sorted(b.ptr for b in bufs[: self.leak_rounds // 2])
+            rest = bufs[self.leak_rounds // 2 :]
+            area.close()
+            if not compiled:
+                assert len(freed) == self.leak_rounds
+            assert all(b.freed for b in rest)
+            after = area.stats
+            assert after.bytes_in_use == before.bytes_in_use
+            assert after.live_mappings == before.live_mappings
+            assert after.total_unmaps - before.total_unmaps == self.leak_rounds
+            if native_before is not None:
+                assert self.native_live(area) == native_before, "_free did not release the native memory"
+        finally:
+            del area._free
+
+    def test_enomem(self, area: Area) -> None:
+        """A size the system cannot provide is ENOMEM (:class:`AMLMemoryError`, also a
+        MemoryError), and nothing is tracked."""
+        if self.enomem_size is None:
+            pytest.skip("this backend sets no enomem_size")
+        before = area.stats
+        with pytest.raises(AMLMemoryError) as info:
+            area.mmap(self.enomem_size)
+        assert info.value.code is ErrorCode.ENOMEM
+        assert isinstance(info.value, MemoryError)
+        assert area.stats == before
 
     # -- bad input -------------------------------------------------------------------------
     @pytest.mark.parametrize(
@@ -229,6 +312,11 @@ class AreaConformance:
         assert area.closed
 
     def test_threads(self, area: Area) -> None:
+        probe = area.mmap(4096)
+        accessible = _can_access(area, probe)
+        area.munmap(probe)
+        if not accessible:  # write()/read() would skip inside a worker thread: skip here
+            pytest.skip("the area's memory is not host-accessible and the area has no write()/read()")
         errors: list[BaseException] = []
         start = area.stats
 
@@ -332,6 +420,116 @@ class AreaConformance:
         assert cai["shape"] == (4096,)
         assert cai["data"][0] == buf.device_ptr
         assert cai["version"] == 3
+        area.munmap(buf)
+
+
+_IPC_CHILD = """
+import base64, importlib, json, pickle, sys
+request = json.loads(sys.stdin.read())
+import aml_core
+if request["plugin"]:
+    aml_core.register(importlib.import_module(request["plugin"]), name=request["backend"])
+handle = pickle.loads(base64.b64decode(request["handle"]))
+buf = aml_core.ipc_open(handle)
+n = len(bytes.fromhex(request["write"]))
+if buf.host_accessible:
+    with memoryview(buf) as view:
+        seen = bytes(view[:n])
+        view[:n] = bytes.fromhex(request["write"])
+else:
+    seen = buf.area.read(buf, n)
+    buf.area.write(buf, bytes.fromhex(request["write"]))
+report = {"seen": seen.hex(), "size": buf.size, "backend": buf.area.backend}
+buf.area.munmap(buf)
+report["closed"] = buf.freed
+print(json.dumps(report))
+"""
+
+
+class IpcConformance(_DataAccess):
+    """The IPC contract (docs/backend-authoring.md#ipc), for any backend that declares
+    :attr:`~aml_core.specs.Capability.IPC`: needs a fixture ``area`` yielding an open
+    area with ``ipc_export``. A child process opens the handle with
+    ``aml_core.ipc_open``, reads what the parent wrote and writes back.
+
+    The child finds the backend by ``handle.backend`` in the registry: set
+    :attr:`plugin` to the plugin module to register there when the backend is not
+    installed as an entry point, and override :meth:`child_env` if the child needs
+    another environment."""
+
+    #: Bytes shared by the tests.
+    size: ClassVar[int] = 1 << 16
+    #: The plugin module the child registers (``aml_core.register``), or None when the
+    #: backend is installed (found through its entry point).
+    plugin: ClassVar[str | None] = None
+
+    def child_env(self, area: Area) -> dict[str, str]:
+        """The child process's environment (default: this process's)."""
+        return dict(os.environ)
+
+    def _area(self, area: Area) -> Any:
+        if not area.capabilities & Capability.IPC or not hasattr(area, "ipc_export"):
+            pytest.skip("the area does not declare IPC")
+        return area
+
+    def test_handle(self, area: Area) -> None:
+        from ..ipc import IpcExport, IpcHandle
+
+        ipc = self._area(area)
+        buf = area.mmap(self.size)
+        export = ipc.ipc_export(buf)
+        assert isinstance(export, IpcExport)
+        handle = export.handle
+        assert isinstance(handle, IpcHandle)
+        assert handle.backend == area.backend
+        assert handle.size == buf.size
+        assert handle.pid == os.getpid()
+        assert pickle.loads(pickle.dumps(handle)) == handle
+        area.munmap(buf)
+        with pytest.raises(AMLValueError):
+            export.handle  # noqa: B018 - the buffer was freed: the export says so
+
+    def test_export_bad_input(self, area: Area) -> None:
+        ipc = self._area(area)
+        buf = area.mmap(4096)
+        with pytest.raises(AMLValueError):
+            ipc.ipc_export(buf.ptr + (1 << 40))
+        area.munmap(buf)
+        with pytest.raises(AMLValueError):
+            ipc.ipc_export(buf)
+        import aml_core
+
+        with pytest.raises(AMLTypeError):
+            aml_core.ipc_open(object())  # type: ignore[arg-type]
+
+    def test_share_with_a_child_process(self, area: Area) -> None:
+        ipc = self._area(area)
+        buf = area.mmap(self.size)
+        parent, child = _pattern(64), _pattern(64)
+        self.write(area, buf, parent)
+        handle = ipc.ipc_export(buf).handle
+        request = {
+            "handle": base64.b64encode(pickle.dumps(handle)).decode(),
+            "plugin": self.plugin,
+            "backend": area.backend,
+            "write": child.hex(),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", _IPC_CHILD],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=self.child_env(area),
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert bytes.fromhex(report["seen"]) == parent, "the child did not see the parent's bytes"
+        assert report["size"] == self.size
+        assert report["backend"] == area.backend, "the imported buffer is not in the backend's import area"
+        assert report["closed"], "buf.area.munmap(buf) did not close the imported buffer"
+        assert self.read(area, buf, 64) == child, "the parent did not see the child's bytes"
         area.munmap(buf)
 
 

@@ -152,13 +152,20 @@ def test_probe_without_driver() -> None:
         aml_cuda.get_runtime().device_count()
     assert count.value.native is not None
     assert count.value.native.name in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice")
-    # Creating an area says why; it never crashes.
-    with pytest.raises(AMLFailure) as info:
-        aml_cuda.create(0)
-    assert info.value.native is not None
-    assert info.value.native.function == "cudaGetDeviceCount"
-    with pytest.raises(AMLNotSupported):
-        aml_cuda.virtual_memory(0)
+    # Creating an area, a default area, virtual memory or a stream says why, with one
+    # error and one wording; it never crashes.
+    for entry in (
+        lambda: aml_cuda.create(0),
+        aml_cuda.default_area,
+        aml_cuda.unified_area,
+        lambda: aml_cuda.virtual_memory(0),
+        aml_cuda.stream,
+    ):
+        with pytest.raises(AMLNotSupported, match=r"^no usable cuda device: ") as info:
+            entry()
+        assert info.value.native is not None
+        assert info.value.native.function == "cudaGetDeviceCount"
+        assert info.value.native.name in ("cudaErrorInsufficientDriver", "cudaErrorNoDevice")
     with pytest.raises(AMLNotSupported):
         aml_core.area(kind="device", backend="cuda")
 
