@@ -41,7 +41,14 @@ import pytest
 
 from .doubles import Mode
 
-__all__ = ["DoubleSuite", "DriverDouble", "double_mode", "load_module", "mark_double_items"]
+__all__ = [
+    "DoubleSuite",
+    "DriverDouble",
+    "add_double_markers",
+    "double_mode",
+    "load_module",
+    "mark_double_items",
+]
 
 D = TypeVar("D", bound="DriverDouble")
 
@@ -222,6 +229,15 @@ class DriverDouble:
         yield make
         for double in used:
             double.leave()
+
+
+def add_double_markers(config: pytest.Config, double: str, host_double: str) -> None:
+    """Register the markers: ``gpu``, ``double`` (``double`` says what the tests run
+    against) and ``host_double`` (``host_double`` says what of the host mode they need)."""
+    gpu = "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
+    config.addinivalue_line("markers", gpu)
+    config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
+    config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
 
 
 def mark_double_items(items: list[pytest.Item], fixtures: Collection[str], mode: str, why: str) -> None:

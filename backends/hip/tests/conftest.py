@@ -23,17 +23,11 @@ import pytest
 # hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
 from hip_helpers import MODE, HipDouble, aml_hip, build_double
 
-from aml_core.testing.double_fixtures import mark_double_items
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
-    )
-    config.addinivalue_line("markers", "double: runs against the HIP driver double (needs gcc)")
-    config.addinivalue_line(
-        "markers", "host_double: needs the double's host mode (emulated devices or AMD-only behaviour)"
-    )
+    add_double_markers(config, "the HIP driver double", "emulated devices or AMD-only behaviour")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

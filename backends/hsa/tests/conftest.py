@@ -15,13 +15,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from hsa_helpers import MODE, HsaDouble, build_double
 
-from aml_core.testing.double_fixtures import mark_double_items
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver")
-    config.addinivalue_line("markers", "double: runs against the HSA driver double (needs gcc)")
-    config.addinivalue_line("markers", "host_double: needs the double's host mode (host memory, IPC)")
+    add_double_markers(config, "the HSA driver double", "host memory, IPC")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -17,13 +17,11 @@ import pytest
 # ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
 from ze_helpers import MODE, ZeDouble, aml_ze, build_double
 
-from aml_core.testing.double_fixtures import mark_double_items
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver (skipped elsewhere)")
-    config.addinivalue_line("markers", "double: runs against the Level Zero driver double (needs gcc)")
-    config.addinivalue_line("markers", "host_double: needs the double's host mode (emulated devices)")
+    add_double_markers(config, "the Level Zero driver double", "emulated devices")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
