@@ -317,3 +317,18 @@ def test_the_typed_exports_stub_matches_the_lazy_names() -> None:
         elif isinstance(node, ast.Assign):
             declared |= {t.id for t in node.targets if isinstance(t, ast.Name)}
     assert declared == set(GPU_TYPES) | set(GPU_FUNCTIONS) - {"get_runtime", "load_runtime"}
+
+
+def test_the_typed_vmm_exports_stub_matches_gpu_vmm_types() -> None:
+    """``aml_core/gpu/vmm_exports.pyi`` (what type checkers see in aml_ze and aml_hsa) names
+    exactly :data:`~aml_core.gpu.plugin.GPU_VMM_TYPES`, a part of GPU_TYPES."""
+    import ast
+    from pathlib import Path
+
+    import aml_core.gpu
+    from aml_core.gpu.plugin import GPU_TYPES, GPU_VMM_TYPES
+
+    stub = ast.parse((Path(aml_core.gpu.__file__).parent / "vmm_exports.pyi").read_text())
+    declared = {a.asname for node in stub.body if isinstance(node, ast.ImportFrom) for a in node.names}
+    assert declared == set(GPU_VMM_TYPES)
+    assert set(GPU_VMM_TYPES) <= set(GPU_TYPES)

@@ -27,6 +27,7 @@ __all__ = [
     "GPU_METHODS",
     "GPU_PRIORITY",
     "GPU_TYPES",
+    "GPU_VMM_TYPES",
     "gpu_exports",
     "lazy_descriptor",
 ]
@@ -69,6 +70,19 @@ GPU_TYPES = (
     "RangeAttribute",
     "Reservation",
     "Stream",
+    "VirtualMemory",
+)
+#: Of :data:`GPU_TYPES`, those of the virtual-memory and IPC API that every GPU backend has,
+#: Level Zero's and HSA's too (they have no managed advice or streams); typed once in
+#: ``aml_core/gpu/vmm_exports.pyi`` for the packages that export these and not all of GPU_TYPES.
+GPU_VMM_TYPES = (
+    "Access",
+    "AllocationProperties",
+    "GrowableBuffer",
+    "IpcExport",
+    "IpcHandle",
+    "Physical",
+    "Reservation",
     "VirtualMemory",
 )
 #: The methods of ``BACKEND`` a GPU backend package exports as functions.

@@ -103,10 +103,7 @@ class HipLibrary:
         self.names = names
         self.errors = native.errors
         self.path = native.path
-        for name, (restype, argtypes) in REQUIRED.items():
-            native.declare(name, restype, *argtypes)
-        for name, (restype, argtypes) in OPTIONAL.items():
-            native.declare(name, restype, *argtypes, required=False)
+        native.declare_all(REQUIRED, OPTIONAL)
         names.bind(c_char_p_function(native.function("hipGetErrorName")))
         raw = c_int(0)
         native.call("hipRuntimeGetVersion", ctypes.byref(raw))

@@ -21,31 +21,17 @@ from pathlib import Path
 import pytest
 
 # hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
-from hip_helpers import MODE, HipDouble, aml_hip, build_double, enter_double, leave_double
+from hip_helpers import MODE, HipDouble, aml_hip, build_double
+
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
-    )
-    config.addinivalue_line("markers", "double: runs against the HIP driver double (needs gcc)")
-    config.addinivalue_line(
-        "markers", "host_double: needs the double's host mode (emulated devices or AMD-only behaviour)"
-    )
+    add_double_markers(config, "the HIP driver double", "emulated devices or AMD-only behaviour")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if "hip" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.double)
-            if MODE == "forward":
-                item.add_marker(pytest.mark.gpu)
-        if MODE == "forward" and item.get_closest_marker("host_double"):
-            item.add_marker(
-                pytest.mark.skip(
-                    reason="needs the double's host mode (AML_HIP_TEST_DOUBLE=forward runs CUDA)"
-                )
-            )
+    mark_double_items(items, ("hip",), MODE, "AML_HIP_TEST_DOUBLE=forward runs CUDA")
 
 
 @pytest.fixture(scope="session")
@@ -56,25 +42,16 @@ def double_library() -> Path:
 @pytest.fixture
 def hip(double_library: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HipDouble]:
     """aml_hip running on the double (reset before, leak-checked after)."""
-    double = enter_double(double_library, monkeypatch)
-    yield double
-    leave_double(double)
+    with HipDouble.running(double_library, monkeypatch) as double:
+        yield double
 
 
 @pytest.fixture
 def hip_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[int | None], HipDouble]]:
     """aml_hip running on a double built for one version (its file name and symbols
     follow that version: ``libamdhip64.so.5`` without hipExtHostAlloc for 5.2)."""
-    used: list[HipDouble] = []
-
-    def make(version: int | None) -> HipDouble:
-        double = enter_double(build_double(version), monkeypatch)
-        used.append(double)
-        return double
-
-    yield make
-    for double in used:
-        leave_double(double)
+    with HipDouble.factory(monkeypatch) as make:
+        yield lambda version: make(version=version)
 
 
 @pytest.fixture

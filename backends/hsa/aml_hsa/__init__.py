@@ -28,33 +28,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aml_core.gpu.plugin import GPU_VMM_TYPES
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from aml_core.gpu import (
-        Access as Access,
-    )
-    from aml_core.gpu import (
-        AllocationProperties as AllocationProperties,
-    )
-    from aml_core.gpu import (
-        GrowableBuffer as GrowableBuffer,
-    )
-    from aml_core.gpu import (
-        IpcExport as IpcExport,
-    )
-    from aml_core.gpu import (
-        IpcHandle as IpcHandle,
-    )
-    from aml_core.gpu import (
-        Physical as Physical,
-    )
-    from aml_core.gpu import (
-        Reservation as Reservation,
-    )
-    from aml_core.gpu import (
-        VirtualMemory as VirtualMemory,
-    )
+    from aml_core.gpu.vmm_exports import *  # noqa: F403  (GPU_VMM_TYPES)
 
     from .api import (
         BACKEND as BACKEND,
@@ -166,8 +144,6 @@ if TYPE_CHECKING:
         unmap as unmap,
     )
 
-_GPU = ("Access", "AllocationProperties", "GrowableBuffer", "IpcExport", "IpcHandle", "Physical")
-_GPU2 = ("Reservation", "VirtualMemory")
 _API = (
     "BACKEND",
     "HsaBackend",
@@ -203,11 +179,11 @@ _VMEM = (
     "unmap",
 )
 _WHERE = (
-    dict.fromkeys((*_GPU, *_GPU2), "aml_core.gpu")
+    dict.fromkeys(GPU_VMM_TYPES, "aml_core.gpu")
     | dict.fromkeys(_API, ".api")
     | {"PoolArea": ".area"}
     | dict.fromkeys(_RUNTIME, ".runtime")
     | dict.fromkeys(_VMEM, ".vmem")
 )
-__all__ = [*_WHERE, "__version__"]  # noqa: PLE0604
+__all__ = [*_WHERE, "__version__"]  # noqa: PLE0604, F405
 __getattr__, __dir__ = lazy_exports(__name__, _WHERE, distribution="aml-hsa")

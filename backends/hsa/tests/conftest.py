@@ -13,44 +13,26 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from hsa_helpers import MODE, HsaDouble, build_double, enter_double, leave_double
+from hsa_helpers import MODE, HsaDouble, build_double
+
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver")
-    config.addinivalue_line("markers", "double: runs against the HSA driver double (needs gcc)")
-    config.addinivalue_line("markers", "host_double: needs the double's host mode (host memory, IPC)")
+    add_double_markers(config, "the HSA driver double", "host memory, IPC")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "hsa" in fixtures or "hsa_built" in fixtures:
-            item.add_marker(pytest.mark.double)
-            if MODE == "forward":
-                item.add_marker(pytest.mark.gpu)
-        if MODE == "forward" and item.get_closest_marker("host_double"):
-            item.add_marker(
-                pytest.mark.skip(reason="needs the double's host mode (this run forwards to CUDA)")
-            )
+    mark_double_items(items, ("hsa", "hsa_built"), MODE, "this run forwards to CUDA")
 
 
 @pytest.fixture
 def hsa(monkeypatch: pytest.MonkeyPatch) -> Iterator[HsaDouble]:
-    double = enter_double(build_double(), monkeypatch)
-    yield double
-    leave_double(double)
+    with HsaDouble.running(build_double(), monkeypatch) as double:
+        yield double
 
 
 @pytest.fixture
 def hsa_built(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[tuple[int, int]], HsaDouble]]:
-    used: list[HsaDouble] = []
-
-    def make(interface: tuple[int, int]) -> HsaDouble:
-        double = enter_double(build_double(interface), monkeypatch)
-        used.append(double)
-        return double
-
-    yield make
-    for double in used:
-        leave_double(double)
+    with HsaDouble.factory(monkeypatch) as make:
+        yield make

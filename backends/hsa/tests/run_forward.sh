@@ -2,13 +2,13 @@
 # Run aml-hsa on a real NVIDIA GPU: the HSA driver double is built in forward mode (every
 # hsa_amd_vmem_* memory operation forwarded to the CUDA driver's virtual memory calls:
 # cuMemAddressReserve, cuMemCreate with POSIX-fd handles, cuMemMap, cuMemSetAccess,
-# cuMemExportToShareableHandle, cuMemImportFromShareableHandle...), then
+# cuMemExportToShareableHandle, cuMemImportFromShareableHandle...) and `aml info --json`
+# with it is recorded (aml-info.json; ../../forward-prelude.sh does both), then
 #   1. the whole vmem sequence, step by step, with a dma-buf fd exported, sent over a Unix
 #      socket and imported twice in a second process (sequence.log);
-#   2. `aml info --json` with the forward double (aml-info.json);
-#   3. benchmarks/hsa_bench.py when cuda-bindings is importable (hsa_bench.json/.md,
+#   2. benchmarks/hsa_bench.py when cuda-bindings is importable (hsa_bench.json/.md,
 #      bench.txt; AML_HSA_BENCH_ARGS=--quick for fewer repetitions);
-#   4. the aml-hsa test suite with AML_HSA_TEST_DOUBLE=forward (pytest.log, junit.xml);
+#   3. the aml-hsa test suite with AML_HSA_TEST_DOUBLE=forward (pytest.log, junit.xml);
 #      tests that need host memory behind the double (page protections, IPC) skip.
 #
 # For a machine with gcc, CUDA in /usr/local/cuda (or CUDA_HOME), Python 3 with pytest, an
@@ -24,59 +24,11 @@
 # pytest (the benchmark's failure is logged, not fatal).
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-cd "$ROOT"
-OUT="${OUT:-$ROOT/forward-out}"
-mkdir -p "$OUT"
-PYTHON="${PYTHON:-python3}"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export AML_HSA_TEST_DOUBLE=forward
-export PYTHONDONTWRITEBYTECODE=1
-
-{
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
-    echo "python: $("$PYTHON" --version 2>&1)"
-    echo "gcc: $(gcc --version 2>&1 | head -n1)"
-    echo "CUDA_HOME: $CUDA_HOME"
-    "$CUDA_HOME/bin/nvcc" --version 2>&1 | tail -n2 || true
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "nvidia-smi: not found"
-} >"$OUT/environment.txt" 2>&1
-cat "$OUT/environment.txt"
-
-if [ "${AML_HSA_SKIP_INSTALL:-0}" != "1" ]; then
-    "$PYTHON" -m pip install --no-deps --no-build-isolation . ./backends/hsa >"$OUT/install.txt" 2>&1 || {
-        echo "pip install failed: see $OUT/install.txt" >&2
-        tail -n 20 "$OUT/install.txt" >&2
-        exit 2
-    }
-fi
-
-# pytest runs from the root, where the source tree shadows the installed aml_core.
-"$PYTHON" setup.py -q build_ext --inplace >"$OUT/build_ext.txt" 2>&1 || {
-    echo "building aml_core's C extensions failed: see $OUT/build_ext.txt" >&2
-    exit 2
-}
-
-"$PYTHON" - >"$OUT/build.txt" 2>&1 <<'PY'
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("hsadouble_build", "backends/hsa/tests/native/hsa_double.py")
-build = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = build
-spec.loader.exec_module(build)
-print("cuda:", build.find_cuda())
-path = build.build_double("forward")
-print("double:", path)
-ctl = build.DoubleControl(path)
-print("mode:", ctl.mode, "interface:", ctl.interface)
-PY
-status=$?
-cat "$OUT/build.txt"
-if [ $status -ne 0 ]; then
-    echo "building the forward double failed: see $OUT/build.txt" >&2
-    exit 2
-fi
-DOUBLE="$(sed -n 's/^double: //p' "$OUT/build.txt")"
+BACKEND=hsa
+BUILD_REPORT='print("mode:", ctl.mode, "interface:", ctl.interface)'
+# environment, install, in-place build, the forward double (DOUBLE), aml-info.json
+# shellcheck source=../../forward-prelude.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../forward-prelude.sh"
 export AML_HSA_LIBRARY="$DOUBLE"
 
 PYTHONPATH="$ROOT/backends/hsa/tests${PYTHONPATH:+:$PYTHONPATH}" \
@@ -84,8 +36,6 @@ PYTHONPATH="$ROOT/backends/hsa/tests${PYTHONPATH:+:$PYTHONPATH}" \
 seq_status=$?
 cat "$OUT/sequence.log"
 echo "sequence exit status: $seq_status" | tee -a "$OUT/sequence.log"
-
-"$PYTHON" -m aml_core info --json >"$OUT/aml-info.json" 2>&1 || true
 
 # The benchmark before the suite, so that a hanging test cannot cost it; the time limits
 # (120 + 120 + 330 s) keep the whole run under the device machine's 10 minutes per command.

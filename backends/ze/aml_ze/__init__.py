@@ -29,37 +29,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aml_core.gpu.plugin import GPU_FUNCTIONS
+from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_VMM_TYPES
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from aml_core.gpu import (
-        Access as Access,
-    )
-    from aml_core.gpu import (
-        AllocationProperties as AllocationProperties,
-    )
-    from aml_core.gpu import (
-        GrowableBuffer as GrowableBuffer,
-    )
-    from aml_core.gpu import (
-        IpcExport as IpcExport,
-    )
-    from aml_core.gpu import (
-        IpcHandle as IpcHandle,
-    )
-    from aml_core.gpu import (
-        Physical as Physical,
-    )
-    from aml_core.gpu import (
         PointerAttributes as PointerAttributes,
     )
-    from aml_core.gpu import (
-        Reservation as Reservation,
-    )
-    from aml_core.gpu import (
-        VirtualMemory as VirtualMemory,
-    )
+    from aml_core.gpu.vmm_exports import *  # noqa: F403  (GPU_VMM_TYPES)
 
     from .api import (
         BACKEND as BACKEND,
@@ -120,17 +97,7 @@ if TYPE_CHECKING:
     )
 
 #: The types of :mod:`aml_core.gpu` that Level Zero has (of GPU_TYPES: no managed advice or streams).
-_TYPES = (
-    "Access",
-    "AllocationProperties",
-    "GrowableBuffer",
-    "IpcExport",
-    "IpcHandle",
-    "Physical",
-    "PointerAttributes",
-    "Reservation",
-    "VirtualMemory",
-)
+_TYPES = (*GPU_VMM_TYPES, "PointerAttributes")
 #: Of GPU_FUNCTIONS, those Level Zero has (see the module doc).
 _FUNCTIONS = tuple(n for n in GPU_FUNCTIONS if n not in ("create", "default_area", "unified_area", "stream"))
 _OWN = (
@@ -145,7 +112,7 @@ _OWN = (
     "device_area",
     "host_area",
 )
-__all__ = [*_TYPES, *_FUNCTIONS, *_OWN, "__version__"]  # noqa: PLE0604
+__all__ = [*_TYPES, *_FUNCTIONS, *_OWN, "__version__"]  # noqa: PLE0604, F405
 __getattr__, __dir__ = lazy_exports(
     __name__,
     dict.fromkeys(_TYPES, "aml_core.gpu") | dict.fromkeys((*_FUNCTIONS, *_OWN), ".api"),

@@ -85,10 +85,7 @@ class ZeLibrary:
         self.native = native
         self.errors = native.errors
         self.path = native.path
-        for name, (restype, argtypes) in REQUIRED.items():
-            native.declare(name, restype, *argtypes)
-        for name, (restype, argtypes) in OPTIONAL.items():
-            native.declare(name, restype, *argtypes, required=False)
+        native.declare_all(REQUIRED, OPTIONAL)
 
     def has(self, name: str) -> bool:
         """Whether the library exports ``name`` (and it was declared)."""

@@ -15,25 +15,17 @@ from pathlib import Path
 import pytest
 
 # ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
-from ze_helpers import MODE, ZeDouble, aml_ze, build_double, enter_double, leave_double
+from ze_helpers import MODE, ZeDouble, aml_ze, build_double
+
+from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "gpu: needs a real GPU and its driver (skipped elsewhere)")
-    config.addinivalue_line("markers", "double: runs against the Level Zero driver double (needs gcc)")
-    config.addinivalue_line("markers", "host_double: needs the double's host mode (emulated devices)")
+    add_double_markers(config, "the Level Zero driver double", "emulated devices")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if "ze" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.double)
-            if MODE == "forward":
-                item.add_marker(pytest.mark.gpu)
-        if MODE == "forward" and item.get_closest_marker("host_double"):
-            item.add_marker(
-                pytest.mark.skip(reason="needs the double's host mode (AML_ZE_TEST_DOUBLE=forward)")
-            )
+    mark_double_items(items, ("ze",), MODE, "AML_ZE_TEST_DOUBLE=forward")
 
 
 @pytest.fixture(scope="session")
@@ -44,17 +36,15 @@ def double_library() -> Path:
 @pytest.fixture
 def ze(double_library: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ZeDouble]:
     """aml_ze running on the double (reset before, leak-checked after)."""
-    double = enter_double(double_library, monkeypatch)
-    yield double
-    leave_double(double)
+    with ZeDouble.running(double_library, monkeypatch) as double:
+        yield double
 
 
 @pytest.fixture
 def ze_noput(monkeypatch: pytest.MonkeyPatch) -> Iterator[ZeDouble]:
     """aml_ze on a double without zeMemPutIpcHandle (Debian's 1.8.12 loader)."""
-    double = enter_double(build_double(put=False), monkeypatch)
-    yield double
-    leave_double(double)
+    with ZeDouble.running(build_double(put=False), monkeypatch) as double:
+        yield double
 
 
 @pytest.fixture

@@ -12,72 +12,18 @@
 #
 # It installs the checkout (pip --no-deps --no-build-isolation . ./backends/ze; set
 # AML_ZE_SKIP_INSTALL=1 if that is done already), builds the forward double, and writes to
-# $OUT (default ./forward-out): environment.txt, install.txt, build.txt, aml-info.json,
-# pytest.log, junit.xml, bench.txt. The exit status is pytest's (2: setup failed).
+# $OUT (default ./forward-out): environment.txt, install.txt, build_ext.txt, build.txt,
+# aml-info.json (these five by ../../forward-prelude.sh), pytest.log, junit.xml, bench.txt.
+# The exit status is pytest's (2: setup failed).
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-cd "$ROOT"
-OUT="${OUT:-$ROOT/forward-out}"
-mkdir -p "$OUT"
-PYTHON="${PYTHON:-python3}"
-export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
-export AML_ZE_TEST_DOUBLE=forward
 export AML_ZE_CACHE="${AML_ZE_CACHE:-$(mktemp -d)/aml-ze}"
-export PYTHONDONTWRITEBYTECODE=1
-
-{
-    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
-    echo "python: $("$PYTHON" --version 2>&1)"
-    echo "gcc: $(gcc --version 2>&1 | head -n1)"
-    echo "CUDA_HOME: $CUDA_HOME"
-    "$CUDA_HOME/bin/nvcc" --version 2>&1 | tail -n2 || true
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || echo "nvidia-smi: not found"
-    echo "yama ptrace_scope: $(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null || echo absent)"
-    echo "uname: $(uname -r)"
-} >"$OUT/environment.txt" 2>&1
-cat "$OUT/environment.txt"
-
-if [ "${AML_ZE_SKIP_INSTALL:-0}" != "1" ]; then
-    "$PYTHON" -m pip install --no-deps --no-build-isolation . ./backends/ze >"$OUT/install.txt" 2>&1 || {
-        echo "pip install failed: see $OUT/install.txt" >&2
-        tail -n 20 "$OUT/install.txt" >&2
-        exit 2
-    }
-fi
-
-# pytest runs from the root, where the source tree shadows the installed aml_core: build
-# its C extensions in place too.
-"$PYTHON" setup.py -q build_ext --inplace >"$OUT/build_ext.txt" 2>&1 || {
-    echo "building aml_core's C extensions failed: see $OUT/build_ext.txt" >&2
-    exit 2
-}
-
-# Build the forward double once (the tests reuse the cached file) and record where it is.
-"$PYTHON" - >"$OUT/build.txt" 2>&1 <<'PYEOF'
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("zedouble_build", "backends/ze/tests/native/ze_double.py")
-build = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = build
-spec.loader.exec_module(build)
-print("toolkit:", build.find_cuda())
-path = build.build_double("forward")
-print("double:", path)
-print("double without zeMemPutIpcHandle:", build.build_double("forward", put=False))
-ctl = build.DoubleControl(path)
-print("mode:", ctl.mode)
-PYEOF
-status=$?
-cat "$OUT/build.txt"
-if [ $status -ne 0 ]; then
-    echo "building the forward double failed: see $OUT/build.txt" >&2
-    exit 2
-fi
-DOUBLE="$(sed -n 's/^double: //p' "$OUT/build.txt")"
-
-# What the registry and `aml info` say with Level Zero (forwarded to CUDA) on this machine.
-AML_ZE_LIBRARY="$DOUBLE" "$PYTHON" -m aml_core info --json >"$OUT/aml-info.json" 2>&1 || true
+BACKEND=ze
+BUILD_REPORT='print("double without zeMemPutIpcHandle:", build.build_double("forward", put=False))
+print("mode:", ctl.mode)'
+# environment, install, in-place build, the forward doubles (DOUBLE), aml-info.json
+# shellcheck source=../../forward-prelude.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../forward-prelude.sh"
 
 "$PYTHON" -m pytest backends/ze/tests -p no:cacheprovider -v -rA \
     --junitxml="$OUT/junit.xml" "$@" 2>&1 | tee "$OUT/pytest.log"

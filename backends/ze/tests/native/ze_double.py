@@ -20,13 +20,12 @@ library, so the control calls act on the same state.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import shutil
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+
+from aml_core.testing import doubles
+from aml_core.testing.doubles import CudaToolkit, DoubleBuildError, Mode
 
 __all__ = [
     "CFLAGS",
@@ -44,18 +43,7 @@ __all__ = [
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "double.c"
-CFLAGS: tuple[str, ...] = (
-    "-O1",
-    "-g",
-    "-shared",
-    "-fPIC",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-pthread",
-    "-fvisibility=hidden",
-    "-Wl,-soname,libze_loader.so.1",
-)
+CFLAGS: tuple[str, ...] = (*doubles.CFLAGS, "-Wl,-soname,libze_loader.so.1")
 #: Kinds of live objects the double counts.
 LIVE_KINDS = (
     "context",
@@ -69,62 +57,23 @@ LIVE_KINDS = (
     "mapping",
 )
 
-Mode = Literal["host", "forward"]
-
-
-class DoubleBuildError(RuntimeError):
-    """The double or the null driver could not be built (no compiler, no CUDA, no source)."""
-
 
 def cache_dir() -> Path:
     """Where builds are cached (``$AML_ZE_CACHE``, default ``~/.cache/aml-ze``)."""
     return Path(os.environ.get("AML_ZE_CACHE") or Path.home() / ".cache" / "aml-ze")
 
 
-@dataclass(frozen=True)
-class CudaToolkit:
-    """Where cuda.h and libcuda were found (forward mode uses the driver API only)."""
-
-    include_dir: Path
-    libcuda: Path
-
-
-def _cuda_homes() -> list[Path]:
-    homes = [
-        Path(v) for v in (os.environ.get(n) for n in ("ZEDOUBLE_CUDA_HOME", "CUDA_HOME", "CUDA_PATH")) if v
-    ]
-    homes.append(Path("/usr/local/cuda"))
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        homes.append(Path(nvcc).resolve().parent.parent)
-    return homes
-
-
 def find_cuda() -> CudaToolkit:
     """Locate cuda.h and libcuda (the driver's, else the toolkit's stub), or raise."""
-    for home in _cuda_homes():
-        for inc in (home / "include", home / "targets" / "x86_64-linux" / "include"):
-            if not (inc / "cuda.h").exists():
-                continue
-            libdirs = [home / "lib64", home / "lib", home / "targets" / "x86_64-linux" / "lib"]
-            system = [Path("/usr/lib/x86_64-linux-gnu"), Path("/usr/lib64"), Path("/usr/local/nvidia/lib64")]
-            for d in [*system, *libdirs, *(d / "stubs" for d in libdirs)]:
-                for name in ("libcuda.so.1", "libcuda.so"):
-                    if (d / name).exists():
-                        return CudaToolkit(inc, d / name)
-            raise DoubleBuildError(f"forward mode needs libcuda; none found near {home}")
-    raise DoubleBuildError("forward mode needs a CUDA toolkit (cuda.h); set CUDA_HOME or ZEDOUBLE_CUDA_HOME")
+    return doubles.find_cuda("ZEDOUBLE")
 
 
 def _compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("gcc")
-    if not cc or not shutil.which(cc):
-        raise DoubleBuildError("gcc is needed to build the Level Zero double (Debian: apt-get install gcc)")
-    return cc
+    return doubles.compiler("the Level Zero double")
 
 
 def _command(cc: str, mode: Mode, put: bool, out: Path) -> list[str]:
-    cmd = [cc, *CFLAGS, *os.environ.get("ZEDOUBLE_EXTRA_CFLAGS", "").split()]
+    cmd = [cc, *CFLAGS, *doubles.extra_cflags("ZEDOUBLE")]
     if not put:
         cmd.append("-DZEDOUBLE_NO_PUT")
     tk = find_cuda() if mode == "forward" else None
@@ -132,31 +81,23 @@ def _command(cc: str, mode: Mode, put: bool, out: Path) -> list[str]:
         cmd += ["-DZEDOUBLE_FORWARD_CUDA", f"-I{tk.include_dir}"]
     cmd += ["-o", str(out), str(SOURCE)]
     if tk is not None:
-        cmd += [str(tk.libcuda)]
+        cmd += tk.link_flags()
     return cmd
 
 
 def build_double(mode: Mode = "host", *, put: bool = True, outdir: Path | None = None) -> Path:
     """Compile the double and return the path of its ``libze_loader.so.1``."""
-    if mode not in ("host", "forward"):
-        raise ValueError(f"mode must be 'host' or 'forward', not {mode!r}")
+    doubles.check_mode(mode)
     cc = _compiler()
-    key = hashlib.sha256(SOURCE.read_bytes() + (HERE / "double_abi.h").read_bytes())
-    key.update("\0".join(_command(cc, mode, put, Path("OUT"))).encode())
-    digest = key.hexdigest()[:20]
-    outdir = outdir or cache_dir() / "double" / f"{mode}-{'put' if put else 'noput'}-{digest}"
-    target = outdir / "libze_loader.so.1"
-    if target.exists():
-        return target
-    outdir.mkdir(parents=True, exist_ok=True)
-    tmp = outdir / f".libze_loader.{os.getpid()}.tmp"
-    cmd = _command(cc, mode, put, tmp)
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise DoubleBuildError(f"building the double failed ({' '.join(cmd)}):\n{proc.stdout}{proc.stderr}")
-    os.replace(tmp, target)
-    return target
+    return doubles.build_cached(
+        lambda out: _command(cc, mode, put, out),
+        what="the Level Zero double",
+        name="libze_loader.so.1",
+        inputs=[SOURCE, HERE / "double_abi.h"],
+        cache=cache_dir() / "double",
+        label=f"{mode}-{'put' if put else 'noput'}",
+        outdir=outdir,
+    )
 
 
 def compile_forward_object(include_dir: Path, out: Path) -> None:
@@ -172,9 +113,7 @@ def compile_forward_object(include_dir: Path, out: Path) -> None:
         str(out),
         str(SOURCE),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        raise DoubleBuildError(f"compiling forward mode failed ({' '.join(cmd)}):\n{proc.stderr}")
+    doubles.run_compiler(cmd, "forward mode")
 
 
 def _level_zero_source() -> Path:
@@ -207,66 +146,28 @@ def build_null_driver() -> Path:
         ["cmake", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", str(src)],
         ["ninja", "ze_null"],
     ):
-        proc = subprocess.run(cmd, cwd=build, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise DoubleBuildError(f"{' '.join(cmd)} failed in {build}:\n{proc.stdout[-2000:]}{proc.stderr}")
+        doubles.run_compiler(cmd, f"the null driver in {build}", cwd=build)
     if not target.exists():
         raise DoubleBuildError(f"ninja ze_null did not produce {target}")
     return target
 
 
-class DoubleControl:
+class DoubleControl(doubles.DoubleControl):
     """ctypes wrapper of the double's ``zedouble_*`` control functions."""
 
+    PREFIX = "zedouble"
+    LIVE_KINDS = LIVE_KINDS
+    INJECT_ARGS = (ctypes.c_uint32, ctypes.c_long, ctypes.c_long)
+
     def __init__(self, path: Path | str) -> None:
-        self.path = Path(path)
-        lib = ctypes.CDLL(str(self.path))
-        self._lib = lib
-        lib.zedouble_inject.argtypes = [ctypes.c_char_p, ctypes.c_uint32, ctypes.c_long, ctypes.c_long]
-        lib.zedouble_inject.restype = ctypes.c_int
-        lib.zedouble_reset.argtypes = []
-        lib.zedouble_reset.restype = None
-        lib.zedouble_calls.argtypes = [ctypes.c_char_p]
-        lib.zedouble_calls.restype = ctypes.c_long
-        lib.zedouble_live.argtypes = [ctypes.c_char_p]
-        lib.zedouble_live.restype = ctypes.c_long
-        lib.zedouble_set_devices.argtypes = [ctypes.c_int, ctypes.c_size_t]
-        lib.zedouble_set_devices.restype = ctypes.c_int
-        lib.zedouble_memcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
-        lib.zedouble_memcpy.restype = ctypes.c_int
-        lib.zedouble_mode.argtypes = []
-        lib.zedouble_mode.restype = ctypes.c_char_p
-
-    @property
-    def mode(self) -> str:
-        """``"host"`` or ``"forward"``."""
-        return (self._lib.zedouble_mode() or b"").decode()
-
-    def inject(self, function: str, error: int, skip: int = 0, times: int = 1) -> None:
-        """Make ``function`` return ``error`` (doing nothing) after ``skip`` normal calls, for
-        ``times`` calls (-1: forever)."""
-        rc = self._lib.zedouble_inject(function.encode(), error, skip, times)
-        if rc == -1:
-            raise ValueError(f"the double has no function {function!r}")
-        if rc == -2:
-            raise ValueError(f"bad skip={skip} / times={times}")
-        if rc != 0:
-            raise RuntimeError("the double's injection table is full")
-
-    def reset(self) -> None:
-        """Free everything, clear injections and counters."""
-        self._lib.zedouble_reset()
+        super().__init__(path)
+        self._declare("set_devices", ctypes.c_int, ctypes.c_int, ctypes.c_size_t)
+        self._declare("memcpy", ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
     def set_devices(self, count: int, memory_per_device: int = 1 << 30) -> None:
         """Host mode: emulate ``count`` devices with ``memory_per_device`` bytes each."""
         if self._lib.zedouble_set_devices(count, memory_per_device) != 0:
             raise ValueError(f"the double emulates 0..8 devices, not {count}")
-
-    def calls(self, function: str) -> int:
-        n = int(self._lib.zedouble_calls(function.encode()))
-        if n < 0:
-            raise ValueError(f"the double has no function {function!r}")
-        return n
 
     def write(self, ptr: int, data: bytes) -> None:
         """Copy ``data`` to any address (device memory included)."""
@@ -280,12 +181,3 @@ class DoubleControl:
         if n and self._lib.zedouble_memcpy(ctypes.addressof(out), ptr, n) != 0:
             raise RuntimeError(f"the double could not read {n} bytes at 0x{ptr:x}")
         return out.raw
-
-    def live(self, kind: str) -> int:
-        n = int(self._lib.zedouble_live(kind.encode()))
-        if n < 0:
-            raise ValueError(f"unknown kind {kind!r}")
-        return n
-
-    def lives(self) -> dict[str, int]:
-        return {kind: self.live(kind) for kind in LIVE_KINDS}
