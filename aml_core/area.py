@@ -146,7 +146,9 @@ class Area(AreaBase, abc.ABC):
 
     def close(self) -> None:
         """Free every live mapping and refuse further use. Buffers still viewed are
-        detached and freed when their last view is gone. Idempotent."""
+        detached and freed when their last view is gone. A mapping whose native free
+        fails stays tracked (live in :attr:`stats`) and the first such error is raised with
+        its native cause; calling close() again retries those frees. Otherwise idempotent."""
         live = self._drain()  # closed from now on; the buffers are counted as unmapped
         if live is None:  # already closed
             return
@@ -156,6 +158,9 @@ class Area(AreaBase, abc.ABC):
                 try:
                     self._free(buf)
                 except AMLError as exc:
+                    # The memory is still there: keep tracking it (the closed area reports
+                    # it live), so that close() again retries the native free.
+                    self._restore(buf)
                     errors.append(exc)
             else:
                 warnings.warn(
@@ -166,6 +171,8 @@ class Area(AreaBase, abc.ABC):
                 self._orphans[buf.ptr] = buf.native, buf.size
                 weakref.finalize(buf, self._free_orphan_at, buf.ptr)
         if errors:
+            for other in errors[1:]:
+                errors[0].add_note(f"freeing another mapping failed too: {other}")
             raise errors[0]
 
     def _free_orphan_at(self, ptr: int) -> None:
@@ -188,7 +195,7 @@ class Area(AreaBase, abc.ABC):
         self.close()
 
     def __del__(self) -> None:
-        if not self.closed and self._live:
+        if self._live:  # open with mappings, or closed with mappings whose free failed
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
             with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()
