@@ -25,7 +25,7 @@ import attrs
 from .. import checks
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
 from .runtime import Group
@@ -175,16 +175,29 @@ class IpcImportArea(Area):
         """Map a handle exported by another process (cached: one mapping per handle)."""
         if not isinstance(handle, IpcHandle):
             raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
+        # Every field again: unpickling (or object.__setattr__) bypasses the validators.
+        attrs.validate(handle)
+        _handle_bytes(handle.data)
         if handle.backend != self.backend:
             raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {self.backend!r}")
         if handle.pid == os.getpid():
             raise AMLValueError(
                 "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
             )
+        count = self._runtime.device_count()
+        if handle.device >= count:
+            raise AMLValueError(
+                f"the IPC handle's device {handle.device} does not exist here ({count} devices)"
+            )
         with self._open_lock:
             self._check_open()
             buf = self._by_key.get(handle.data)
             if buf is not None and not buf.freed:
+                if buf.size != handle.size or buf.device != handle.device:
+                    raise AMLValueError(
+                        f"this IPC handle claims {handle.size} bytes on device {handle.device}; the "
+                        f"allocation it names is open here as {buf.size} bytes on device {buf.device}"
+                    )
                 self._opens[buf.ptr] += 1
                 return buf
             buf = self.mmap(handle.size, IpcOptions(handle))
@@ -201,14 +214,30 @@ class IpcImportArea(Area):
         if handle is None:
             raise AMLValueError("the IPC import area maps handles: use ipc_open(handle)")
         ptr = self._ops.ipc_open_handle(handle.data, handle.size)
-        return self._new_buffer(
-            ptr,
-            size,
-            host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, handle.device),
-            native=_Imported("ipc", handle.data),
-            device=handle.device,
-        )
+        if ptr == 0:
+            raise AMLFailure(f"{self.backend}: opening the IPC handle reported success but returned NULL")
+        try:
+            # The size the exporter exported, where the runtime can tell (a tampered handle
+            # may claim more than was exported: reading past the mapping would crash).
+            actual = self._ops.ipc_mapped_size(ptr)
+            if actual is not None and actual < handle.size:
+                raise AMLValueError(
+                    f"the IPC handle claims {handle.size} bytes; the exported allocation has {actual}"
+                )
+            return self._new_buffer(
+                ptr,
+                size,
+                host_accessible=False,
+                dl_device=(self._runtime.traits.dl_device, handle.device),
+                native=_Imported("ipc", handle.data),
+                device=handle.device,
+            )
+        except BaseException as exc:
+            try:  # never keep a mapping that no buffer tracks
+                self._ops.ipc_close_handle(ptr)
+            except AMLError as also:
+                exc.add_note(f"closing the IPC mapping failed too: {also}")
+            raise
 
     def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
         """Close one open of the mapping; the last close unmaps it."""
