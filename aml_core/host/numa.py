@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable
 from functools import lru_cache
 
-from .. import _os
+from .. import _os, checks
 from ..errors import AMLDomainError, AMLTypeError, AMLValueError, ErrorCode, ErrorTable
 
 __all__ = [
@@ -72,7 +72,8 @@ OS_ERRORS = ErrorTable(
         errno.EPERM: ErrorCode.EPERM,
         errno.EACCES: ErrorCode.EPERM,
         errno.EBUSY: ErrorCode.EBUSY,
-        errno.EAGAIN: ErrorCode.EBUSY,
+        # mmap: MAP_LOCKED past RLIMIT_MEMLOCK (or locked memory exhausted). AML: ENOMEM.
+        errno.EAGAIN: ErrorCode.ENOMEM,
         errno.ENODEV: ErrorCode.ENOTSUP,
         errno.ENOSYS: ErrorCode.ENOTSUP,
         errno.EOPNOTSUPP: ErrorCode.ENOTSUP,
@@ -136,12 +137,21 @@ def as_nodes(nodes: Iterable[int] | int | None) -> tuple[int, ...]:
         return ()
     if isinstance(nodes, bool):
         raise AMLTypeError("nodes must be node numbers, not bool")
-    items = [nodes] if isinstance(nodes, int) else list(nodes)
+    if isinstance(nodes, (str, bytes)):
+        raise AMLTypeError(f"nodes must be node numbers, not {type(nodes).__name__}")
+    if hasattr(type(nodes), "__index__"):  # one node (an int, a NumPy integer)
+        items: list[object] = [nodes]
+    else:
+        try:
+            items = list(nodes)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise AMLTypeError(
+                f"nodes must be an int or an iterable of ints, not {type(nodes).__name__}"
+            ) from exc
     out: set[int] = set()
     allowed = allowed_nodes()
-    for node in items:
-        if isinstance(node, bool) or not isinstance(node, int):
-            raise AMLTypeError(f"a NUMA node must be an int, not {type(node).__name__}")
+    for item in items:
+        node = checks.integer(item, "a NUMA node")
         if node not in allowed:
             raise AMLDomainError(
                 f"NUMA node {node} is outside the nodes this process may use ({sorted(allowed)})"
@@ -170,7 +180,16 @@ def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
 
 def page_nodes(address: int, length: int) -> list[int]:
     """The node of each page of a range (negative errno for pages not yet touched)."""
+    # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
+    step = _PAGE_QUERY * _os.PAGE_SIZE
+    out: list[int] = []
     try:
-        return list(_os.page_nodes(address, length))
+        for start in range(0, length, step):
+            out.extend(_os.page_nodes(address + start, min(step, length - start)))
     except OSError as exc:
         raise os_error(exc) from None
+    return out
+
+
+#: Pages per move_pages query (aml_core._os refuses more than 2**24 at once).
+_PAGE_QUERY = 1 << 20
