@@ -110,7 +110,11 @@ CASES: dict[str, tuple[str, str | None, str | None]] = {
     "nodes-object": ("report(lambda: HostArea('bind', object()))", "AMLTypeError", "EINVAL"),
     "nodes-none-item": ("report(lambda: HostArea('bind', [None]))", "AMLTypeError", "EINVAL"),
     "nodes-numpy-int": ("import numpy\nreport(lambda: HostArea('bind', numpy.int64(0)).nodes)", None, None),
-    "nodes-numpy-list": ("import numpy\nreport(lambda: HostArea('bind', [numpy.int32(0)]).nodes)", None, None),
+    "nodes-numpy-list": (
+        "import numpy\nreport(lambda: HostArea('bind', [numpy.int32(0)]).nodes)",
+        None,
+        None,
+    ),
     "area-bogus-option": ("report(lambda: aml_core.area('host', bogus_option=1))", "AMLTypeError", "EINVAL"),
     "policy-of-type": ("report(lambda: area.policy_of(int))", "AMLTypeError", "EINVAL"),
     "page-nodes-type": ("report(lambda: area.page_nodes(int))", "AMLTypeError", "EINVAL"),
@@ -138,7 +142,8 @@ CASES: dict[str, tuple[str, str | None, str | None]] = {
     "map-locked-over-memlock": (
         "import resource, mmap\n"
         "resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]))\n"
-        "report(lambda: area.mmap(1 << 20, {'flags': mmap.MAP_LOCKED if hasattr(mmap, 'MAP_LOCKED') else 0x2000}))",
+        "locked = getattr(mmap, 'MAP_LOCKED', 0x2000)\n"
+        "report(lambda: area.mmap(1 << 20, {'flags': locked}))",
         "AMLMemoryError",
         "ENOMEM",
     ),

@@ -90,7 +90,8 @@ def test_close_while_free_fails_keeps_the_mapping_for_a_retry(hip: HipDouble) ->
     hip.inject("hipFree", INVALID_VALUE)
     with pytest.raises(AMLError) as info:
         area.close()
-    assert info.value.native is not None and info.value.native.function == "hipFree"
+    assert info.value.native is not None
+    assert info.value.native.function == "hipFree"
     assert not buf.freed
     assert area.stats.live_mappings == 1
     assert hip.live()["device"] == 1
@@ -106,8 +107,10 @@ def test_munmap_while_free_fails_then_close(hip: HipDouble) -> None:
     hip.inject("hipFree", INVALID_VALUE)
     with pytest.raises(AMLError) as info:
         area.munmap(buf)
-    assert info.value.native is not None and info.value.native.function == "hipFree"
-    assert not buf.freed and area.buffers() == (buf,)
+    assert info.value.native is not None
+    assert info.value.native.function == "hipFree"
+    assert not buf.freed
+    assert area.buffers() == (buf,)
     area.close()
     assert hip.live()["device"] == 0
 
@@ -117,7 +120,8 @@ def test_stream_close_while_destroy_fails(hip: HipDouble) -> None:
     hip.inject("hipStreamDestroy", INVALID_VALUE)
     with pytest.raises(AMLError) as info:
         stream.close()
-    assert info.value.native is not None and info.value.native.function == "hipStreamDestroy"
+    assert info.value.native is not None
+    assert info.value.native.function == "hipStreamDestroy"
     assert not stream.closed
     assert hip.live()["stream"] == 1
     stream.close()
@@ -144,7 +148,8 @@ def test_vm_mmap_while_release_fails(hip: HipDouble) -> None:
         with pytest.raises(AMLError) as info:
             vm.mmap(vm.granularity())
         assert info.value.code is not ErrorCode.EBUSY
-        assert info.value.native is not None and info.value.native.function == "hipMemRelease"
+        assert info.value.native is not None
+        assert info.value.native.function == "hipMemRelease"
         live = hip.live()
         assert (live["vmm_mapping"], live["vmm_reservation"]) == (0, 0)
         assert live["vmm_handle"] == 1  # tracked: close() releases it
@@ -160,7 +165,8 @@ def test_vm_close_while_unmap_fails_retries(hip: HipDouble) -> None:
     hip.inject("hipMemUnmap", INVALID_VALUE)
     with pytest.raises(AMLError) as info:
         vm.close()
-    assert info.value.native is not None and info.value.native.function == "hipMemUnmap"
+    assert info.value.native is not None
+    assert info.value.native.function == "hipMemUnmap"
     # close() went on after the failure (its sweep of leftover mappings retried the unmap);
     # close() again finds the buffer still tracked and finishes.
     vm.close()
@@ -229,7 +235,7 @@ def test_tampered_ipc_handle(hip: HipDouble, case: str) -> None:
         object.__setattr__(handle, field, value)  # what a tampered pickle carries
         report = _open_in_child(hip, handle)
         assert report.get("error"), report
-        assert report["error"]["class"] in (error, "AMLTypeError" if error == "AMLValueError" else error), report
+        assert report["error"]["class"] == error, report
         assert report["live_ipc"] == 0, "the failed open left an IPC mapping"
     finally:
         area.close()
@@ -241,7 +247,8 @@ def test_a_valid_handle_still_opens(hip: HipDouble) -> None:
         buf = area.mmap(8192)
         report = _open_in_child(hip, area.ipc_export(buf).handle)
         assert report.get("error") is None, report
-        assert report["size"] == 8192 and report["live_ipc"] == 0
+        assert report["size"] == 8192
+        assert report["live_ipc"] == 0
     finally:
         area.close()
 
