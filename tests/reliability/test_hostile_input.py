@@ -18,6 +18,7 @@ host option ``fd=2**31`` / ``fd=2**70``                AMLValueError (EINVAL)
 ``/dev/zero`` with ``offset=2**63`` / ``2**64``        AMLValueError (EINVAL)
 NUMA nodes ``5.0`` / ``object()`` / ``[None]``         AMLTypeError (EINVAL)
 NUMA node ``numpy.int64(0)``                           accepted (node 0)
+``area("host", device=n)``, n past the allowed nodes    AMLDomainError (EDOM)
 ``area("host", bogus_option=1)``                       AMLTypeError (EINVAL)
 ``HostArea.policy_of(int)`` / ``page_nodes(int)``      AMLTypeError (EINVAL)
 a ``__cuda_stream__`` returning garbage                AMLTypeError / AMLValueError
@@ -114,6 +115,12 @@ CASES: dict[str, tuple[str, str | None, str | None]] = {
         "import numpy\nreport(lambda: HostArea('bind', [numpy.int32(0)]).nodes)",
         None,
         None,
+    ),
+    "area-host-device-outside": (
+        "from aml_core.host.numa import allowed_nodes\n"
+        "report(lambda: aml_core.area('host', device=max(allowed_nodes()) + 1))",
+        "AMLDomainError",
+        "EDOM",
     ),
     "area-bogus-option": ("report(lambda: aml_core.area('host', bogus_option=1))", "AMLTypeError", "EINVAL"),
     "policy-of-type": ("report(lambda: area.policy_of(int))", "AMLTypeError", "EINVAL"),
