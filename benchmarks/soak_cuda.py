@@ -153,7 +153,10 @@ class Soak:
             if reply.get("size") != buf.size or not reply.get("closed"):
                 self.not_refused.append(f"IPC open of a valid handle: {reply}")
             if self.rng.random() < 0.3:  # a tampered copy: the importer must refuse it
-                object.__setattr__(handle, "device", self.rng.choice((-5, 2**40, 977)))
+                field, value = self.rng.choice(
+                    (("device", -5), ("device", 2**40), ("device", 977), ("size", buf.size + (1 << 30)))
+                )
+                object.__setattr__(handle, field, value)
                 reply = self.ask_child(pickle.dumps(handle).hex())
                 if "error" in reply:
                     self.refused += 1
