@@ -19,6 +19,12 @@ munmap with a size other than the mapping's :class:`AMLValueError` (EINVAL)
 munmap of a buffer another area made        :class:`AMLValueError` (EINVAL)
 munmap of a buffer still viewed             :class:`AMLBusyError` (EBUSY)
 any use of a closed area                    :class:`AMLValueError` (EINVAL)
+a native allocation that "succeeds" with    :class:`AMLFailure` (FAILURE), no buffer
+NULL or an address already live here
+a native free that fails (munmap, close)    the backend's error with its native cause;
+                                            the mapping stays tracked (a closed area
+                                            reports it live) and munmap or close()
+                                            again frees it
 ==========================================  =========================================
 
 ``close()`` (or leaving a ``with`` block) frees every mapping still live. A buffer that
