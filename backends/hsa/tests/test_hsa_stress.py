@@ -43,3 +43,29 @@ def test_sixteen_threads_on_one_area(hsa: HsaDouble) -> None:
         assert st.total_maps == st.total_unmaps
     finally:
         area.close()
+
+
+def test_vm_mmap_while_the_release_fails(hsa: HsaDouble) -> None:
+    """The creation reference's release fails after the mapping: the release's native error
+    (not EBUSY), the mapping and reservation undone, the handle kept for close()."""
+    from aml_hsa import abi as C
+
+    from aml_core.errors import AMLError, ErrorCode
+
+    vm = aml_hsa.virtual_memory(0)
+    try:
+        before = hsa.objects()
+        hsa.inject("hsa_amd_vmem_handle_release", C.HSA_STATUS_ERROR_INVALID_ARGUMENT)
+        try:
+            vm.mmap(vm.granularity())
+        except AMLError as exc:
+            error = exc
+        else:
+            raise AssertionError("vm.mmap succeeded although the release failed")
+        assert error.code is not ErrorCode.EBUSY
+        assert error.native is not None
+        assert error.native.function == "hsa_amd_vmem_handle_release"
+        assert vm.stats.live_mappings == 0
+        assert hsa.objects() != before  # the handle is still there, tracked by the area
+    finally:
+        vm.close()
