@@ -190,8 +190,13 @@ class Area(AreaBase, abc.ABC):
         try:
             self._free(ghost)
         except Exception as exc:  # called by a finalizer: it must not raise
+            # Still there: track it in the (closed) area, so that close() again frees it.
+            with contextlib.suppress(Exception):
+                self._restore(ghost)
             warnings.warn(
-                f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning, stacklevel=1
+                f"could not free the detached mapping at 0x{ptr:x}: {exc}; close() the area again to retry",
+                ResourceWarning,
+                stacklevel=1,
             )
 
     def __enter__(self) -> Self:

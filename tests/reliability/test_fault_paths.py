@@ -134,6 +134,40 @@ def test_host_buffer_records_are_read_only(field: str) -> None:
         assert buf.freed
 
 
+def test_failed_free_of_a_detached_mapping_is_kept_for_close() -> None:
+    """close() detaches a viewed buffer; its free, when the last view goes, fails: the
+    mapping is tracked again by the closed area and close() again frees it."""
+    import gc
+    import warnings
+
+    area = HostArea()
+    buf = area.mmap(4096)
+    view = memoryview(buf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        area.close()
+    assert area.stats.live_mappings == 0
+    real_free = area._free
+    calls: list[int] = []
+
+    def failing_free(b: Buffer) -> None:
+        calls.append(b.ptr)
+        raise AMLFailure("the native free failed")
+
+    area._free = failing_free  # type: ignore[method-assign]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        view.release()
+        del buf, view
+        gc.collect()
+    assert calls
+    assert any("close() the area again" in str(w.message) for w in caught)
+    assert area.stats.live_mappings == 1
+    area._free = real_free  # type: ignore[method-assign]
+    area.close()
+    assert area.stats.live_mappings == 0
+
+
 def test_close_error_is_an_aml_error() -> None:
     area = FaultyArea()
     area.mmap(10)
