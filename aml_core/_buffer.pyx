@@ -52,7 +52,7 @@ from ._dlpack cimport (
     kDLUInt,
 )
 
-from .errors import AMLBusyError, AMLDomainError, AMLTypeError, AMLValueError
+from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLTypeError, AMLValueError
 from .specs import as_size
 
 cdef extern from "Python.h":
@@ -94,6 +94,8 @@ cdef enum:
     ADDED = 0
     CLOSED = 1
     FULL = 2
+    NULL_PTR = 3  # the native allocation "succeeded" with NULL
+    DUPLICATE = 4  # ... or with an address that is already live here
 
 cdef enum:
     F_HOST = 1
@@ -644,11 +646,17 @@ cdef class AreaBase:
     # -- the atomic changes of the bookkeeping (no Python code runs in them) ----------
     cdef int _add(self, BufferBase buf) except -1:
         """Track a new buffer and count the map (ADDED), or do nothing and say why not:
-        CLOSED, or FULL (the live bytes would not fit in 64 bits)."""
+        CLOSED, FULL (the live bytes would not fit in 64 bits), NULL_PTR or DUPLICATE (a
+        native call that reported success with an impossible address)."""
         if buf is None or buf._key is None:
             raise TypeError("this buffer is not bound to memory (make it with _new_buffer)")
         if self._closed:
             return CLOSED
+        if buf._ptr == 0:
+            return NULL_PTR
+        old = self._live.get(buf._key)
+        if old is not None and old is not buf and not ((<BufferBase>old).flags & F_RELEASED):
+            return DUPLICATE
         if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:
             return FULL
         key = buf._key
@@ -698,8 +706,10 @@ cdef class AreaBase:
 
     def _drain(self):
         """Close the area: return its live buffers, oldest first, counted as unmapped (None
-        if it was already closed)."""
-        if self._closed:
+        if it was already closed and holds nothing). A closed area holds buffers only where
+        a native free failed (close() or a racing munmap restored them): draining it again
+        hands those back, so that close() retries them."""
+        if self._closed and not self._live:
             return None
         live = PyDict_Values(self._live)  # the snapshot: allocated before anything changes
         self._closed = True
@@ -892,6 +902,14 @@ cdef class AreaBase:
     cdef int _refuse(self, BufferBase buf, int status, str during) except -1:
         # Not tracked: give the memory back, then say why.
         buf._release()
+        if status == NULL_PTR or status == DUPLICATE:
+            # Nothing of ours to free: NULL is no memory, and a live address is another
+            # buffer's. The native call lied; that is a FAILURE, never a buffer.
+            what = "NULL" if status == NULL_PTR else f"0x{buf._ptr:x}, an address already live in this area"
+            raise AMLFailure(
+                f"the {self.backend} {self.kind.value} allocation ({during}) reported success "
+                f"but returned {what}"
+            )
         self._free(buf)
         if status == FULL:
             raise AMLDomainError(
@@ -907,6 +925,8 @@ cdef class AreaBase:
         cdef BufferBase buf
         if isinstance(target, BufferBase):
             buf = target
+            if buf._key is None:  # made by hand, never mapped (its repr would raise)
+                raise AMLValueError(f"this {type(target).__name__} was never mapped by an area")
             if buf._area is not self:
                 raise AMLValueError(f"{target!r} was not mapped by this area")
             if buf.flags & F_RELEASED:
@@ -921,7 +941,10 @@ cdef class AreaBase:
         else:
             raise AMLTypeError(f"munmap takes a Buffer or an int pointer, not {type(target).__name__}")
         if size is not None and not (type(size) is int and size == buf.size and buf.size > 0):
-            n = as_size(size)
+            try:
+                n = as_size(size)
+            except AMLDomainError:  # larger than any mapping: a mismatch, not a domain error
+                raise AMLValueError(f"munmap size {size} does not match the mapping's size {buf.size}") from None
             if n != buf.size:
                 raise AMLValueError(f"munmap size {n} does not match the mapping's size {buf.size}")
         return buf

@@ -19,6 +19,12 @@ munmap with a size other than the mapping's :class:`AMLValueError` (EINVAL)
 munmap of a buffer another area made        :class:`AMLValueError` (EINVAL)
 munmap of a buffer still viewed             :class:`AMLBusyError` (EBUSY)
 any use of a closed area                    :class:`AMLValueError` (EINVAL)
+a native allocation that "succeeds" with    :class:`AMLFailure` (FAILURE), no buffer
+NULL or an address already live here
+a native free that fails (munmap, close)    the backend's error with its native cause;
+                                            the mapping stays tracked (a closed area
+                                            reports it live) and munmap or close()
+                                            again frees it
 ==========================================  =========================================
 
 ``close()`` (or leaving a ``with`` block) frees every mapping still live. A buffer that
@@ -159,7 +165,9 @@ class Area(AreaBase, abc.ABC):
 
     def close(self) -> None:
         """Free every live mapping and refuse further use. Buffers still viewed are
-        detached and freed when their last view is gone. Idempotent."""
+        detached and freed when their last view is gone. A mapping whose native free
+        fails stays tracked (live in :attr:`stats`) and the first such error is raised with
+        its native cause; calling close() again retries those frees. Otherwise idempotent."""
         live = self._drain()  # closed from now on; the buffers are counted as unmapped
         if live is None:  # already closed
             return
@@ -169,6 +177,9 @@ class Area(AreaBase, abc.ABC):
                 try:
                     self._free(buf)
                 except AMLError as exc:
+                    # The memory is still there: keep tracking it (the closed area reports
+                    # it live), so that close() again retries the native free.
+                    self._restore(buf)
                     errors.append(exc)
             else:
                 warnings.warn(
@@ -178,6 +189,8 @@ class Area(AreaBase, abc.ABC):
                 )
                 self._orphan(buf)
         if errors:
+            for other in errors[1:]:
+                errors[0].add_note(f"freeing another mapping failed too: {other}")
             raise errors[0]
 
     def _orphan(self, buf: Buffer) -> None:
@@ -206,8 +219,13 @@ class Area(AreaBase, abc.ABC):
         try:
             self._free(ghost)
         except Exception as exc:  # called by a finalizer: it must not raise
+            # Still there: track it in the (closed) area, so that close() again frees it.
+            with contextlib.suppress(Exception):
+                self._restore(ghost)
             warnings.warn(
-                f"could not free the detached mapping at 0x{ptr:x}: {exc}", ResourceWarning, stacklevel=1
+                f"could not free the detached mapping at 0x{ptr:x}: {exc}; close() the area again to retry",
+                ResourceWarning,
+                stacklevel=1,
             )
 
     def __enter__(self) -> Self:
@@ -217,7 +235,7 @@ class Area(AreaBase, abc.ABC):
         self.close()
 
     def __del__(self) -> None:
-        if not self.closed and self._live:
+        if self._live:  # open with mappings, or closed with mappings whose free failed
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
             with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()

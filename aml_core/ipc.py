@@ -28,7 +28,7 @@ from . import checks
 from .buffer import Buffer
 from .errors import AMLTypeError, AMLValueError
 
-__all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle"]
+__all__ = ["revalidate", "MAX_HANDLE_SIZE", "IpcExport", "IpcHandle"]
 
 #: The largest native handle an IpcHandle carries (each runtime checks its exact size).
 MAX_HANDLE_SIZE = 1024
@@ -80,6 +80,13 @@ class IpcHandle:
     data: bytes = attrs.field(converter=_handle_bytes, repr=lambda d: d[:8].hex() + "...")
     pid: int = attrs.field(validator=_pid)
     offset: int = attrs.field(default=0, validator=_offset)
+
+
+def revalidate(handle: IpcHandle) -> None:
+    """Check every field of a handle again, as an importer must: unpickling (or
+    ``object.__setattr__``) bypasses the validators and the data converter."""
+    attrs.validate(handle)
+    _handle_bytes(handle.data)
 
 
 class IpcExport:

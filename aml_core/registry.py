@@ -61,7 +61,7 @@ import pluggy
 
 from . import hookspecs
 from .descriptor import BackendDescriptor, ProbeResult
-from .errors import AMLError, AMLNotSupported, AMLValueError
+from .errors import AMLDomainError, AMLError, AMLNotSupported, AMLValueError
 from .specs import AreaSpec, BackendStatus, Capability, DeviceInfo, Kind, as_kind
 
 if TYPE_CHECKING:
@@ -534,6 +534,14 @@ class Registry:
         where = "" if spec.device is None else f" on device {spec.device}"
         via = f" (backend forced to {forced!r})" if forced else ""
         detail = "; ".join(f"{n}: {w}" for n, w in rejected) or "no backends installed"
+        in_range = [w for _, w in rejected if w.startswith(_NO_DEVICE)]
+        if in_range and first_error is None:
+            # A backend that provides the kind is there, but not that device: the index is
+            # outside the devices there are (for host memory, the NUMA nodes allowed): EDOM.
+            raise AMLDomainError(
+                f"device {spec.device} is outside the devices that provide {spec.kind.value} memory{via}: "
+                + "; ".join(f"{n}: {w}" for n, w in rejected if w.startswith(_NO_DEVICE))
+            )
         raise AMLNotSupported(
             f"no backend can provide {spec.kind.value} memory{where}{via}: {detail}"
         ) from first_error
@@ -594,8 +602,11 @@ def _unfit(st: BackendStatus, spec: AreaSpec) -> str:
     if spec.kind not in st.kinds:
         return _kind_mismatch(spec.kind, st.kinds)
     if spec.device is not None and spec.device >= 0 and st.devices and spec.device >= len(st.devices):
-        return f"has no device {spec.device} ({len(st.devices)} found)"
+        return f"{_NO_DEVICE} {spec.device} ({len(st.devices)} found)"
     return ""
+
+
+_NO_DEVICE = "has no device"
 
 
 def _rank_key(st: BackendStatus) -> tuple[int, int, str, str]:

@@ -76,7 +76,12 @@ def as_size(value: object, what: str = "size", *, allow_zero: bool = False) -> i
     """
     if isinstance(value, bool) or not hasattr(type(value), "__index__"):
         raise AMLTypeError(f"{what} must be an integer number of bytes, not {type(value).__name__}")
-    n = operator.index(value)  # type: ignore[arg-type]
+    try:
+        n = operator.index(value)  # type: ignore[arg-type]
+    except Exception as exc:  # a user __index__ that raises, or returns a non-int
+        raise AMLTypeError(
+            f"{what} must be an integer number of bytes; its __index__ failed: {exc!r}"
+        ) from None
     if n < 0 or (n == 0 and not allow_zero):
         allowed = ">= 0" if allow_zero else "> 0"
         raise AMLValueError(f"{what} must be {allowed}, got {n}")

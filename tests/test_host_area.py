@@ -101,9 +101,11 @@ def test_node_outside_the_allowed_set_is_edom() -> None:
         HostArea("bind", [outside])
     with pytest.raises(AMLDomainError):
         aml_core.area("host", nodes=[outside], backend="host")
-    # As a device index, a node the backend does not list is "not supported here".
-    with pytest.raises(aml_core.AMLNotSupported, match=f"has no device {outside}"):
+    # As a device index too: a node outside the allowed set is EDOM (issue 9).
+    with pytest.raises(AMLDomainError, match=f"has no device {outside}"):
         aml_core.area("host", device=outside, backend="host")
+    with pytest.raises(AMLDomainError, match=f"has no device {outside}"):
+        aml_core.area("host", device=outside)
 
 
 def test_shared_file_mapping(tmp_path: Path) -> None:

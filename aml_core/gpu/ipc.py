@@ -30,14 +30,14 @@ import attrs
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
-from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle
+from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
 from ..specs import Capability, Kind
 from .runtime import Group
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from .runtime import IpcOps, Runtime
 
 __all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions", "export_from"]
 
@@ -77,6 +77,14 @@ class _Imported:
     key: tuple[bytes, int, int]
 
 
+def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
+    """Close an IPC mapping on an error path; a failure to close is noted on ``exc``."""
+    try:
+        ops.ipc_close_handle(ptr)
+    except AMLError as also:
+        exc.add_note(f"closing the IPC mapping failed too: {also}")
+
+
 class IpcImportArea(Area):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
@@ -104,17 +112,28 @@ class IpcImportArea(Area):
         """Map a handle exported by another process (cached: one mapping per handle)."""
         if not isinstance(handle, IpcHandle):
             raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
+        revalidate(handle)
         if handle.backend != self.backend:
             raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {self.backend!r}")
         if handle.pid == os.getpid():
             raise AMLValueError(
                 "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
             )
+        count = self._runtime.device_count()
+        if handle.device >= count:
+            raise AMLValueError(
+                f"the IPC handle's device {handle.device} does not exist here ({count} devices)"
+            )
         key = (handle.data, handle.offset, handle.size)
         with self._open_lock:
             self._check_open()
             buf = self._by_key.get(key)
             if buf is not None and not buf.freed:
+                if buf.size != handle.size or buf.device != handle.device:
+                    raise AMLValueError(
+                        f"this IPC handle claims {handle.size} bytes on device {handle.device}; the "
+                        f"allocation it names is open here as {buf.size} bytes on device {buf.device}"
+                    )
                 self._opens[buf.ptr] += 1
                 return buf
             buf = self.mmap(handle.size, IpcOptions(handle))
@@ -155,17 +174,42 @@ class IpcImportArea(Area):
         with self._map_lock:
             mapping = self._mappings.get(handle.data)
             if mapping is None:
-                base = self._ops.ipc_open_handle(handle.data, handle.offset + handle.size)
+                end = handle.offset + handle.size
+                base = self._ops.ipc_open_handle(handle.data, end)
+                if base == 0:
+                    raise AMLFailure(
+                        f"{self.backend}: opening the IPC handle reported success but returned NULL"
+                    )
+                try:
+                    # The size the exporter exported, where the runtime can tell (a tampered
+                    # handle may claim more than was exported: reading past it would crash).
+                    actual = self._ops.ipc_mapped_size(base)
+                    if actual is not None and actual < end:
+                        raise AMLValueError(
+                            f"the IPC handle claims {handle.size} bytes at offset {handle.offset}; "
+                            f"the exported allocation has {actual}"
+                        )
+                except BaseException as exc:
+                    _close_noting(self._ops, base, exc)
+                    raise
                 mapping = self._mappings[handle.data] = [base, 0]
             mapping[1] += 1
-        return self._new_buffer(
-            mapping[0] + handle.offset,
-            size,
-            host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, handle.device),
-            native=_Imported("ipc", (handle.data, handle.offset, handle.size)),
-            device=handle.device,
-        )
+        try:
+            return self._new_buffer(
+                mapping[0] + handle.offset,
+                size,
+                host_accessible=False,
+                dl_device=(self._runtime.traits.dl_device, handle.device),
+                native=_Imported("ipc", (handle.data, handle.offset, handle.size)),
+                device=handle.device,
+            )
+        except BaseException as exc:  # never keep a mapping that no buffer tracks
+            with self._map_lock:
+                mapping[1] -= 1
+                if mapping[1] == 0:
+                    del self._mappings[handle.data]
+                    _close_noting(self._ops, mapping[0], exc)
+            raise
 
     def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
         """Close one open of the mapping; the last close unmaps it."""

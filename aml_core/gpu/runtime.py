@@ -378,6 +378,16 @@ class IpcOps(abc.ABC):
     def ipc_close_handle(self, ptr: int) -> None:
         self._ipc_close_handle(checks.pointer(ptr))
 
+    def ipc_mapped_size(self, ptr: int) -> int | None:
+        """The size of the allocation an opened handle mapped at ``ptr``, or None where
+        the runtime cannot tell. The importer checks a handle's claimed size against it."""
+        return self._ipc_mapped_size(checks.pointer(ptr))
+
+    def _ipc_mapped_size(self, ptr: int) -> int | None:
+        """Override with the native range query (``cuMemGetAddressRange``,
+        ``hipMemGetAddressRange``) where the library has it."""
+        return None
+
     @abc.abstractmethod
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes: ...
     @abc.abstractmethod

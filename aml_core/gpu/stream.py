@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AMLTypeError, AMLValueError
+from .. import checks
+from ..errors import AMLError, AMLTypeError, AMLValueError
 from .runtime import Group
 
 if TYPE_CHECKING:
@@ -39,11 +41,13 @@ class Stream:
         self._runtime.stream_synchronize(self.handle)
 
     def close(self) -> None:
+        """Destroy the stream. If the native destroy fails, its error is raised and the
+        stream stays open (a retry destroys it): it is never marked closed while alive."""
         with self._lock:
             if self._closed:
                 return
+            self._runtime.stream_destroy(self.handle)
             self._closed = True
-        self._runtime.stream_destroy(self.handle)
 
     def _check(self) -> None:
         if self._closed:
@@ -66,8 +70,15 @@ class Stream:
 
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
-            with contextlib.suppress(Exception):  # never raise from a finalizer
+            try:
                 self.close()
+            except Exception as exc:  # never raise from a finalizer; never leak silently
+                with contextlib.suppress(Exception):
+                    warnings.warn(
+                        f"the stream 0x{self.handle:x} could not be destroyed and leaks: {exc}",
+                        ResourceWarning,
+                        stacklevel=1,
+                    )
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else f"0x{self.handle:x}"
@@ -90,8 +101,17 @@ def as_stream_handle(stream: Any) -> int:
         return int(stream)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
-        value = proto() if callable(proto) else proto
-        return int(value[1])
+        try:
+            value = proto() if callable(proto) else proto
+            version, handle = value
+        except AMLError:
+            raise
+        except Exception as exc:
+            raise AMLTypeError(
+                f"{type(stream).__name__}.__cuda_stream__ must give (version, handle): {exc!r}"
+            ) from None
+        checks.integer(version, "the __cuda_stream__ version")
+        return checks.pointer(handle, "the __cuda_stream__ handle", null=True)
     for attr in ("cuda_stream", "ptr", "handle"):
         value = getattr(stream, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -31,13 +31,16 @@ import attrs
 from .. import checks
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLBusyError, AMLTypeError, AMLValueError
+from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind, as_size
 from .runtime import AllocationProperties, Group
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+
+#: The largest mapping the address space holds.
+_MAX_SIZE = (1 << 63) - 1
 
 __all__ = ["Access", "GrowableBuffer", "Physical", "Reservation", "VirtualMemory"]
 
@@ -292,6 +295,7 @@ class VirtualMemory(Area):
         not closed."""
         self._check_open()
         fd = checks.fd(fd)
+        fd = checks.fd(fd)
         try:
             os.fstat(fd)
         except OSError:
@@ -331,11 +335,15 @@ class VirtualMemory(Area):
 
     def _allocate(self, size: int, options: VmmOptions) -> Buffer:
         n = self._round(size)
+        if n > _MAX_SIZE:  # a size the address space cannot hold once rounded up
+            raise AMLMemoryError(
+                f"{size} bytes round up to {n} (granularity {self._granularity}): more than 2**63 - 1"
+            )
         res = self.reserve(n)
         try:
             chunk = self._map_chunk(res.ptr, n, options.exportable)
-        except BaseException:
-            self.address_free(res)
+        except BaseException as exc:
+            _also(exc, "freeing the reservation", lambda: self.address_free(res))
             raise
         return self._new_buffer(
             res.ptr,
@@ -351,12 +359,20 @@ class VirtualMemory(Area):
             self.map(ptr, size, phys)
             try:
                 self.set_access(ptr, size, Access.READWRITE)
-            except BaseException:
-                self.unmap(ptr, size)
+            except BaseException as exc:
+                _also(exc, "unmapping", lambda: self.unmap(ptr, size))
                 raise
-        finally:
-            # The mapping keeps the memory alive; drop the creation reference now.
+        except BaseException as exc:
+            _also(exc, "releasing the physical allocation", lambda: self.release(phys))
+            raise
+        # The mapping keeps the memory alive; drop the creation reference now. If that
+        # fails, undo the mapping and raise the release's native error: the physical
+        # allocation stays tracked (close() releases it), nothing is marked released.
+        try:
             self.release(phys)
+        except BaseException as exc:
+            _also(exc, "unmapping", lambda: self.unmap(ptr, size))
+            raise
         return ptr, size, phys
 
     def _free(self, buffer: Buffer) -> None:
@@ -379,8 +395,8 @@ class VirtualMemory(Area):
         res = self.reserve(cap)
         try:
             chunk = self._map_chunk(res.ptr, self._round(first), exportable)
-        except BaseException:
-            self.address_free(res)
+        except BaseException as exc:
+            _also(exc, "freeing the reservation", lambda: self.address_free(res))
             raise
         buf = self._new_buffer(
             res.ptr,
@@ -414,17 +430,51 @@ class VirtualMemory(Area):
         return cuda_array_interface(buffer.device_ptr, buffer.size)
 
     def close(self) -> None:
-        super().close()
+        """Free the buffers, then unmap, release and free whatever is left. A native call
+        that fails leaves its object tracked (close() again retries it); the first error
+        is raised with its native cause, after everything else was tried."""
+        errors: list[AMLError] = []
+        try:
+            super().close()
+        except AMLError as exc:
+            errors.append(exc)
         with self._vlock:
             for ptr, (size, _phys) in list(self._mappings.items()):
-                self._ops.vmm_unmap(ptr, size)
-            self._mappings.clear()
+                try:
+                    self._ops.vmm_unmap(ptr, size)
+                except AMLError as exc:
+                    errors.append(exc)
+                    continue
+                del self._mappings[ptr]
             for phys in list(self._physicals.values()):
-                while phys.refs > 0:
-                    self._ops.vmm_release(phys.handle)
-                    phys.refs -= 1
-            self._physicals.clear()
+                try:
+                    while phys.refs > 0:
+                        self._ops.vmm_release(phys.handle)
+                        phys.refs -= 1
+                except AMLError as exc:
+                    errors.append(exc)
+                    continue
+                del self._physicals[phys.handle]
             for res in list(self._reservations.values()):
-                self._ops.vmm_address_free(res.ptr, res.size)
+                if any((p, s) in res for p, (s, _) in self._mappings.items()):
+                    continue  # its mapping could not be unmapped: the error is already listed
+                try:
+                    self._ops.vmm_address_free(res.ptr, res.size)
+                except AMLError as exc:
+                    errors.append(exc)
+                    continue
                 res.freed = True
-            self._reservations.clear()
+                del self._reservations[res.ptr]
+        if errors:
+            for other in errors[1:]:
+                errors[0].add_note(f"another native release failed too: {other}")
+            raise errors[0]
+
+
+def _also(exc: BaseException, what: str, undo: Callable[[], None]) -> None:
+    """Undo a step after ``exc``; if the undo fails too, say so on ``exc`` (what was
+    not undone stays tracked for close())."""
+    try:
+        undo()
+    except AMLError as also:
+        exc.add_note(f"{what} failed too: {also}")

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
 
 import attrs
 
-from .. import _os
+from .. import _os, checks
 from ..area import Area
 from ..buffer import Buffer, DLDeviceType
 from ..errors import AMLTypeError, AMLValueError
@@ -70,6 +70,25 @@ def _int_or_none(value: object) -> int | None:
     return value
 
 
+def _fd(value: object) -> int | None:
+    """None (anonymous memory) or an open file descriptor number (a C int >= 0)."""
+    return None if value is None else checks.fd(value, "options.fd")
+
+
+def _offset(value: object) -> int:
+    """A file offset: an ``off_t`` >= 0."""
+    v = checks.integer(value, "options.offset")
+    if not 0 <= v <= (1 << 63) - 1:
+        raise AMLValueError(f"options.offset must be in 0..2**63 - 1 (an off_t), got {v}")
+    return v
+
+
+def _shared(value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise AMLTypeError(f"options.shared must be a bool or None, not {type(value).__name__}")
+    return value
+
+
 def _int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise AMLTypeError(f"expected an int, not {type(value).__name__}")
@@ -82,11 +101,11 @@ class HostMmapOptions:
     and offset for a file mapping, protection, extra MAP_* flags, and overrides of the
     area's ``shared`` and ``alignment``."""
 
-    fd: int | None = attrs.field(default=None, converter=_int_or_none)
-    offset: int = attrs.field(default=0, converter=_int)
+    fd: int | None = attrs.field(default=None, converter=_fd)
+    offset: int = attrs.field(default=0, converter=_offset)
     prot: int = attrs.field(default=_PROT_RW, converter=_int)
     flags: int = attrs.field(default=0, converter=_int)
-    shared: bool | None = None
+    shared: bool | None = attrs.field(default=None, converter=_shared)
     alignment: int | None = attrs.field(default=None, converter=_int_or_none)
 
 
@@ -287,6 +306,8 @@ class HostArea(Area):
     # -- placement queries -------------------------------------------------------------
     def policy_of(self, buffer: Buffer) -> tuple[Policy, tuple[int, ...]]:
         """The NUMA policy and nodes the kernel holds for a buffer (``get_mempolicy``)."""
+        if not isinstance(buffer, Buffer):
+            raise AMLTypeError(f"policy_of takes a Buffer of this area, not {type(buffer).__name__}")
         self._lookup(buffer, None)
         return numa.policy_of(buffer.ptr)
 
@@ -297,6 +318,8 @@ class HostArea(Area):
     def page_nodes(self, buffer: Buffer, *, summary: bool = False) -> list[int] | dict[int, int]:
         """The node of each page of a buffer (:data:`~aml_core.host.NOT_TOUCHED` for
         pages not yet touched); ``summary=True``: ``{node: pages}`` as numastat counts."""
+        if not isinstance(buffer, Buffer):
+            raise AMLTypeError(f"page_nodes takes a Buffer of this area, not {type(buffer).__name__}")
         self._lookup(buffer, None)
         if summary:
             return numa.page_nodes(buffer.ptr, buffer.size, summary=True)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Literal, overload
 
-from .. import _os
+from .. import _os, checks
 from ..errors import AMLDomainError, AMLTypeError, AMLValueError, ErrorCode, ErrorTable
 
 __all__ = [
@@ -75,7 +75,8 @@ OS_ERRORS = ErrorTable(
         errno.EPERM: ErrorCode.EPERM,
         errno.EACCES: ErrorCode.EPERM,
         errno.EBUSY: ErrorCode.EBUSY,
-        errno.EAGAIN: ErrorCode.EBUSY,
+        # mmap: MAP_LOCKED past RLIMIT_MEMLOCK (or locked memory exhausted). AML: ENOMEM.
+        errno.EAGAIN: ErrorCode.ENOMEM,
         errno.ENODEV: ErrorCode.ENOTSUP,
         errno.ENOSYS: ErrorCode.ENOTSUP,
         errno.EOPNOTSUPP: ErrorCode.ENOTSUP,
@@ -139,12 +140,21 @@ def as_nodes(nodes: Iterable[int] | int | None) -> tuple[int, ...]:
         return ()
     if isinstance(nodes, bool):
         raise AMLTypeError("nodes must be node numbers, not bool")
-    items = [nodes] if isinstance(nodes, int) else list(nodes)
+    if isinstance(nodes, (str, bytes)):
+        raise AMLTypeError(f"nodes must be node numbers, not {type(nodes).__name__}")
+    if hasattr(type(nodes), "__index__"):  # one node (an int, a NumPy integer)
+        items: list[object] = [nodes]
+    else:
+        try:
+            items = list(nodes)  # type: ignore[arg-type]
+        except Exception as exc:
+            raise AMLTypeError(
+                f"nodes must be an int or an iterable of ints, not {type(nodes).__name__}"
+            ) from exc
     out: set[int] = set()
     allowed = allowed_nodes()
-    for node in items:
-        if isinstance(node, bool) or not isinstance(node, int):
-            raise AMLTypeError(f"a NUMA node must be an int, not {type(node).__name__}")
+    for item in items:
+        node = checks.integer(item, "a NUMA node")
         if node not in allowed:
             raise AMLDomainError(
                 f"NUMA node {node} is outside the nodes this process may use ({sorted(allowed)})"
@@ -174,6 +184,8 @@ def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
 #: What :func:`page_nodes` says of a page not yet touched (no physical page behind it):
 #: ``-ENOENT``, as move_pages(2) reports it. Other negative values are other errnos.
 NOT_TOUCHED = -errno.ENOENT
+#: Pages per move_pages query (aml_core._os refuses more than 2**24 at once).
+_PAGE_QUERY = 1 << 20
 
 
 @overload
@@ -185,8 +197,12 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
     another negative errno for a page move_pages cannot read). With ``summary=True``,
     the number of pages per node instead, as numastat counts them: ``{node: pages}``,
     nodes in ascending order (negative keys first: untouched or unreadable pages)."""
+    # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
+    step = _PAGE_QUERY * _os.PAGE_SIZE
+    nodes: list[int] = []
     try:
-        nodes = list(_os.page_nodes(address, length))
+        for start in range(0, length, step):
+            nodes.extend(_os.page_nodes(address + start, min(step, length - start)))
     except OSError as exc:
         raise os_error(exc) from None
     if not summary:

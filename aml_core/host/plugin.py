@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
-from ..errors import AMLNotSupported
+from ..errors import AMLError, AMLNotSupported, AMLTypeError
 from ..hookspecs import hookimpl
 from ..specs import Capability, DeviceInfo, Kind
 
@@ -142,7 +142,13 @@ def create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
             raise AMLNotSupported("give either device (a NUMA node) or nodes, not both")
         options.setdefault("policy", Policy.BIND)
         options["nodes"] = [device]
-    return HostArea(**options)
+    try:
+        return HostArea(**options)
+    except TypeError as exc:
+        if isinstance(exc, AMLError):
+            raise
+        # An unknown keyword: the caller's mistake, not a broken plugin.
+        raise AMLTypeError(f"bad host area option: {exc}") from None
 
 
 @hookimpl

@@ -594,6 +594,14 @@ class CudaRuntime(
         if err:
             self._fail("cudaIpcCloseMemHandle", err)
 
+    def _ipc_mapped_size(self, ptr: int) -> int | None:
+        """``cuMemGetAddressRange``: the exporter's allocation size behind an opened handle
+        (the importer refuses a handle that claims more, issue 9)."""
+        err, _base, size = _drv.cuMemGetAddressRange(ptr)
+        if err:
+            self._dfail("cuMemGetAddressRange", err)
+        return int(size)
+
     # -- virtual memory (driver API) -------------------------------------------------------
     def _context(self) -> None:
         """Make the current device's primary context current on this thread if no

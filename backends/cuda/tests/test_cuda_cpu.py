@@ -449,7 +449,10 @@ def _recorder(fail: bool) -> Any:
             self.calls.append(("malloc", self.current))
             if self.fail:
                 raise self.errors.error("cudaMalloc", int(E.cudaErrorMemoryAllocation))
-            return 0x7000_0000
+            # A new address each time: aml refuses a "successful" allocation that hands
+            # out an address already live in the area (issue 9).
+            self.next_ptr = getattr(self, "next_ptr", 0x7000_0000) + 0x10_0000
+            return self.next_ptr
 
         def _free(self, ptr: int) -> None:
             self.calls.append(("free", self.current))

@@ -47,6 +47,7 @@ def ipc() -> int:
             "native": exc.native.code if exc.native else None,
         }
         report["open_calls"] = ctl.calls("hipIpcOpenMemHandle")
+        report["live_ipc"] = ctl.live("ipc")  # a failed open leaves no mapping behind
         print(json.dumps(report))
         return 0
     buf = bufs[0]
