@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 
 from aml_core.buffer import Buffer
+from aml_core.errors import AMLMemoryError
 from aml_core.gpu import AllocMode, GpuArea, GpuFlags, GpuMmapOptions
 from aml_core.specs import Kind
 
@@ -47,7 +48,10 @@ class AutoRegisteringArea(GpuArea):
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         if options.ptr is None and self._mode is AllocMode.REGISTERED:
-            host = _mmap.mmap(-1, max(size, 1))
+            try:
+                host = _mmap.mmap(-1, max(size, 1))
+            except OSError as exc:  # the system cannot provide it: AML's ENOMEM, as any area
+                raise AMLMemoryError(f"cannot map {size} bytes of host memory to register: {exc}") from exc
             options = attrs.evolve(options, ptr=host)
         return super()._allocate(size, options)
 
