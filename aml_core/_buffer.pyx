@@ -34,6 +34,13 @@ without options and ``munmap`` of the buffers it made run in C from end to end, 
 Python frame (but the area's native-record factory, on a size's first allocation): get
 the current device, allocate, make the buffer, track it (and the reverse). Anything else (another device to select, options, a buffer with an IPC export)
 takes the Python ``_allocate``/``_free`` path, which frees either kind of buffer.
+
+``PoolCache`` is the same idea for aml_core.pool: the pool's exact-size free stacks,
+counters and lock. A pool installs it (``AreaBase._set_pool``); then ``mmap(size)``
+without options that finds a cached block of the rounded size, and ``munmap`` of a
+block allocated in host order, run in C, only while nobody holds the pool's lock and
+without releasing the GIL or running Python code, so they are atomic with respect to
+each other and to the pool's locked Python code.
 """
 
 cimport cython

@@ -77,14 +77,34 @@ Streams (GPU pools)
     ``STREAMS`` and ``STREAM_ORDERED`` groups (AMLNotSupported otherwise); slabs are still
     allocated with the area's ordinary (synchronous) mmap.
 
+Fast path
+    The exact-size stacks and the counters the statistics need (hits, requested bytes
+    and their peak, live block bytes) live in a compiled
+    :class:`~aml_core._buffer.PoolCache`, which the pool installs in its area base
+    class (``_set_pool``, an explicit ops table as a GPU area's NativeAllocator). Then
+    ``pool.mmap(size)`` without options that finds a block of the rounded size on its
+    stack, and ``pool.munmap`` of a block allocated in host order while the pool keeps
+    stacks, run in C from end to end with no Python frame (a pair costs about a
+    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a miss, options, streams and
+    ``munmap_on``, ``release_threshold``, a closed pool or area, a held lock) runs the
+    Python code below, unchanged. The counters of :class:`PoolStats` are the same.
+
 Threads
-    One re-entrant lock (``_plock``) guards the heaps, slabs and counters; the area is
-    called with it held (areas are thread-safe and never call back into the pool). The
-    buffer bookkeeping is the area base class's, with its own rules. So every public
-    method may be called from any thread. Re-entrant, because a finalizer can free a
-    pooled buffer in a thread that is inside the pool already (the garbage collector,
-    run by an allocation under the lock, collecting a CuPy array that holds a block);
-    such a free only pushes the block on its stack, which no locked path has half-done.
+    One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
+    heaps, slabs, stacks and counters; the area is called with it held (areas are
+    thread-safe and never call back into the pool). The rule of the fast path: a fast
+    operation runs only while no thread holds the lock, entirely under the GIL without
+    releasing it or running Python code, so it is atomic with respect to other fast
+    operations and to any locked section, exactly as if it held the lock. (The cache
+    counts the lock's holder after acquiring and uncounts before releasing, so locked
+    Python code never interleaves with a fast operation.) The buffer bookkeeping is the
+    area base class's, with its own rules. So every public method may be called from
+    any thread. Re-entrant, because a finalizer can free a pooled buffer in a thread
+    that is inside the pool already (the garbage collector, run by an allocation under
+    the lock, collecting a CuPy array that holds a block); such a free takes the Python
+    path (the lock is held) and only pushes the block on its stack, which no locked path
+    has half-done. The fast path changes its state only after every read and check, and
+    before it makes the buffer (an allocation that may run such a finalizer).
 """
 
 from __future__ import annotations
