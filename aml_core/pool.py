@@ -85,9 +85,9 @@ Fast path
     ``pool.mmap(size)`` without options that finds a block of the rounded size on its
     stack, and ``pool.munmap`` of a block allocated in host order while the pool keeps
     stacks, run in C from end to end with no Python frame (a pair costs about a
-    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a miss, options, streams and
-    ``munmap_on``, ``release_threshold``, a closed pool or area, a held lock) runs the
-    Python code below, unchanged. The counters of :class:`PoolStats` are the same.
+    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a
+    miss, options, streams and ``munmap_on``, ``release_threshold``, a closed pool or
+    area, a held lock) runs the Python code below, unchanged. The counters of :class:`PoolStats` are the same.
 
 Threads
     One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
