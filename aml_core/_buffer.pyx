@@ -1130,7 +1130,8 @@ cdef class AreaBase:
             c.requested -= n
             c.blocks -= r
             c.hits -= 1
-            c.fast.setdefault(r, []).append(blk)
+            fresh = []  # may run a finalizer that replaces c.fast (a flush): read it after
+            (<list>c.fast.setdefault(r, fresh)).append(blk)
             raise
 
     cdef bint _pool_give(self, BufferBase buf) except -1:
@@ -1149,8 +1150,10 @@ cdef class AreaBase:
         stack = c.fast.get(size_obj)
         if stack is None:
             # A new list may run a finalizer (a GC-tracked allocation) that frees into
-            # the cache: make it first, then add it only if no stack appeared meanwhile.
-            stack = c.fast.setdefault(size_obj, [])
+            # the cache or flushes it (a new c.fast): make the list first, then read
+            # c.fast and add the list only if no stack appeared meanwhile.
+            fresh = []
+            stack = c.fast.setdefault(size_obj, fresh)
         if type(stack) is not list:
             return False
         # No Python code or tracked allocation from here on (append may resize only).
