@@ -87,7 +87,8 @@ Fast path
     stacks, run in C from end to end with no Python frame (a pair costs about a
     quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a
     miss, options, streams and ``munmap_on``, ``release_threshold``, a closed pool or
-    area, a held lock) runs the Python code below, unchanged. The counters of :class:`PoolStats` are the same.
+    area, a held lock) runs the Python code below, unchanged. :class:`PoolStats` reads
+    the same counters either way.
 
 Threads
     One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
