@@ -34,6 +34,13 @@ without options and ``munmap`` of the buffers it made run in C from end to end, 
 Python frame (but the area's native-record factory, on a size's first allocation): get
 the current device, allocate, make the buffer, track it (and the reverse). Anything else (another device to select, options, a buffer with an IPC export)
 takes the Python ``_allocate``/``_free`` path, which frees either kind of buffer.
+
+``PoolCache`` is the same idea for aml_core.pool: the pool's exact-size free stacks,
+counters and lock. A pool installs it (``AreaBase._set_pool``); then ``mmap(size)``
+without options that finds a cached block of the rounded size, and ``munmap`` of a
+block allocated in host order, run in C, only while nobody holds the pool's lock and
+without releasing the GIL or running Python code, so they are atomic with respect to
+each other and to the pool's locked Python code.
 """
 
 cimport cython
@@ -583,6 +590,75 @@ def _noop_control(fail_code=0, fail_count=0, skip=0):
     return aml_noop_live_now()
 
 
+# ---- the compiled pool cache (PoolCache) --------------------------------------------------
+cdef class PoolCache:
+    """The state of an aml_core.pool.Pool that its compiled fast path shares with the
+    Python pool code, and the pool's one lock.
+
+    ``fast`` maps a block size to the LIFO stack (a list) of the freed blocks of that
+    size that were not coalesced yet; ``hits``, ``requested`` (bytes asked for by live
+    buffers), ``peak_requested`` and ``blocks`` (bytes of live blocks) are C counters
+    the pool's statistics read; ``keep_fast`` says whether a freed block may go on its
+    stack (False with a release_threshold and once the pool is closing).
+
+    Entering the cache (``with cache:``) takes the pool's re-entrant lock and counts the
+    holder in ``busy`` (left: uncounted, then released). A pool installs its cache
+    (``AreaBase._set_pool``); then ``mmap(size)`` without options pops a block of the
+    rounded size from its stack, and ``munmap`` of a block allocated in host order pushes
+    it, in C with no Python frame, only while ``busy`` is 0 and without releasing the
+    GIL or running Python code: so a fast operation is atomic with respect to every
+    other fast operation and to the Python code that holds the lock, as if it held the
+    lock itself. Anything else (a miss, options, streams, a held lock, a closed area)
+    takes the pool's Python ``_allocate``/``_free``."""
+
+    #: size -> list of free blocks of that size (Python objects with ``addr``, ``size``,
+    #: ``stream`` and ``slab.cinfo``).
+    cdef public dict fast
+    cdef public bint keep_fast
+    cdef public long long hits
+    cdef public long long requested
+    cdef public long long peak_requested
+    cdef public long long blocks
+    #: How many mmaps and munmaps the compiled path served (tests, benchmarks).
+    cdef readonly long long fast_mmaps
+    cdef readonly long long fast_munmaps
+    #: The depth of the lock's holder (0: nobody holds it).
+    cdef readonly int busy
+    #: The re-entrant lock.
+    cdef readonly object lock
+    cdef object _acquire
+    cdef object _release
+    cdef AreaBase _area  # the pooled area (a closed one: the Python path raises)
+    cdef Py_ssize_t _mask
+
+    def __init__(self, area, Py_ssize_t granule, lock):
+        if not isinstance(area, AreaBase):
+            raise TypeError("a PoolCache is over an aml area")
+        if granule < 1 or granule & (granule - 1):
+            raise ValueError("granule must be a power of two")
+        self._area = area
+        self._mask = granule - 1
+        self.fast = {}
+        self.keep_fast = True
+        self.lock = lock
+        self._acquire = lock.acquire
+        self._release = lock.release
+
+    def __enter__(self):
+        self._acquire()
+        self.busy += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.busy -= 1
+        self._release()
+        return False
+
+    @property
+    def granule(self):
+        return self._mask + 1
+
+
 # ---- areas -------------------------------------------------------------------------------
 @cython.no_gc_clear  # finalizers that run after a collection may still use the table
 cdef class AreaBase:
@@ -620,6 +696,8 @@ cdef class AreaBase:
     cdef dict _nrecords  # allocated size -> native record
     cdef object _nrecord  # allocated size -> a new native record (on a miss)
     cdef dict _nslow  # buffers whose key is here are freed by _free (IPC exports)
+    # The compiled pool path (_set_pool): the pool's cache.
+    cdef PoolCache _pool
 
     def __cinit__(self, *args, **kwargs):
         self._live = {}
@@ -972,8 +1050,11 @@ cdef class AreaBase:
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None
-        if options is None and self._native is not None:
-            buf = self._native_mmap(n_obj)
+        if options is None:
+            if self._native is not None:
+                buf = self._native_mmap(n_obj)
+            elif self._pool is not None:
+                buf = self._pool_take(n_obj)
         if buf is None:
             buf = self._allocate(n_obj, self._coerce_options(options))
         cdef int status = self._add(buf)
@@ -983,22 +1064,127 @@ cdef class AreaBase:
 
     def munmap(self, buffer, size=None):
         """Free a mapping made by this area, given as the Buffer or its base pointer."""
+        self._unmap(buffer, size, True)
+
+    def _munmap_slow(self, buffer, size=None):
+        """munmap through _free, never the compiled pool path (a pool's munmap_on)."""
+        self._unmap(buffer, size, False)
+
+    cdef int _unmap(self, buffer, size, bint fast) except -1:
         if self._closed:
             self._check_open()
         cdef BufferBase buf = self._lookup(buffer, size)
         self._detach(buf)
+        if fast and self._pool is not None and self._pool_give(buf):
+            return 0
         if buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow):
             try:
                 self._native.free_native(self._nmode, <void *><uintptr_t>buf._ptr)
             except BaseException:
                 self._restore(buf)  # the memory is still there: keep tracking it
                 raise
-            return
+            return 0
         try:
             self._free(buf)
         except BaseException:
             self._restore(buf)  # the memory is still there: keep tracking it
             raise
+        return 0
+
+    # -- the compiled pool path ---------------------------------------------------------
+    def _set_pool(self, PoolCache cache):
+        """Install a pool's cache (None uninstalls it): then ``mmap(size)`` without
+        options takes a cached block of the rounded size, and ``munmap`` of a block
+        allocated in host order caches it, in C (see PoolCache), while nobody holds the
+        cache's lock. _allocate and _free do everything else and must accept blocks
+        either path made. An area runs either a NativeAllocator or a pool cache."""
+        if cache is not None and self._native is not None:
+            raise ValueError("this area runs a NativeAllocator already")
+        self._pool = cache
+
+    @property
+    def _pool_cache(self):
+        """The installed PoolCache, or None."""
+        return self._pool
+
+    cdef BufferBase _pool_take(self, object n_obj):
+        """The compiled pool mmap (the size is checked); None when the Python path must
+        run. Everything is read and checked, then the state changes, then the buffer is
+        made (an allocation that may run a finalizer: the state is whole by then)."""
+        cdef PoolCache c = self._pool
+        if c.busy or c._area._closed or not c.fast:
+            return None
+        cdef Py_ssize_t n = _as_ssize(n_obj)
+        if n <= 0 or n > PY_SSIZE_T_MAX - c._mask:
+            if n == -1 and PyErr_Occurred() != NULL:
+                PyErr_Clear()
+            return None
+        cdef Py_ssize_t r = (n + c._mask) & ~c._mask
+        stack = c.fast.get(r)
+        if not stack or type(stack) is not list:
+            return None
+        tp = self._buffer_type(None)
+        blk = (<list>stack)[len(<list>stack) - 1]
+        info = blk.slab.cinfo
+        addr_obj = blk.addr
+        cdef unsigned long long addr = addr_obj
+        cdef unsigned long long sptr = info[0]
+        cdef unsigned long long sdptr = info[1]
+        cdef int flags = info[2]
+        cdef int dl_type = info[3]
+        cdef int dl_id = info[4]
+        device = info[5]
+        cdef unsigned long long dptr = sdptr + (addr - sptr)
+        dptr_obj = None if dptr == addr else dptr
+        # Read and checked: change the state (no Python code, no tracked allocation).
+        (<list>stack).pop()
+        c.hits += 1
+        c.blocks += r
+        c.requested += n
+        if c.requested > c.peak_requested:
+            c.peak_requested = c.requested
+        c.fast_mmaps += 1
+        try:
+            return self._make(
+                tp, addr_obj, addr, n, (flags & (F_HOST | F_READONLY)), dl_type, dl_id, device, dptr_obj, blk
+            )
+        except BaseException:
+            c.fast_mmaps -= 1
+            c.requested -= n
+            c.blocks -= r
+            c.hits -= 1
+            fresh = []  # may run a finalizer that replaces c.fast (a flush): read it after
+            (<list>c.fast.setdefault(r, fresh)).append(blk)
+            raise
+
+    cdef bint _pool_give(self, BufferBase buf) except -1:
+        """The compiled pool munmap of a detached buffer: True if its block went on its
+        stack, False when _free must run."""
+        cdef PoolCache c = self._pool
+        if c.busy or not c.keep_fast:
+            return False
+        blk = buf.native
+        if blk is None or blk.stream is not None:
+            return False
+        size_obj = blk.size
+        if type(size_obj) is not int:
+            return False
+        cdef Py_ssize_t size = size_obj
+        stack = c.fast.get(size_obj)
+        if stack is None:
+            # A new list may run a finalizer (a GC-tracked allocation) that frees into
+            # the cache or flushes it (a new c.fast): make the list first, then read
+            # c.fast and add the list only if no stack appeared meanwhile.
+            fresh = []
+            stack = c.fast.setdefault(size_obj, fresh)
+        if type(stack) is not list:
+            return False
+        # No Python code or tracked allocation from here on (append may resize only).
+        (<list>stack).append(blk)
+        c.requested -= buf.size
+        c.blocks -= size
+        c.fast_munmaps += 1
+        return True
 
     def _restore(self, BufferBase buf not None):
         """Track again a buffer munmap detached whose native free failed (the memory is

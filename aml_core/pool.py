@@ -77,14 +77,35 @@ Streams (GPU pools)
     ``STREAMS`` and ``STREAM_ORDERED`` groups (AMLNotSupported otherwise); slabs are still
     allocated with the area's ordinary (synchronous) mmap.
 
+Fast path
+    The exact-size stacks and the counters the statistics need (hits, requested bytes
+    and their peak, live block bytes) live in a compiled
+    :class:`~aml_core._buffer.PoolCache`, which the pool installs in its area base
+    class (``_set_pool``, an explicit ops table as a GPU area's NativeAllocator). Then
+    ``pool.mmap(size)`` without options that finds a block of the rounded size on its
+    stack, and ``pool.munmap`` of a block allocated in host order while the pool keeps
+    stacks, run in C from end to end with no Python frame (a pair costs about a
+    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a
+    miss, options, streams and ``munmap_on``, ``release_threshold``, a closed pool or
+    area, a held lock) runs the Python code below, unchanged. :class:`PoolStats` reads
+    the same counters either way.
+
 Threads
-    One re-entrant lock (``_plock``) guards the heaps, slabs and counters; the area is
-    called with it held (areas are thread-safe and never call back into the pool). The
-    buffer bookkeeping is the area base class's, with its own rules. So every public
-    method may be called from any thread. Re-entrant, because a finalizer can free a
-    pooled buffer in a thread that is inside the pool already (the garbage collector,
-    run by an allocation under the lock, collecting a CuPy array that holds a block);
-    such a free only pushes the block on its stack, which no locked path has half-done.
+    One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
+    heaps, slabs, stacks and counters; the area is called with it held (areas are
+    thread-safe and never call back into the pool). The rule of the fast path: a fast
+    operation runs only while no thread holds the lock, entirely under the GIL without
+    releasing it or running Python code, so it is atomic with respect to other fast
+    operations and to any locked section, exactly as if it held the lock. (The cache
+    counts the lock's holder after acquiring and uncounts before releasing, so locked
+    Python code never interleaves with a fast operation.) The buffer bookkeeping is the
+    area base class's, with its own rules. So every public method may be called from
+    any thread. Re-entrant, because a finalizer can free a pooled buffer in a thread
+    that is inside the pool already (the garbage collector, run by an allocation under
+    the lock, collecting a CuPy array that holds a block); such a free takes the Python
+    path (the lock is held) and only pushes the block on its stack, which no locked path
+    has half-done. The fast path changes its state only after every read and check, and
+    before it makes the buffer (an allocation that may run such a finalizer).
 """
 
 from __future__ import annotations
@@ -96,7 +117,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._buffer import address_of
+from ._buffer import PoolCache, address_of
 from .area import Area
 from .buffer import Buffer
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
@@ -150,6 +171,7 @@ class _Slab:
     __slots__ = (
         "buf",
         "chunks",
+        "cinfo",
         "device",
         "device_ptr",
         "dl_device",
@@ -184,6 +206,9 @@ class _Slab:
         self.readonly = readonly
         self.dl_device = dl_device
         self.device = device
+        #: What the compiled fast path makes a block's buffer from: (ptr, device_ptr,
+        #: flags (1: host-accessible, 2: read-only), DLPack device type and id, device).
+        self.cinfo = (ptr, device_ptr, int(host_accessible) | 2 * int(readonly), *dl_device, device)
         #: Expandable segments: the mapped chunks (ptr, size), in address order.
         self.chunks: list[tuple[int, int]] = []
         self.first: _Block | None = None
@@ -349,28 +374,27 @@ class Pool(Area):
         self._small_max = small_max
         self._small_slab = _round_up(small_slab, granule)
         self._medium_slab = _round_up(medium_slab, granule)
-        self._plock = threading.RLock()
+        #: The state the compiled fast path shares (free stacks, counters) and the
+        #: pool's one lock: ``with self._plock`` takes it (see "Threads").
+        self._cache = PoolCache(area, granule, threading.RLock())
+        self._plock = self._cache
         self._small = _Heap(granule)
         self._large = _Heap(small_max)
         self._slabs: list[_Slab] = []
         # counters (under _plock)
         self._reserved = 0
         self._peak_reserved = 0
-        self._blocks = 0
-        self._requested = 0
-        self._peak_requested = 0
         self._native_allocs = 0
         self._native_frees = 0
-        self._hits = 0
         self._misses = 0
         self._vm: VirtualMemory | None = None
         self._reservation: Reservation | None = None
         self._segment: _Slab | None = None
         self._closing = False
-        #: Freed blocks by exact size, not coalesced yet (LIFO): the fast path of a
-        #: repeated size. Unused when release_threshold is set and after close.
-        self._fast: dict[int, list[_Block]] = {}
-        self._keep_fast = release_threshold is None
+        # Freed blocks by exact size, not coalesced yet (LIFO), are the cache's ``fast``:
+        # the fast path of a repeated size. Unused when release_threshold is set and
+        # after close.
+        self._cache.keep_fast = release_threshold is None
         # Streams (see "Streams" in the module doc): blocks freed on a stream and not yet
         # known to be idle, by (stream, size); how many each stream holds; the stream of
         # the mmap/munmap in progress in this thread; the event and stream operations.
@@ -385,6 +409,8 @@ class Pool(Area):
             self.capabilities &= ~Capability.IPC
         elif capacity is not None:
             raise AMLValueError("capacity is for expandable pools (expandable=True)")
+        # The compiled fast path (see "Fast path" in the module doc).
+        self._set_pool(self._cache)
 
     # -- the area being pooled --------------------------------------------------------------
     @property
@@ -444,7 +470,7 @@ class Pool(Area):
         munmap frees a buffer on the stream it was allocated on, if any."""
         self._tls.stream = self._stream_handle(stream)
         try:
-            self.munmap(buffer, size)
+            self._munmap_slow(buffer, size)  # the compiled path knows no stream
         finally:
             self._tls.stream = None
 
@@ -482,22 +508,22 @@ class Pool(Area):
         if stream is not None:
             stream = self._stream_handle(stream)
         with self._plock:
-            stack = self._fast.get(n) if stream is None else self._sfast.get((stream, n))
+            stack = self._cache.fast.get(n) if stream is None else self._sfast.get((stream, n))
             if stack:  # a block of exactly this size, freed earlier: no search, no split
                 blk = stack.pop()
                 if stream is not None:
                     self._stream_held[stream] -= 1
-                self._hits += 1
-                self._blocks += n
+                self._cache.hits += 1
+                self._cache.blocks += n
             elif stream is None:
                 blk = self._take(n)
             else:
                 blk = self._take_on_stream(n, stream)
             blk.stream = stream
-            req = self._requested + size
-            self._requested = req
-            if req > self._peak_requested:
-                self._peak_requested = req
+            req = self._cache.requested + size
+            self._cache.requested = req
+            if req > self._cache.peak_requested:
+                self._cache.peak_requested = req
         slab = blk.slab
         try:
             return self._new_buffer(
@@ -512,14 +538,14 @@ class Pool(Area):
             )
         except BaseException:
             with self._plock:
-                self._requested -= size
+                self._cache.requested -= size
                 self._give(blk)
             raise
 
     def _free(self, buffer: Buffer) -> None:
         blk: _Block = buffer.native
         with self._plock:
-            self._requested -= buffer.size
+            self._cache.requested -= buffer.size
             stream = blk.stream
             if self._any_stream:
                 override = getattr(self._tls, "stream", None)
@@ -531,7 +557,7 @@ class Pool(Area):
                     stream = blk.stream = None
             if stream is not None:  # reusable at once on this stream, elsewhere after an event
                 size = blk.size
-                self._blocks -= size
+                self._cache.blocks -= size
                 blk.stream = stream
                 key = (stream, size)
                 stack = self._sfast.get(key)
@@ -540,12 +566,12 @@ class Pool(Area):
                 else:
                     stack.append(blk)
                 self._stream_held[stream] = self._stream_held.get(stream, 0) + 1
-            elif self._keep_fast:
+            elif self._cache.keep_fast:
                 size = blk.size
-                self._blocks -= size
-                stack = self._fast.get(size)
+                self._cache.blocks -= size
+                stack = self._cache.fast.get(size)
                 if stack is None:
-                    self._fast[size] = [blk]
+                    self._cache.fast[size] = [blk]
                 else:
                     stack.append(blk)
             else:
@@ -564,10 +590,10 @@ class Pool(Area):
         then, before growing, every stream holding blocks is synchronized and its blocks
         coalesced (:meth:`_reclaim_streams`)."""
         heap = self._small if n <= self._small_max else self._large
-        stack = self._fast.get(n)
+        stack: list[_Block] | None = self._cache.fast.get(n)
         if stack:
-            self._hits += 1
-            self._blocks += n
+            self._cache.hits += 1
+            self._cache.blocks += n
             return stack.pop()
         if heap.best_fit(n) is not None:
             return self._take(n)
@@ -581,8 +607,8 @@ class Pool(Area):
                 # The wait captures the event's state now: one event serves every hand-over.
                 ops.event_record(self._event, other)
                 ops.stream_wait_event(stream, self._event)
-                self._hits += 1
-                self._blocks += n
+                self._cache.hits += 1
+                self._cache.blocks += n
                 return blk
         self._reclaim_streams()
         return self._take(n)
@@ -598,7 +624,7 @@ class Pool(Area):
                 streams.stream_synchronize(stream)
         sfast, self._sfast = self._sfast, {}
         self._stream_held = {}
-        fast = self._fast
+        fast = self._cache.fast
         for (_stream, size), stack in sfast.items():
             for blk in stack:
                 blk.stream = None
@@ -609,7 +635,7 @@ class Pool(Area):
         """A live block of at least ``n`` bytes (under _plock)."""
         heap = self._small if n <= self._small_max else self._large
         blk = heap.best_fit(n)
-        if blk is None and self._fast:
+        if blk is None and self._cache.fast:
             self._flush()
             blk = heap.best_fit(n)
         if blk is None and self._sfast:
@@ -620,7 +646,7 @@ class Pool(Area):
             blk = self._grow(heap, n)
             self._misses += 1
         else:
-            self._hits += 1
+            self._cache.hits += 1
         heap.remove(blk)
         rest = blk.size - n
         if rest >= heap.split_min:
@@ -634,12 +660,12 @@ class Pool(Area):
             blk.size = n
             heap.insert(tail)
         blk.free = False
-        self._blocks += blk.size
+        self._cache.blocks += blk.size
         return blk
 
     def _give(self, blk: _Block) -> None:
         """Return a live block to its heap now (under _plock)."""
-        self._blocks -= blk.size
+        self._cache.blocks -= blk.size
         slab = self._coalesce(blk)
         if self.closed:
             if not self._closing:  # a buffer close() detached while viewed: its slab goes now
@@ -679,8 +705,8 @@ class Pool(Area):
     def _flush(self) -> None:
         """Coalesce the blocks kept on the exact-size stacks into the heaps (deferred
         coalescing: done when a request finds no fit, and before trimming or stats)."""
-        fast = self._fast
-        self._fast = {}
+        fast = self._cache.fast
+        self._cache.fast = {}
         for stack in fast.values():
             for blk in stack:
                 self._coalesce(blk)
@@ -692,7 +718,7 @@ class Pool(Area):
         try:
             if self._segment is not None:
                 self._trim_segment(keep)
-            elif slab.whole_free() and self._reserved - self._blocks > keep:
+            elif slab.whole_free() and self._reserved - self._cache.blocks > keep:
                 self._release_slab(slab)
         except AMLError as exc:
             warnings.warn(f"the pool could not return cached memory: {exc}", ResourceWarning, stacklevel=3)
@@ -719,7 +745,7 @@ class Pool(Area):
             if self._reserved + want > self._limit:
                 raise AMLMemoryError(
                     f"the pool's limit of {self._limit} bytes is reached: {self._reserved} reserved "
-                    f"({self._blocks} in live blocks), {n} more asked"
+                    f"({self._cache.blocks} in live blocks), {n} more asked"
                 )
         if want > MAX_SIZE:
             raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
@@ -772,7 +798,7 @@ class Pool(Area):
         bytes released. Raises the first failure after trying every slab."""
         if self._sfast:
             self._reclaim_streams()
-        if self._fast:
+        if self._cache.fast:
             self._flush()
         if self._segment is not None:
             return self._trim_segment(keep)
@@ -780,7 +806,7 @@ class Pool(Area):
         error: AMLError | None = None
         # Largest slabs first: fewest native calls for the bytes.
         for slab in sorted((s for s in self._slabs if s.whole_free()), key=lambda s: -s.size):
-            if self._reserved - self._blocks <= keep:
+            if self._reserved - self._cache.blocks <= keep:
                 break
             try:
                 self._release_slab(slab)
@@ -817,7 +843,7 @@ class Pool(Area):
             if self._reserved + chunk > self._limit:
                 raise AMLMemoryError(
                     f"the pool's limit of {self._limit} bytes is reached: {self._reserved} mapped "
-                    f"({self._blocks} in live blocks), {n} more asked"
+                    f"({self._cache.blocks} in live blocks), {n} more asked"
                 )
         end = seg.ptr + seg.size
         if end + chunk > res.ptr + res.size:
@@ -865,7 +891,7 @@ class Pool(Area):
         assert seg is not None
         assert vm is not None
         released = 0
-        while seg.chunks and self._reserved - self._blocks > keep:
+        while seg.chunks and self._reserved - self._cache.blocks > keep:
             tail = seg.last
             ptr, size = seg.chunks[-1]
             if tail is None or not tail.free or tail.addr > ptr:
@@ -902,27 +928,27 @@ class Pool(Area):
     def reset_peak(self) -> None:
         """Restart the peaks of :attr:`pool_stats` from the current values."""
         with self._plock:
-            self._peak_requested = self._requested
+            self._cache.peak_requested = self._cache.requested
             self._peak_reserved = self._reserved
 
     @property
     def pool_stats(self) -> PoolStats:
         with self._plock:
-            if self._fast:
+            if self._cache.fast:
                 self._flush()
-            cached = self._reserved - self._blocks
+            cached = self._reserved - self._cache.blocks
             largest = max(self._small.largest(), self._large.largest())
             return PoolStats(
-                bytes_in_use=self._requested,
-                peak_bytes_in_use=self._peak_requested,
-                block_bytes=self._blocks,
+                bytes_in_use=self._cache.requested,
+                peak_bytes_in_use=self._cache.peak_requested,
+                block_bytes=self._cache.blocks,
                 bytes_reserved=self._reserved,
                 peak_bytes_reserved=self._peak_reserved,
                 bytes_cached=cached,
                 slabs=len(self._segment.chunks) if self._segment is not None else len(self._slabs),
                 native_allocations=self._native_allocs,
                 native_frees=self._native_frees,
-                pool_hits=self._hits,
+                pool_hits=self._cache.hits,
                 pool_misses=self._misses,
                 largest_free_block=largest,
                 fragmentation=1.0 - largest / cached if cached else 0.0,
@@ -1006,7 +1032,7 @@ class Pool(Area):
                 return
         error: AMLError | None = None
         with self._plock:
-            self._keep_fast = False
+            self._cache.keep_fast = False
             self._flush()
         self._closing = True  # the blocks freed by close() are released below, raising
         try:

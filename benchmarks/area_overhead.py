@@ -9,6 +9,11 @@ It times, per operation (median over repetitions of the mean of a batch):
   pair_ptr      area.mmap(4096) then area.munmap(buf.ptr)
   allocate      area._allocate(4096, None) alone: the no-op backend's own cost
   loop          an empty loop iteration (subtracted from nothing; for scale)
+  pool_pair     the pair on aml_core.pool over the no-op area, with a block of the size
+                cached: the pool's compiled fast path (PoolCache), or its Python path for
+                an aml_core built before it
+  pool_python_pair  the same pool with its compiled path uninstalled
+                (``_set_pool(None)``): the Python ``_allocate``/``_free``
   gpu_python_pair  the pair on a GpuArea over a runtime whose Python methods do nothing
                 (the Python path: GpuArea._allocate, _allocate_on, _free)
   native_pair   the pair on an area that installed a NativeAllocator
@@ -39,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+import aml_core
 from aml_core import _buffer
 from aml_core.area import Area
 from aml_core.buffer import Buffer, DLDeviceType
@@ -232,6 +238,28 @@ def measure(batch: int, reps: int) -> dict[str, float]:
     st = area.stats
     assert st.live_mappings == 0, st
     area.close()
+
+    # The pool: aml_core.pool over a no-op area, one size cached (every mmap is a hit).
+    slab_area = NoOpArea()
+    pool = aml_core.pool(slab_area)
+    pmmap, pmunmap = pool.mmap, pool.munmap
+    pmunmap(pmmap(SIZE))
+
+    def pool_pair(n: int) -> None:
+        for _ in range(n):
+            pmunmap(pmmap(SIZE))
+
+    out["pool_pair_us"] = per_op_us(pool_pair, batch, reps)
+    cache = getattr(pool, "_pool_cache", None)
+    if cache is not None:  # the same pool with its compiled path uninstalled: Python only
+        assert cache.fast_mmaps > 0
+        pool._set_pool(None)
+        out["pool_python_pair_us"] = per_op_us(pool_pair, batch, reps)
+        pool._set_pool(cache)
+    ps = pool.pool_stats
+    assert (ps.bytes_in_use, ps.pool_misses) == (0, 1), ps
+    pool.close()
+    slab_area.close()
 
     gpu = GpuArea(NoOpRuntime(), 0, 0)
     gmmap, gmunmap = gpu.mmap, gpu.munmap
