@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aml_core.descriptor import BackendDescriptor
+from aml_core.gpu.groups import Group, capabilities
 from aml_core.gpu.plugin import lazy_descriptor
-from aml_core.gpu.runtime import Group, capabilities
 from aml_core.hookspecs import hookimpl
 from aml_core.specs import Capability, Kind
 
