@@ -6,11 +6,10 @@ Counts, not durations: nothing here is timed."""
 from __future__ import annotations
 
 import os
-import threading
 
-from aml_core import Buffer
 from aml_core.errors import AMLError
 from aml_core.host import HostArea
+from aml_core.testing.stress import hammer
 
 CYCLES = int(os.environ.get("AML_SOAK_CYCLES", str(10**5)))
 #: The resident set may grow this much over the soak (allocator caches, interned ints).
@@ -28,35 +27,10 @@ def _fds() -> int:
 
 def test_sixteen_threads_on_one_host_area() -> None:
     area = HostArea()
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(16)
-
-    def work(seed: int) -> None:
-        try:
-            barrier.wait()
-            mine: list[Buffer] = []
-            for i in range(500):
-                if mine and (i + seed) % 3 == 0:
-                    buf = mine.pop()
-                    memoryview(buf)[0] = seed & 0xFF
-                    area.munmap(buf)
-                else:
-                    mine.append(area.mmap(4096 * (1 + (i + seed) % 4)))
-            for buf in mine:
-                area.munmap(buf)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    st = area.stats
-    assert (st.live_mappings, st.bytes_in_use) == (0, 0)
-    assert st.total_maps == st.total_unmaps
-    area.close()
+    try:
+        hammer(area, threads=16, rounds=500, unit=4096, sizes=4, touch=True)
+    finally:
+        area.close()
 
 
 def test_mmap_munmap_cycles_keep_rss_and_fds_flat(tmp_path: object) -> None:

@@ -10,7 +10,6 @@ stats consistent at the end and nothing left in the double."""
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 
 from aml_core import Buffer
 from aml_core.errors import AMLError
+from aml_core.testing.stress import hammer
 
 pytestmark = pytest.mark.host_double
 
@@ -188,30 +188,7 @@ def test_state_machine(patched: None) -> None:
 
 def test_sixteen_threads_on_one_area(hip: object) -> None:
     area = aml_hip.create(0, HipFlags.DEFAULT)
-    errors: list[BaseException] = []
-    barrier = threading.Barrier(16)
-
-    def work(seed: int) -> None:
-        try:
-            barrier.wait()
-            mine: list[Buffer] = []
-            for i in range(300):
-                if mine and (i + seed) % 3 == 0:
-                    area.munmap(mine.pop())
-                else:
-                    mine.append(area.mmap(64 * (1 + (i + seed) % 7)))
-            for buf in mine:
-                area.munmap(buf)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    st_ = area.stats
-    assert (st_.live_mappings, st_.bytes_in_use) == (0, 0)
-    assert st_.total_maps == st_.total_unmaps
-    area.close()
+    try:
+        hammer(area, threads=16, rounds=300)
+    finally:
+        area.close()
