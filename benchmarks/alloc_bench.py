@@ -44,7 +44,6 @@ import datetime
 import json
 import mmap
 import os
-import platform
 import statistics
 import threading
 import time
@@ -52,6 +51,8 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from machine_info import machine as shared_machine
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -840,20 +841,9 @@ def plots(r: dict[str, Any], out: Path, name: str) -> list[str]:
 
 
 def machine() -> dict[str, Any]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     return {
+        **shared_machine(),
         "date": datetime.date.today().isoformat(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
     }
 
 

@@ -37,12 +37,13 @@ import argparse
 import ctypes
 import itertools
 import json
-import os
 import platform
 import statistics
 import time
 from pathlib import Path
 from typing import Any, NoReturn
+
+from machine_info import machine
 
 import aml_core
 from aml_core import _buffer
@@ -189,23 +190,6 @@ def per_op_us(body: Any, batch: int, reps: int) -> float:
         body(batch)
         times.append((time.perf_counter_ns() - t) / batch / 1000.0)
     return statistics.median(times)
-
-
-def machine() -> dict[str, str]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-    }
 
 
 def measure(batch: int, reps: int) -> dict[str, float]:

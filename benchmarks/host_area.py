@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -28,29 +26,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from machine_info import machine
+
 from aml_core import _os
 from aml_core.host import HostArea
 
 PAGE = mmap.PAGESIZE
 SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1 << 30]
-
-
-def machine() -> dict[str, str]:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "cpu": cpu,
-        "cores": str(os.cpu_count()),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
-        "hostname": platform.node(),
-    }
 
 
 def batch_time(fn: Callable[[], None], batch: int) -> float:
