@@ -39,6 +39,8 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipGetDeviceCount": (_err, (POINTER(c_int),)),
     "hipSetDevice": (_err, (c_int,)),
     "hipGetDevice": (_err, (POINTER(c_int),)),
+    # the allocation behind an address: an IPC importer checks the size a handle claims
+    "hipMemGetAddressRange": (_err, (_PV, POINTER(c_size_t), c_void_p)),
     "hipDeviceGetAttribute": (_err, (POINTER(c_int), c_int, c_int)),
     "hipDeviceGetName": (_err, (c_char_p, c_int, c_int)),
     "hipDeviceTotalMem": (_err, (POINTER(c_size_t), c_int)),

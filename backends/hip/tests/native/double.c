@@ -127,6 +127,7 @@ enum {
     hipErrorInvalidContext = 201,
     hipErrorMapFailed = 205,
     hipErrorInvalidHandle = 400,
+    hipErrorNotFound = 500,
     hipErrorHostMemoryAlreadyRegistered = 712,
     hipErrorHostMemoryNotRegistered = 713,
     hipErrorNotSupported = 801,
@@ -268,6 +269,7 @@ enum {
     X(hipIpcGetMemHandle)                                                                          \
     X(hipIpcOpenMemHandle)                                                                         \
     X(hipIpcCloseMemHandle)                                                                        \
+    X(hipMemGetAddressRange)                                                                       \
     X(hipPointerGetAttributes)                                                                     \
     X(hipGetErrorName)                                                                             \
     X(hipGetErrorString)                                                                           \
@@ -1774,6 +1776,20 @@ static hipError_t impl_hipIpcOpenMemHandle(void **ptr, hipIpcMemHandle_t handle,
     return hipSuccess;
 }
 
+static hipError_t impl_hipMemGetAddressRange(void **base, size_t *size, void *ptr)
+{
+    /* the allocation (device, host, managed, or an opened IPC handle) containing ptr */
+    NEED_DEVICE();
+    if (base == NULL || size == NULL)
+        return hipErrorInvalidValue;
+    struct alloc *a = alloc_find(ptr);
+    if (a == NULL)
+        return hipErrorNotFound;
+    *base = (void *)a->base;
+    *size = a->size;
+    return hipSuccess;
+}
+
 static hipError_t impl_hipIpcCloseMemHandle(void *ptr)
 {
     NEED_DEVICE();
@@ -2788,6 +2804,17 @@ static hipError_t impl_hipIpcOpenMemHandle(void **ptr, hipIpcMemHandle_t handle,
     return e;
 }
 
+static hipError_t impl_hipMemGetAddressRange(void **base, size_t *size, void *ptr)
+{
+    if (base == NULL || size == NULL)
+        return hipErrorInvalidValue;
+    CUdeviceptr b = 0;
+    hipError_t e = CUDRV(cuMemGetAddressRange(&b, size, (CUdeviceptr)(uintptr_t)ptr));
+    if (e == hipSuccess)
+        *base = (void *)(uintptr_t)b;
+    return e;
+}
+
 static hipError_t impl_hipIpcCloseMemHandle(void *ptr)
 {
     hipError_t e = CUDART(cudaIpcCloseMemHandle(ptr));
@@ -3405,6 +3432,12 @@ API hipError_t hipIpcCloseMemHandle(void *devPtr)
 {
     ENTER(hipIpcCloseMemHandle, A_P(devPtr));
     BODY(impl_hipIpcCloseMemHandle(devPtr));
+}
+
+API hipError_t hipMemGetAddressRange(void **pbase, size_t *psize, void *dptr)
+{
+    ENTER(hipMemGetAddressRange, A_P(pbase), A_P(psize), A_P(dptr));
+    BODY(impl_hipMemGetAddressRange(pbase, psize, dptr));
 }
 
 API hipError_t hipPointerGetAttributes(hipPointerAttribute_t *attributes, const void *ptr)
