@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import warnings
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ._buffer import BufferBase
 from .errors import AMLBusyError, AMLError, AMLValueError
@@ -28,7 +28,7 @@ from .specs import Kind, format_size
 if TYPE_CHECKING:
     from .area import Area
 
-__all__ = ["Buffer", "DLDeviceType"]
+__all__ = ["Buffer", "DLDeviceType", "native_as"]
 
 
 class DLDeviceType(enum.IntEnum):
@@ -86,7 +86,7 @@ class Buffer(BufferBase):
         @property
         def device_ptr(self) -> int: ...
         @property
-        def native(self) -> Any: ...
+        def native(self) -> object: ...
 
     def free(self) -> None:
         """Unmap this buffer (``self.area.munmap(self)``)."""
@@ -168,3 +168,18 @@ class Buffer(BufferBase):
         if cai is None:
             raise AttributeError("__cuda_array_interface__")
         return cai
+
+
+_N = TypeVar("_N")
+
+
+def native_as(buffer: BufferBase, cls: type[_N]) -> _N:
+    """A buffer's :attr:`~Buffer.native` record, checked to be the type its area made
+    (``cls``): an area reads its own records through this, typed, and a record of another
+    kind is an AML error, never an attribute error deep in a free."""
+    native = buffer.native
+    if not isinstance(native, cls):
+        raise AMLValueError(
+            f"this buffer's native record is a {type(native).__name__}, not the {cls.__name__} its area makes"
+        )
+    return native

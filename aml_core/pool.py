@@ -119,7 +119,7 @@ import attrs
 
 from ._buffer import PoolCache, address_of
 from .area import Area
-from .buffer import Buffer
+from .buffer import Buffer, native_as
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from .specs import MAX_SIZE, Capability, as_size
 
@@ -543,7 +543,7 @@ class Pool(Area):
             raise
 
     def _free(self, buffer: Buffer) -> None:
-        blk: _Block = buffer.native
+        blk = native_as(buffer, _Block)
         with self._plock:
             self._cache.requested -= buffer.size
             stream = blk.stream
@@ -960,7 +960,7 @@ class Pool(Area):
         with self._lock:
             self._check_open()
             buf = self._lookup(buffer, None)
-        blk: _Block = buf.native
+        blk = native_as(buf, _Block)
         return blk.slab.buf, blk.addr - blk.slab.ptr
 
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:

@@ -30,7 +30,7 @@ import attrs
 from .. import checks
 from .._buffer import address_of
 from ..area import Area
-from ..buffer import Buffer
+from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind
@@ -353,7 +353,7 @@ class GpuArea(Area):
         )
 
     def _free(self, buffer: Buffer) -> None:
-        native: GpuAllocation = buffer.native
+        native = native_as(buffer, GpuAllocation)
         ops = self._alloc
         if self._exports:
             for export in self._exports.pop(buffer.ptr, ()):

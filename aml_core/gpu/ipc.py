@@ -29,7 +29,7 @@ import attrs
 
 from .._buffer import address_of
 from ..area import Area
-from ..buffer import Buffer
+from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
@@ -222,10 +222,10 @@ class IpcImportArea(Area):
                 return
             super().munmap(buf)
             self._opens.pop(buf.ptr, None)
-            self._by_key.pop(buf.native.key, None)
+            self._by_key.pop(native_as(buf, _Imported).key, None)
 
     def _free(self, buffer: Buffer) -> None:
-        data = buffer.native.key[0]
+        data = native_as(buffer, _Imported).key[0]
         with self._map_lock:
             mapping = self._mappings[data]
             if mapping[1] > 1:

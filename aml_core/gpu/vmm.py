@@ -30,7 +30,7 @@ import attrs
 
 from .. import checks
 from ..area import Area
-from ..buffer import Buffer
+from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..specs import Capability, Kind, as_size
@@ -98,12 +98,12 @@ class GrowableBuffer(Buffer):
     @property
     def capacity(self) -> int:
         """The reserved size: the buffer can grow up to this many bytes."""
-        return int(self.native.reservation.size)
+        return native_as(self, _VmmBuffer).reservation.size
 
     @property
     def mapped(self) -> int:
         """Bytes backed by physical memory (``size`` rounded up to the granularity)."""
-        return sum(size for _, size, _ in self.native.chunks)
+        return sum(size for _, size, _ in native_as(self, _VmmBuffer).chunks)
 
     def grow(self, size: int) -> None:
         """Grow to ``size`` bytes, mapping only the new bytes; the address stays."""
@@ -376,7 +376,7 @@ class VirtualMemory(Area):
         return ptr, size, phys
 
     def _free(self, buffer: Buffer) -> None:
-        state: _VmmBuffer = buffer.native
+        state = native_as(buffer, _VmmBuffer)
         for ptr, size, _phys in reversed(state.chunks):
             if ptr in self._mappings:
                 self.unmap(ptr, size)
@@ -413,7 +413,7 @@ class VirtualMemory(Area):
         with self._vlock:
             if buffer.freed or self._live.get(buffer.ptr) is not buffer:
                 raise AMLValueError(f"{buffer!r} is not live in this area")
-            state: _VmmBuffer = buffer.native
+            state = native_as(buffer, _VmmBuffer)
             if n > state.reservation.size:
                 raise AMLValueError(f"cannot grow to {n} bytes: the capacity is {state.reservation.size}")
             if n < buffer.size:

@@ -30,7 +30,7 @@ import attrs
 
 from .. import _os, checks
 from ..area import Area
-from ..buffer import Buffer, DLDeviceType
+from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLTypeError, AMLValueError
 from ..specs import Capability, Kind, format_size
 from . import numa
@@ -299,7 +299,7 @@ class HostArea(Area):
 
     def _free(self, buffer: Buffer) -> None:
         try:
-            _os.munmap(buffer.ptr, buffer.native)
+            _os.munmap(buffer.ptr, native_as(buffer, int))
         except OSError as exc:
             raise numa.os_error(exc) from None
 
