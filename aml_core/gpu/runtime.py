@@ -176,16 +176,29 @@ class Runtime(abc.ABC):
         (override: for example an old library without virtual memory)."""
         return {}
 
+    def _group_table(self) -> Mapping[Group, str | None]:
+        """Each group, with why this runtime does not provide it (None: it does). Worked
+        out once: a runtime's class and loaded library do not change, and ``require`` runs
+        on every managed-memory call."""
+        table: dict[Group, str | None] | None = self.__dict__.get("_groups")
+        if table is None:
+            missing = self.missing_groups()
+            table = {
+                g: missing.get(g)
+                if isinstance(self, ops)
+                else f"{self.traits.name} has no {g.value.replace('_', ' ')} operations"
+                for g, ops in GROUP_OPS.items()
+            }
+            self.__dict__["_groups"] = table
+        return table
+
     def groups(self) -> frozenset[Group]:
         """The groups this runtime provides."""
-        missing = self.missing_groups()
-        return frozenset(g for g, ops in GROUP_OPS.items() if isinstance(self, ops) and g not in missing)
+        return frozenset(g for g, why in self._group_table().items() if why is None)
 
     def why_missing(self, group: Group) -> str | None:
         """Why this runtime does not provide ``group``; None when it does."""
-        if not isinstance(self, GROUP_OPS[group]):
-            return f"{self.traits.name} has no {group.value.replace('_', ' ')} operations"
-        return self.missing_groups().get(group)
+        return self._group_table()[group]
 
     @overload
     def require(self, group: Literal[Group.ALLOCATION]) -> AllocationOps: ...

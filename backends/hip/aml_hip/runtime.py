@@ -144,7 +144,7 @@ class HipRuntime(
         managed = self._attribute_or(C.hipDeviceAttributeManagedMemory, d, 0)
         concurrent = self._attribute_or(C.hipDeviceAttributeConcurrentManagedAccess, d, 0)
         pageable = self._attribute_or(C.hipDeviceAttributePageableMemoryAccess, d, 0)
-        has_vmm = core.Group.VIRTUAL_MEMORY not in self.missing_groups()
+        has_vmm = self.why_missing(core.Group.VIRTUAL_MEMORY) is None
         # 5.x has no VMM attribute (docs/native-abi.md#hip-device-attributes): the exported symbols tell.
         vmm = self._attribute_or(self.abi.attr_vmm_supported, d, 1) if has_vmm else 0
         domain = self._attribute_or(C.hipDeviceAttributePciDomainID, d, 0)

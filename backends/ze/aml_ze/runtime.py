@@ -41,7 +41,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from ctypes import byref, c_size_t, c_uint32, c_void_p
 from typing import Final
 
@@ -52,7 +52,6 @@ from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLFailure, AMLNotSupported, AMLValueError, NativeCause
 from aml_core.gpu.runtime import (
     AllocationProperties,
-    Group,
     IpcOps,
     PointerAttributes,
     Runtime,
@@ -522,9 +521,6 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
         # Level Zero has no query: these are the facts aml-ze recorded at creation
         # (device memory, no shareable handle type).
         return AllocationProperties(type=1, location_device=phys.device, handle_types=0)
-
-    def missing_groups(self) -> Mapping[Group, str]:
-        return {}
 
 
 def _pidfd_getfd(pid: int, fd: int) -> int:
