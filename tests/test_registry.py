@@ -487,7 +487,7 @@ def test_gpu_probe_reports_runtime_versions() -> None:
     from aml_core.gpu.backend import GpuBackend
 
     class FakeRuntime:
-        traits = SimpleNamespace(version="cuda-bindings 13.3.1, driver API 13.0")
+        traits = SimpleNamespace(versions={"cuda-bindings": "13.3.1", "driver API": "13.0"})
 
         def device_count(self) -> int:
             return 1

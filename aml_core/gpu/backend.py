@@ -170,9 +170,7 @@ class GpuBackend:
         versions: dict[str, str] = {}  # what was found, also when no device is
         try:
             rt = self.runtime
-            # "cuda-bindings 13.3.1, driver API 13.0" -> {"cuda-bindings": "13.3.1", "driver API": "13.0"}
-            parts = [p.strip().rpartition(" ") for p in rt.traits.version.split(",") if p.strip()]
-            versions = {k or "library": v for k, _, v in parts}
+            versions = dict(rt.traits.versions)
             count = rt.device_count()
             if count <= 0:
                 return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)

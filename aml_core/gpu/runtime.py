@@ -131,8 +131,14 @@ class RuntimeTraits:
     ipc_handle_size: int = 64
     #: Exchange protocols device memory speaks beside the buffer protocol.
     interfaces: Capability = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
-    #: Version string for status output.
-    version: str = ""
+    #: What the runtime found, name -> version (``{"cuda-bindings": "13.3.1", "driver API":
+    #: "13.0"}``, ``{"HIP": "6.2.41133", "library": path}``): the probe reports these.
+    versions: Mapping[str, str] = attrs.field(factory=dict, hash=False)
+
+    @property
+    def version(self) -> str:
+        """The versions as one line for status output."""
+        return ", ".join(f"{name} {value}" for name, value in self.versions.items())
 
 
 class Runtime(abc.ABC):

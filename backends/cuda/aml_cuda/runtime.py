@@ -150,13 +150,13 @@ class CudaRuntime(
         err, driver_version = _rt.cudaDriverGetVersion()
         self.driver_version = int(driver_version) if not err else 0
         self.display_driver = display_driver_version()
-        parts = [f"cuda-bindings {bindings_version()}"]
+        versions = {"cuda-bindings": bindings_version()}
         if self.runtime_version:
-            parts.append(f"runtime {_version(self.runtime_version)}")
+            versions["runtime"] = _version(self.runtime_version)
         if self.driver_version:
-            parts.append(f"driver API {_version(self.driver_version)}")
+            versions["driver API"] = _version(self.driver_version)
         if self.display_driver:
-            parts.append(f"driver {self.display_driver}")
+            versions["driver"] = self.display_driver
         self.traits = core.RuntimeTraits(
             name="cuda",
             dl_device=DLDeviceType.CUDA,
@@ -166,7 +166,7 @@ class CudaRuntime(
             advise_alignment=1,
             advices=TRAITS_ADVICES,
             range_attributes=TRAITS_RANGE_ATTRIBUTES,
-            version=", ".join(parts),
+            versions=versions,
         )
         self._lock = threading.Lock()
         self._count: int | None = None

@@ -84,7 +84,7 @@ class HipRuntime(
             advise_alignment=MANAGED_GRANULE,
             advices=_ADVICES,
             range_attributes=_RANGE_ATTRIBUTES,
-            version=f"{library.version_text}, {library.path}",
+            versions={"HIP": library.version_text.removeprefix("HIP "), "library": library.path},
         )
         self._native: NativeAllocator | None = None
         self._native_checked = False

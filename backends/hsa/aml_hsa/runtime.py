@@ -182,7 +182,16 @@ class HsaRuntime(Runtime, IpcOps, VirtualMemoryOps):
             dl_managed=DLDeviceType.ROCM,
             ipc_handle_size=C.IPC_HANDLE_SIZE,
             interfaces=Capability.DLPACK,
-            version=f"{library.label}, {library.interface_text}, {library.path}",
+            versions={
+                # "ROCr 5.2" where the file is known, else the runtime's file name
+                **(
+                    {"ROCr": library.label.removeprefix("ROCr ")}
+                    if library.label.startswith("ROCr ")
+                    else {"runtime file": library.label}
+                ),
+                "AMD interface": library.interface_text.removeprefix("AMD interface "),
+                "library": library.path,
+            },
         )
         self._vlock = threading.RLock()
         self._reservations: dict[int, int] = {}

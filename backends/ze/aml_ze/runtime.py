@@ -163,7 +163,7 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
             dl_managed=DLDeviceType.ONEAPI,
             ipc_handle_size=IPC_HANDLE_SIZE,
             interfaces=Capability.DLPACK,
-            version=f"Level Zero API {C.version_string(self.api_version)}, {library.path}",
+            versions={"Level Zero API": C.version_string(self.api_version), "library": library.path},
         )
         self._lock = threading.RLock()
         self._context = 0
