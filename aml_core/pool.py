@@ -117,6 +117,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from . import checks
 from ._buffer import PoolCache, address_of
 from .area import Area
 from .buffer import Buffer, native_as
@@ -292,13 +293,6 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _power_of_two(value: object, what: str) -> int:
-    n = as_size(value, what)
-    if n & (n - 1):
-        raise AMLValueError(f"{what} must be a power of two, got {n}")
-    return n
-
-
 @attrs.frozen
 class PoolOptions:
     """mmap options of a pool: ``stream`` (GPU pools) takes the block in that stream's
@@ -345,7 +339,7 @@ class Pool(Area):
         if not isinstance(area, Area):
             raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
         area._check_open()
-        granule = _power_of_two(granule, "granule")
+        granule = checks.power_of_two(as_size(granule, "granule"), "granule")
         small_max = as_size(small_max, "small_max")
         small_slab = as_size(small_slab, "small_slab")
         medium_slab = as_size(medium_slab, "medium_slab")
