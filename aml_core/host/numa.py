@@ -198,13 +198,20 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
     the number of pages per node instead, as numastat counts them: ``{node: pages}``,
     nodes in ascending order (negative keys first: untouched or unreadable pages)."""
     # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
+    # A summary counts each chunk as it comes, so a 128 GiB range (2**25 pages) never holds
+    # one Python int per page.
     step = _PAGE_QUERY * _os.PAGE_SIZE
     nodes: list[int] = []
+    counts: Counter[int] = Counter()
     try:
         for start in range(0, length, step):
-            nodes.extend(_os.page_nodes(address + start, min(step, length - start)))
+            chunk = _os.page_nodes(address + start, min(step, length - start))
+            if summary:
+                counts.update(chunk)
+            else:
+                nodes.extend(chunk)
     except OSError as exc:
         raise os_error(exc) from None
     if not summary:
         return nodes
-    return dict(sorted(Counter(nodes).items()))
+    return dict(sorted(counts.items()))
