@@ -369,7 +369,10 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 return self._attr(self.high)
 
             def reset_peak(self) -> None:
-                ck(rt.cudaMemPoolSetAttribute(self.pool, self.high, rt.cuuint64_t(0)))
+                # cuuint64_t lives in the driver module; the runtime call takes it as is.
+                from cuda.bindings import driver
+
+                ck(rt.cudaMemPoolSetAttribute(self.pool, self.high, driver.cuuint64_t(0)))
 
             def sync(self) -> None:
                 ck(rt.cudaStreamSynchronize(self.stream))
