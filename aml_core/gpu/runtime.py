@@ -49,7 +49,7 @@ import attrs
 from .. import checks
 from .._buffer import NativeAllocator
 from ..buffer import DLDeviceType
-from ..errors import AMLNotSupported, AMLValueError, ErrorTable
+from ..errors import AMLError, AMLNotSupported, AMLValueError, ErrorTable
 from ..specs import Capability, DeviceInfo
 from .groups import Group, capabilities
 
@@ -164,7 +164,35 @@ class Runtime(abc.ABC):
         self._set_device(checks.device(device))
 
     def device_info(self, device: int) -> DeviceInfo:
-        return self._device_info(checks.device(device))
+        """Name, memory, capabilities and details of a device; its free memory from
+        :meth:`free_memory` unless ``_device_info`` filled it in."""
+        device = checks.device(device)
+        info = self._device_info(device)
+        if info.free_memory is None:
+            free = self.free_memory(device)
+            if free is not None and free <= info.total_memory:
+                info = attrs.evolve(info, free_memory=free)
+        return info
+
+    def free_memory(self, device: int) -> int | None:
+        """Bytes free on ``device`` now, as its driver counts them for every process;
+        None when the runtime cannot tell (never raises for that: a failed query is
+        "not known"). Reading it must not create a context or allocate on the device
+        where the runtime has a way around it (aml-cuda asks NVML). A value that is
+        negative or not an int is a query that failed: None."""
+        device = checks.device(device)
+        try:
+            free = self._free_memory(device)
+        except AMLError:
+            return None
+        if isinstance(free, bool) or not isinstance(free, int) or free < 0:
+            return None
+        return free
+
+    def _free_memory(self, device: int) -> int | None:
+        """Override: the free bytes of ``device`` (None: not known). Raise an AMLError
+        (through :attr:`errors`) when the native query fails."""
+        return None
 
     @abc.abstractmethod
     def synchronize(self) -> None:

@@ -8,7 +8,8 @@
 * Virtual memory uses the driver API (``cuda.bindings.driver``) with the current
   device's primary context made current on the calling thread when none is.
 * ``device_info`` uses the driver API only (``cuDeviceGetName``, ``cuDeviceTotalMem``,
-  ``cuDeviceGetAttribute``): it creates no context and allocates nothing.
+  ``cuDeviceGetAttribute``) and NVML for free memory (:mod:`aml_cuda.nvml`): it creates
+  no context and allocates nothing.
 
 Every call returns a tuple ``(error, outputs...)``; nothing raises for API errors. A
 failure is translated by :data:`aml_cuda.errors.RUNTIME_ERRORS` (runtime calls) or
@@ -35,6 +36,7 @@ from aml_core.errors import AMLNotSupported, ErrorTable
 from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
+from . import nvml
 from .errors import DRIVER_ERRORS, RUNTIME_ERRORS
 from .native import (
     CYRUNTIME_SENTINEL,
@@ -302,6 +304,16 @@ class CudaRuntime(
         return DeviceInfo(
             index=device, name=name, total_memory=int(total), capabilities=caps, details=details
         )
+
+    def _free_memory(self, device: int) -> int | None:
+        """Through NVML (:mod:`aml_cuda.nvml`), by the device's PCI bus id: no context is
+        created. None when NVML cannot answer."""
+        dev = self._cu_device(device)
+        err, bus = _drv.cuDeviceGetPCIBusId(32, dev)
+        if err:
+            self._dfail("cuDeviceGetPCIBusId", err)
+        pci = bytes(bus).split(b"\0", 1)[0].decode(errors="replace")
+        return nvml.free_memory(pci) if pci else None
 
     def memory_info(self) -> tuple[int, int]:
         """``cudaMemGetInfo``: (free, total) bytes of the current device."""

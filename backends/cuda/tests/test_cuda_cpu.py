@@ -487,3 +487,58 @@ def test_device_selection_is_restored(fail: bool) -> None:
     with pytest.raises(AMLValueError):
         area.mmap(4096, {"device": 2})
     area.close()
+
+
+def test_free_memory_without_nvml_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No NVML library (this machine has no driver): free memory is None, the reason is
+    kept, and the failed initialisation is not retried."""
+    from aml_cuda import nvml
+
+    monkeypatch.setattr(nvml, "_nvml", None)
+    monkeypatch.setattr(nvml, "_why_not", None)
+    assert nvml.free_memory("0000:00:00.0") is None
+    reason = nvml.unavailable_reason()
+    assert reason is not None
+    assert "nvmlInit_v2" in reason or "no NVML module" in reason
+
+
+class _FakeNvml:
+    """cuda.bindings.nvml's calls, answering what a test sets."""
+
+    class NvmlError(Exception):
+        pass
+
+    def __init__(self, free: int, total: int, fail: bool = False) -> None:
+        self.free, self.total, self.fail = free, total, fail
+        self.asked: list[str] = []
+
+    def device_get_handle_by_pci_bus_id_v2(self, bus: str) -> int:
+        self.asked.append(bus)
+        if self.fail:
+            raise self.NvmlError("NotSupported")
+        return 7
+
+    def device_get_memory_info_v2(self, handle: int) -> Any:
+        assert handle == 7
+        return type("Memory_v2", (), {"free": self.free, "total": self.total})()
+
+
+@pytest.mark.parametrize(
+    ("free", "total", "fail", "expected"),
+    [
+        (5 << 30, 80 << 30, False, 5 << 30),
+        (90 << 30, 80 << 30, False, None),
+        (-1, 80 << 30, False, None),
+        (1, 2, True, None),
+    ],
+    ids=["answer", "more-free-than-total", "negative", "driver-refuses"],
+)
+def test_free_memory_checks_what_nvml_says(
+    monkeypatch: pytest.MonkeyPatch, free: int, total: int, fail: bool, expected: int | None
+) -> None:
+    from aml_cuda import nvml
+
+    fake = _FakeNvml(free, total, fail)
+    monkeypatch.setattr(nvml, "_nvml", fake)
+    assert nvml.free_memory("0000:19:00.0") == expected
+    assert fake.asked == ["0000:19:00.0"]

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
 import aml_cuda
 import pytest
 from cuda_flagsets import ALL_FLAGS, KIND_OF_MODE, flag_name, make_area, mode
+from cuda_helpers import child_env
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError, ErrorCode
@@ -306,3 +310,47 @@ def test_probe_on_gpu() -> None:
     assert aml_core.Capability.MANAGED in dev.capabilities
     assert aml_core.Capability.VIRTUAL_MEMORY in dev.capabilities
     assert aml_core.Capability.IPC in dev.capabilities
+
+
+def test_free_memory_follows_allocations(rt: Any) -> None:
+    """The probe's free memory (NVML, by PCI bus id) agrees with cudaMemGetInfo and drops
+    by what this process allocates."""
+    rt.set_device(0)
+    rt.synchronize()
+    before = rt.free_memory(0)
+    if before is None:
+        from aml_cuda import nvml
+
+        pytest.fail(f"NVML gave no free memory: {nvml.unavailable_reason()}")
+    free, total = rt.memory_info()
+    assert 0 < before <= total
+    assert abs(before - free) < 256 << 20, (before, free)
+    with aml_cuda.create(0, GpuFlags.DEFAULT) as area:
+        buf = area.mmap(1 << 30)
+        during = rt.free_memory(0)
+        assert during is not None
+        assert before - during >= (1 << 30) - (64 << 20), (before, during)
+        area.munmap(buf)
+    assert rt.device_info(0).free_memory is not None
+
+
+def test_probe_reports_free_memory_without_a_context() -> None:
+    """In a fresh process: the probe gives each device's free memory and leaves every
+    primary context inactive (nothing allocated on the device to answer)."""
+    code = (
+        "import json, aml_cuda\n"
+        "from cuda.bindings import driver as d\n"
+        "r = aml_cuda.probe()\n"
+        "states = [d.cuDevicePrimaryCtxGetState(d.cuDeviceGet(i)[1]) for i in range(len(r.devices))]\n"
+        "print(json.dumps({'free': [x.free_memory for x in r.devices],\n"
+        "                  'total': [x.total_memory for x in r.devices],\n"
+        "                  'active': [int(s[2]) for s in states]}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=child_env()
+    )
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    assert data["active"] == [0] * len(data["free"]), data
+    for free, total in zip(data["free"], data["total"], strict=True):
+        assert free is not None, data
+        assert 0 < free <= total, data

@@ -44,6 +44,7 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipDeviceGetAttribute": (_err, (POINTER(c_int), c_int, c_int)),
     "hipDeviceGetName": (_err, (c_char_p, c_int, c_int)),
     "hipDeviceTotalMem": (_err, (POINTER(c_size_t), c_int)),
+    "hipMemGetInfo": (_err, (POINTER(c_size_t), POINTER(c_size_t))),
     "hipDeviceSynchronize": (_err, ()),
     "hipMalloc": (_err, (_PV, c_size_t)),
     "hipFree": (_err, (c_void_p,)),

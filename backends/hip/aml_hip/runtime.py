@@ -120,6 +120,22 @@ class HipRuntime(
     def _set_device(self, device: int) -> None:
         self.lib.call("hipSetDevice", device)
 
+    def _free_memory(self, device: int) -> int | None:
+        """``hipMemGetInfo`` answers for the current device: select ``device``, ask, and
+        give the caller's current device back (also when the query fails)."""
+        free, total = c_size_t(0), c_size_t(0)
+        current = self.get_device()
+        if current != device:
+            self.lib.call("hipSetDevice", device)
+        try:
+            self.lib.call("hipMemGetInfo", byref(free), byref(total))
+        finally:
+            if current != device:
+                self.lib.call("hipSetDevice", current)
+        if free.value > total.value:  # an impossible "success"
+            return None
+        return int(free.value)
+
     def attribute(self, attr: int, device: int) -> int:
         """``hipDeviceGetAttribute`` (the attribute ids of :mod:`aml_hip.abi`)."""
         value = c_int(0)

@@ -46,7 +46,6 @@ NOT_CALLED: dict[str, str] = {
     "hipDriverGetVersion": "read only by the probe (aml info), not by an area operation",
     "hipInit": "aml_hip never calls it (the HIP runtime initializes itself)",
     "hipGetErrorName": "called only to name an error (the fault runs do); its lookup never raises",
-    "hipMemGetInfo": "read by the probe and benchmarks only",
     "hipExtMallocWithFlags": "aml allocates device memory with hipMalloc",
     "hipHostAlloc": "the pre-6.3 spelling; this double emulates 6.2 with hipHostMalloc",
     "hipExtHostAlloc": "the 6.3+ spelling; this double emulates 6.2 with hipHostMalloc",

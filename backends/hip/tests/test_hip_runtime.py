@@ -248,6 +248,41 @@ def test_probe_host_double_devices(hip: HipDouble) -> None:
 
 
 @pytest.mark.host_double
+def test_probe_reports_free_memory_per_device(hip: HipDouble) -> None:
+    """hipMemGetInfo answers for the current device: each device is selected in turn and
+    the caller's current device comes back; an allocation shows on its device only."""
+    hip.need_devices(2, 1 << 28)
+    rt = aml_hip.get_runtime()
+    rt.set_device(1)
+    area = aml_hip.create(0)
+    buf = area.mmap(1 << 20)
+    result = aml_hip.probe()
+    assert [d.free_memory for d in result.devices] == [(1 << 28) - (1 << 20), 1 << 28]
+    assert rt.get_device() == 1
+    area.munmap(buf)
+    assert rt.free_memory(0) == 1 << 28
+    area.close()
+
+
+@pytest.mark.host_double
+@pytest.mark.parametrize("function", ["hipMemGetInfo", "hipSetDevice"])
+def test_failed_free_memory_query_is_not_known(hip: HipDouble, function: str) -> None:
+    """A failed query is "not known" (None), never a failed probe, and the current
+    device is restored (the first hipSetDevice is the one that fails)."""
+    hip.need_devices(2, 1 << 28)
+    rt = aml_hip.get_runtime()
+    rt.set_device(0)
+    hip.inject(function, 1)
+    assert rt.free_memory(1) is None
+    assert rt.get_device() == 0
+    hip.inject("hipMemGetInfo", 1, times=-1)
+    result = aml_hip.probe()
+    assert result.available
+    assert all(d.free_memory is None for d in result.devices)
+    assert all(d.total_memory == 1 << 28 for d in result.devices)
+
+
+@pytest.mark.host_double
 @pytest.mark.parametrize(("error", "text"), [(100, "no HIP device"), (35, "driver")])
 def test_probe_without_devices(hip: HipDouble, error: int, text: str) -> None:
     hip.inject("hipGetDeviceCount", error, times=-1)

@@ -68,6 +68,7 @@ HSA_AMD_AGENT_INFO_CHIP_ID: Final = 0xA000  # uint32
 HSA_AMD_AGENT_INFO_BDFID: Final = 0xA006  # uint32
 HSA_AMD_AGENT_INFO_PRODUCT_NAME: Final = 0xA009  # char[64]
 HSA_AMD_AGENT_INFO_UUID: Final = 0xA011  # char[21]
+HSA_AMD_AGENT_INFO_MEMORY_AVAIL: Final = 0xA015  # uint64, 6.x+ (5.2 answers INVALID_ARGUMENT)
 HSA_DEVICE_TYPE_CPU: Final = 0
 HSA_DEVICE_TYPE_GPU: Final = 1
 HSA_DEVICE_TYPE_DSP: Final = 2
@@ -151,6 +152,9 @@ RESERVE_ALIGN: Final = "hsa_amd_vmem_address_reserve_align"
 #: Values not in the Debian 5.2 headers, with the interface that brought them.
 SINCE: Final[dict[str, tuple[int, int]]] = {
     "HSA_STATUS_ERROR_RESOURCE_BUSY": (1, 6),
+    # ROCr 5.3 (ROCR-Runtime commit 4ac8402, April 2022) with the interface still at 1.0:
+    # no interface version tells, the library's answer does (5.2 refuses the attribute).
+    "HSA_AMD_AGENT_INFO_MEMORY_AVAIL": (1, 0),
     "HSA_STATUS_ERROR_NOT_SUPPORTED": (1, 10),
     "HSA_AMD_MEMORY_POOL_INFO_LOCATION": (1, 4),
     "HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_REC_GRANULE": (1, 4),

@@ -366,6 +366,13 @@ class HsaRuntime(Runtime, IpcOps, VirtualMemoryOps):
             },
         )
 
+    def _free_memory(self, device: int) -> int | None:
+        """``HSA_AMD_AGENT_INFO_MEMORY_AVAIL`` of the GPU agent (ROCr 6.x and later; 5.2
+        refuses the attribute, and the base class reads that as not known)."""
+        agent = self.gpu(device)
+        avail = C.HSA_AMD_AGENT_INFO_MEMORY_AVAIL
+        return self._info("hsa_agent_get_info", (agent.handle,), avail, c_uint64)
+
     # -- pool memory --------------------------------------------------------------------------
     def pool_allocate(self, pool: Pool, size: int) -> int:
         p = self.pool(pool)

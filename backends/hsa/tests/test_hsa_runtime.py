@@ -8,6 +8,7 @@ import os
 import pickle
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,40 @@ def test_probe_with_the_double(hsa: HsaDouble) -> None:
     assert result.capabilities & Capability.IPC
     assert not result.reason
     assert result.versions["AMD interface"] == "1.6+"
+
+
+def test_probe_reports_free_memory(hsa: HsaDouble) -> None:
+    """HSA_AMD_AGENT_INFO_MEMORY_AVAIL per GPU agent: what a pool allocation takes shows
+    on its own agent (the forward double asks cuMemGetInfo: other processes count too)."""
+    hsa.need_gpus(2)
+    before = [d.free_memory for d in aml_hsa.probe().devices]
+    assert all(free is not None and free > 0 for free in before), before
+    with aml_hsa.create(0, 0) as device:
+        buf = device.mmap(64 << 20)
+        during = [d.free_memory for d in aml_hsa.probe().devices]
+        assert during[0] is not None
+        assert before[0] is not None
+        assert before[0] - during[0] >= 64 << 20, (before, during)
+        if hsa.mode == "host":
+            assert during[1] == before[1]
+        device.munmap(buf)
+
+
+@pytest.mark.host_double
+def test_free_memory_of_rocr_5_2_is_not_known(hsa_built: Callable[[tuple[int, int]], HsaDouble]) -> None:
+    """ROCr 5.2 has no MEMORY_AVAIL (the double built as 5.2 refuses it, as ROCr refuses an
+    unknown attribute): free memory is "not known", the probe still describes the device."""
+    hsa_built((1, 0))
+    result = aml_hsa.probe()
+    assert result.available
+    assert result.devices[0].total_memory > 0
+    assert result.devices[0].free_memory is None
+
+
+def test_failed_free_memory_query_is_not_known(hsa: HsaDouble) -> None:
+    rt = aml_hsa.get_runtime()
+    hsa.inject("hsa_agent_get_info", 0x1001, times=-1)  # INVALID_ARGUMENT from every query now
+    assert rt.free_memory(0) is None
 
 
 def test_missing_library(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -101,7 +101,8 @@ enum {
     AGENT_CHIP_ID = 0xA000,
     AGENT_BDFID = 0xA006,
     AGENT_PRODUCT = 0xA009,
-    AGENT_UUID = 0xA011
+    AGENT_UUID = 0xA011,
+    AGENT_MEMORY_AVAIL = 0xA015
 };
 enum { DEVICE_CPU = 0, DEVICE_GPU = 1 };
 enum {
@@ -582,6 +583,25 @@ static size_t forward_memory(int device)
     return total;
 }
 
+/* cuMemGetInfo answers for the current context: device `device`'s primary context, pushed
+   for the question (the double keeps device 0's current otherwise). */
+static int forward_available(int device, uint64_t *avail)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    size_t free_b = 0, total = 0;
+    if (cuDeviceGet(&dev, device) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return -1;
+    int rc = -1;
+    if (cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
+        rc = cuMemGetInfo(&free_b, &total) == CUDA_SUCCESS ? 0 : -1;
+        cuCtxPopCurrent(&ctx);
+    }
+    cuDevicePrimaryCtxRelease(dev);
+    *avail = (uint64_t)free_b;
+    return rc;
+}
+
 static int backing_reserve(size_t size, size_t align, uintptr_t hint, reservation_t *r)
 {
     CUdeviceptr p = 0;
@@ -922,6 +942,21 @@ API hsa_status_t hsa_iterate_agents(iterate_cb callback, void *data)
     return HSA_STATUS_SUCCESS;
 }
 
+#ifndef HSADOUBLE_FORWARD_CUDA
+/* GPU i's VRAM not held by its pool's allocations or its virtual-memory handles (lock held). */
+static size_t gpu_available(int i)
+{
+    size_t used = 0;
+    for (pool_alloc_t *a = pool_allocs; a; a = a->next)
+        if (a->pool == GPU_POOL(i))
+            used += a->size;
+    for (vhandle_t *h = vhandles; h; h = h->next)
+        if (h->pool == GPU_POOL(i))
+            used += h->size;
+    return used >= gpu_memory ? 0 : gpu_memory - used;
+}
+#endif
+
 static void put_string(void *value, const char *s, size_t cap)
 {
     memset(value, 0, cap);
@@ -963,6 +998,19 @@ API hsa_status_t hsa_agent_get_info(uint64_t agent, int attribute, void *value)
         break;
     case AGENT_BDFID:
         *(uint32_t *)value = idx == 0 ? 0 : (uint32_t)(0x0300 + (idx << 8));
+        break;
+    case AGENT_MEMORY_AVAIL:
+#ifdef HSADOUBLE_NO_VMEM
+        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT); /* ROCr 5.2 has no such attribute */
+#endif
+        if (idx == 0)
+            RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT); /* a GPU agent's attribute */
+#ifdef HSADOUBLE_FORWARD_CUDA
+        if (forward_available(idx - 1, (uint64_t *)value) != 0)
+            RETURN(HSA_STATUS_ERROR);
+#else
+        *(uint64_t *)value = (uint64_t)gpu_available(idx - 1);
+#endif
         break;
     default:
         RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);

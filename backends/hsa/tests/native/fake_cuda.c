@@ -244,15 +244,62 @@ API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, C
     return CUDA_SUCCESS;
 }
 
+/* cuMemAlloc'ed bytes, so that cuMemGetInfo's free memory follows what the double takes. */
+typedef struct dev_alloc {
+    uintptr_t ptr;
+    size_t size;
+    struct dev_alloc *next;
+} dev_alloc_t;
+static dev_alloc_t *dev_allocs;
+
 API CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    dev_alloc_t *d = calloc(1, sizeof *d);
+    if (!d)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        free(d);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    d->ptr = (uintptr_t)p;
+    d->size = size;
+    d->next = dev_allocs;
+    dev_allocs = d;
     *ptr = (uintptr_t)p;
     return CUDA_SUCCESS;
 }
-API CUresult cuMemFree_v2(CUdeviceptr ptr) { return ptr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+API CUresult cuMemFree_v2(CUdeviceptr ptr)
+{
+    for (dev_alloc_t **l = &dev_allocs; *l; l = &(*l)->next)
+        if ((*l)->ptr == (uintptr_t)ptr) {
+            dev_alloc_t *d = *l;
+            *l = d->next;
+            munmap((void *)d->ptr, d->size);
+            free(d);
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+API CUresult cuCtxPushCurrent_v2(CUcontext ctx) { return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+API CUresult cuCtxPopCurrent_v2(CUcontext *ctx)
+{
+    if (ctx)
+        *ctx = (CUcontext)(uintptr_t)0x1234;
+    return CUDA_SUCCESS;
+}
+/* 8 GiB less what cuMemAlloc and cuMemCreate hold. */
+API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+    size_t used = 0;
+    for (dev_alloc_t *d = dev_allocs; d; d = d->next)
+        used += d->size;
+    for (alloc_t *a = allocs; a; a = a->next)
+        used += a->size;
+    *total = (size_t)8 << 30;
+    *free_bytes = used >= *total ? 0 : *total - used;
+    return CUDA_SUCCESS;
+}
 API CUresult cuMemHostAlloc(void **ptr, size_t size, unsigned flags)
 {
     (void)flags;
