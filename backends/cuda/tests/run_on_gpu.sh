@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Install aml-core and aml-cuda, run the CUDA tests (GPU tests included) and the
 # benchmark on a GPU machine. Logs and results go to $OUT (default /tmp/aml-cuda-out).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
-# calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only.)
+# calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
+# benchmarks/soak_pool.py, 10**5 pool operations and device memory back to its baseline.)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -32,5 +33,8 @@ if [ "$what" = all ] || [ "$what" = bench ]; then
 fi
 if [ "$what" = alloc ]; then
     (cd /tmp && timeout 240 $py "$repo/benchmarks/alloc_bench.py" --out "$OUT") || rc=1
+fi
+if [ "$what" = soak ]; then
+    (cd /tmp && timeout 300 $py "$repo/benchmarks/soak_pool.py" --out "$OUT") || rc=1
 fi
 exit "$rc"

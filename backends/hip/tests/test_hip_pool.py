@@ -6,6 +6,7 @@ checks after each test that nothing native leaked."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import aml_hip
 import pytest
@@ -262,3 +263,36 @@ def test_expandable_pools_do_not_export(vm: VirtualMemory) -> None:
         with pytest.raises(aml_core.AMLNotSupported):
             p.ipc_export(buf)
         p.munmap(buf)
+
+
+def test_pool_soak_comes_back_to_the_baseline(hip: HipDouble, tmp_path: Path) -> None:
+    """benchmarks/soak_pool.py (10**5 operations on the H100) on the double: after trim
+    every pool holds nothing and device memory is back, and again after close; every bad
+    input is refused and IPC of pooled blocks reads the block's own bytes."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "soak_pool.py"
+    cmd = [
+        sys.executable,
+        str(script),
+        "--backend",
+        "hip",
+        "--ops",
+        "2000",
+        "--live",
+        "48",
+        "--out",
+        str(tmp_path),
+    ]
+    proc = subprocess.run(cmd, env=hip.env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "soak_pool_hip.json").read_text())
+    assert result["ok"], result
+    assert result["leaked_after_trim"] == 0
+    assert result["leaked_after_close"] == 0
+    assert not any(result["reserved_after_trim"].values())
+    assert result["counts"]["ipc"] > 0
+    assert result["counts"]["hostile"] > 0
+    assert result["bad_input_refused"] >= 5 * result["counts"]["hostile"]
