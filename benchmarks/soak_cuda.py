@@ -27,39 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import random
-import subprocess
 import sys
 import time
 from typing import Any, TextIO
 
-MiB = 1 << 20
+from soak_child import Importer
 
-CHILD = r"""
-import json, pickle, sys
-import aml_cuda
-from aml_core.errors import AMLError
-rt = aml_cuda.get_runtime(); rt.set_device(0); rt.synchronize()
-print(json.dumps({"ready": True}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if request.get("quit"):
-        break
-    handle = pickle.loads(bytes.fromhex(request["handle"]))
-    reply = {}
-    try:
-        buf = aml_cuda.ipc_open(handle)
-        reply["size"] = buf.size
-        aml_cuda.ipc_close(buf)
-        reply["closed"] = buf.freed
-    except AMLError as exc:
-        reply["error"] = type(exc).__name__
-    except BaseException as exc:
-        reply["bare"] = f"{type(exc).__name__}: {exc}"
-    print(json.dumps(reply), flush=True)
-aml_cuda.BACKEND.reset()
-"""
+MiB = 1 << 20
 
 
 class Soak:
@@ -83,17 +58,7 @@ class Soak:
         self.counts: dict[str, int] = {}
         self.refused = 0
         self.not_refused: list[str] = []
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self.child = subprocess.Popen(
-            [sys.executable, "-c", CHILD],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.child.stdout is not None
-        json.loads(self.child.stdout.readline())
+        self.child = Importer("aml_cuda")
 
     def say(self, text: str) -> None:
         print(text, file=self.log, flush=True)
@@ -102,14 +67,6 @@ class Soak:
     def free_memory(self) -> int:
         self.rt.synchronize()
         return self.rt.memory_info()[0]
-
-    def ask_child(self, handle_hex: str) -> dict[str, Any]:
-        assert self.child.stdin is not None
-        assert self.child.stdout is not None
-        self.child.stdin.write(json.dumps({"handle": handle_hex}) + "\n")
-        self.child.stdin.flush()
-        reply: dict[str, Any] = json.loads(self.child.stdout.readline())
-        return reply
 
     def hostile(self, what: str, fn: Any) -> None:
         from aml_core.errors import AMLError
@@ -149,7 +106,7 @@ class Soak:
         elif r < 0.97:
             buf = self.device.mmap(self.rng.choice((4096, MiB)))
             handle = self.device.ipc_export(buf).handle
-            reply = self.ask_child(pickle.dumps(handle).hex())
+            reply = self.child.open(handle)
             if reply.get("size") != buf.size or not reply.get("closed"):
                 self.not_refused.append(f"IPC open of a valid handle: {reply}")
             if self.rng.random() < 0.3:  # a tampered copy: the importer must refuse it
@@ -157,7 +114,7 @@ class Soak:
                     (("device", -5), ("device", 2**40), ("device", 977), ("size", buf.size + (1 << 30)))
                 )
                 object.__setattr__(handle, field, value)
-                reply = self.ask_child(pickle.dumps(handle).hex())
+                reply = self.child.open(handle)
                 if "error" in reply:
                     self.refused += 1
                 else:
@@ -187,10 +144,7 @@ class Soak:
         self.live.clear()
         for area in (self.device, self.managed, self.host, self.vm):
             area.close()
-        assert self.child.stdin is not None
-        self.child.stdin.write(json.dumps({"quit": True}) + "\n")
-        self.child.stdin.flush()
-        self.child.wait(timeout=60)
+        self.child.close()
 
 
 def main() -> int:

@@ -35,41 +35,15 @@ import argparse
 import importlib
 import json
 import os
-import pickle
 import random
-import subprocess
 import sys
 import time
 from typing import Any, TextIO
 
+from soak_child import Importer
+
 MiB = 1 << 20
 SIZES = (256, 4096, 65536, MiB, 4 * MiB, 12 * MiB)
-
-CHILD = r"""
-import importlib, json, pickle, sys
-backend = importlib.import_module(sys.argv[1])
-from aml_core.errors import AMLError
-rt = backend.get_runtime(); rt.set_device(0); rt.synchronize()
-print(json.dumps({"ready": True}), flush=True)
-for line in sys.stdin:
-    request = json.loads(line)
-    if request.get("quit"):
-        break
-    handle = pickle.loads(bytes.fromhex(request["handle"]))
-    reply = {}
-    try:
-        buf = backend.ipc_open(handle)
-        reply["size"] = buf.size
-        reply["head"] = buf.area.read(buf, 16).hex()  # the block's bytes, not its slab's start
-        backend.ipc_close(buf)
-        reply["closed"] = buf.freed
-    except AMLError as exc:
-        reply["error"] = type(exc).__name__
-    except BaseException as exc:
-        reply["bare"] = f"{type(exc).__name__}: {exc}"
-    print(json.dumps(reply), flush=True)
-backend.BACKEND.reset()
-"""
 
 
 class PoolSoak:
@@ -111,17 +85,7 @@ class PoolSoak:
         self.refused = 0
         self.expected_enomem = 0
         self.problems: list[str] = []
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self.child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, f"aml_{backend_name}"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        assert self.child.stdout is not None
-        json.loads(self.child.stdout.readline())
+        self.child = Importer(f"aml_{backend_name}")
 
     def _has_stream_order(self) -> bool:
         from aml_core.errors import AMLNotSupported
@@ -152,14 +116,6 @@ class PoolSoak:
         if free is None:
             raise RuntimeError(f"{self.name} cannot read free device memory")
         return int(free)
-
-    def ask_child(self, handle_hex: str) -> dict[str, Any]:
-        assert self.child.stdin is not None
-        assert self.child.stdout is not None
-        self.child.stdin.write(json.dumps({"handle": handle_hex}) + "\n")
-        self.child.stdin.flush()
-        reply: dict[str, Any] = json.loads(self.child.stdout.readline())
-        return reply
 
     def refuse(self, what: str, fn: Any) -> None:
         from aml_core.errors import AMLError
@@ -245,7 +201,7 @@ class PoolSoak:
         head = self.rng.randbytes(16)
         pool.write(buf, head)
         handle = pool.ipc_export(buf).handle
-        reply = self.ask_child(pickle.dumps(handle).hex())
+        reply = self.child.open(handle)
         if reply.get("size") != buf.size or not reply.get("closed") or reply.get("head") != head.hex():
             self.problems.append(f"IPC open of a pooled block: {reply}, wrote {head.hex()}")
         pool.munmap(buf)
@@ -290,10 +246,7 @@ class PoolSoak:
             s.close()
         for area in self.areas.values():
             area.close()
-        assert self.child.stdin is not None
-        self.child.stdin.write(json.dumps({"quit": True}) + "\n")
-        self.child.stdin.flush()
-        self.child.wait(timeout=60)
+        self.child.close()
 
 
 def main() -> int:
