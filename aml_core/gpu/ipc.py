@@ -101,7 +101,7 @@ class IpcImportArea(Area):
         )
         self._runtime = runtime
         self._ops = runtime.require(Group.IPC)
-        self._by_key: dict[tuple[bytes, int, int], Buffer] = {}
+        self._by_key: dict[tuple[bytes, int], Buffer] = {}
         self._opens: dict[int, int] = {}
         self._open_lock = threading.Lock()
         #: native handle -> [mapped base, buffers using the mapping]
@@ -124,7 +124,10 @@ class IpcImportArea(Area):
             raise AMLValueError(
                 f"the IPC handle's device {handle.device} does not exist here ({count} devices)"
             )
-        key = (handle.data, handle.offset, handle.size)
+        # One Buffer per (native handle, offset): a handle that names an open one with
+        # another size or device is tampered (mapping it again would give a second buffer
+        # at a live address).
+        key = (handle.data, handle.offset)
         with self._open_lock:
             self._check_open()
             buf = self._by_key.get(key)
@@ -195,8 +198,13 @@ class IpcImportArea(Area):
                 mapping = self._mappings[handle.data] = [base, 0]
             mapping[1] += 1
         try:
+            ptr = mapping[0] + handle.offset
+            if self._live.get(ptr) is not None:  # the area would refuse it, and keep the count
+                raise AMLValueError(
+                    f"this IPC handle names memory open here as another buffer (0x{ptr:x}): tampered"
+                )
             return self._new_buffer(
-                mapping[0] + handle.offset,
+                ptr,
                 size,
                 host_accessible=False,
                 dl_device=(self._runtime.traits.dl_device, handle.device),
@@ -222,7 +230,7 @@ class IpcImportArea(Area):
                 return
             super().munmap(buf)
             self._opens.pop(buf.ptr, None)
-            self._by_key.pop(native_as(buf, _Imported).key, None)
+            self._by_key.pop(native_as(buf, _Imported).key[:2], None)
 
     def _free(self, buffer: Buffer) -> None:
         data = native_as(buffer, _Imported).key[0]

@@ -117,7 +117,8 @@ class DoubleSuite:
 class DriverDouble:
     """The double a test runs against, and helpers to drive it. A backend's subclass names
     its library variable and its double's environment, and may override the hooks
-    (:meth:`forget`, :meth:`probe`, :meth:`tracked`, :meth:`emulate_devices`)."""
+    (:meth:`forget`, :meth:`probe`, :meth:`tracked`, :meth:`emulate_devices`) and give
+    :meth:`read_memory` and :meth:`write_memory` (the IPC peer and state machines use them)."""
 
     #: the suite of the backend (its mode and build helper)
     suite: ClassVar[DoubleSuite]
@@ -154,6 +155,15 @@ class DriverDouble:
         """Host mode: emulate ``count`` devices of ``memory`` bytes each."""
         self.ctl.set_devices(count, memory)
         self.forget()
+
+    def read_memory(self, ptr: int, size: int) -> bytes:
+        """``size`` bytes at ``ptr``, device memory included (the backend's copy or the
+        double's): how IPC tests see the bytes behind a buffer."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to read device memory")
+
+    def write_memory(self, ptr: int, data: bytes) -> None:
+        """Write ``data`` at ``ptr``, device memory included, and wait until it is there."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to write device memory")
 
     # -- control --------------------------------------------------------------------------
     def inject(self, function: str, error: int, skip: int = 0, times: int = 1) -> None:

@@ -1,45 +1,39 @@
-"""The HIP fault-injection table (issue 9), generated from the double's exported functions.
-
-Every public operation below is run once without faults to learn which hip* functions it
-calls and how often; then, for each such function and each of its first calls, the same
-operation runs again with that one call failing (``hipErrorInvalidValue``). Each run must
-either succeed (a failure the operation tolerates, such as an error-name lookup) or raise
-an :class:`~aml_core.errors.AMLError` whose native cause is the failed function; after
-the operation's objects are closed again (the retry a caller makes), every live counter of
-the double must be back to zero.
+"""The HIP fault-injection table (issue 9), generated from the double's exported functions
+by the shared runner (:mod:`aml_core.testing.faults`): every hip* function a public operation
+below calls fails in turn (its first three calls, each with every code of ``CODES``); each
+run is the AML error HIP's table gives the code, with the failed function and the code's
+name as its native cause, and nothing is left once the caller closes again.
 
 Run as ``python hip_faults.py OPERATION`` with ``AML_HIP_LIBRARY`` naming the double: it
-prints one JSON line ``{"runs": [...], "used": {...}}``. The tests run each operation in its
-own process, so that a crash is one failed operation with its signal.
+prints one JSON line. ``test_hip_faults.py`` runs each operation in its own process.
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
-import json
 import mmap
 import os
-import re
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-DOUBLE_SOURCE = HERE / "native" / "double.c"
-INVALID_VALUE = 1
-#: Occurrences of one function failed in turn, per operation.
-MAX_OCCURRENCES = 3
+# isort: off
+from hip_helpers import HipDouble  # first: puts aml_hip on sys.path when it is not installed
+import aml_hip
+from aml_hip import HipFlags, HipMmapOptions
+from aml_hip import abi as C
+from aml_hip.errors import make_error_table
 
+# isort: on
+from aml_core.gpu.vmm import Access
+from aml_core.testing.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
 
-def exported_functions() -> list[str]:
-    """The hip* functions the double exports (its HIPDOUBLE_FUNCS table)."""
-    text = DOUBLE_SOURCE.read_text()
-    block = text[text.index("#define HIPDOUBLE_FUNCS(X)") :]
-    block = block[: block.index("enum {")]
-    return re.findall(r"X\((hip\w+)\)", block)
-
+#: Injected codes: one for each AML class of HIP's table, and one it does not list.
+CODES = {
+    C.hipErrorInvalidValue: "hipErrorInvalidValue",
+    C.hipErrorOutOfMemory: "hipErrorOutOfMemory",
+    C.hipErrorNotSupported: "hipErrorNotSupported",
+    C.hipErrorContextAlreadyInUse: "hipErrorContextAlreadyInUse",
+    C.hipErrorUnknown: "hipErrorUnknown",
+}
 
 #: Functions no public operation calls, with why (the table test checks this list).
 NOT_CALLED: dict[str, str] = {
@@ -55,32 +49,13 @@ NOT_CALLED: dict[str, str] = {
     "hipGetErrorString": "aml names errors with hipGetErrorName",
     "hipGetLastError": "not called: every hip* call's result is checked directly",
     "hipPeekAtLastError": "not called: every hip* call's result is checked directly",
-    "hipIpcOpenMemHandle": "called in the importer's process: test_hip_reliability opens tampered handles",
-    "hipIpcCloseMemHandle": "called in the importer's process: test_hip_reliability opens tampered handles",
-    "hipMemGetAddressRange": "called in the importer's process, after an open: test_hip_reliability's "
-    "handle that claims more than was exported",
-    "hipMemImportFromShareableHandle": "needs a second process (test_hip_vmm shares an fd)",
 }
 
 
-def _control() -> Any:
-    path = HERE / "native" / "hip_double.py"
-    spec = importlib.util.spec_from_file_location("aml_hip_tests_double_build", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.DoubleControl(os.environ["AML_HIP_LIBRARY"])
-
-
 # -- the operations: each registers what it makes in `made`, closed again after a failure ---
-Made = list[Any]
 
 
 def _area(made: Made, flags: int) -> Any:
-    import aml_hip
-
     area = aml_hip.create(0, flags)
     made.append(area)
     return area
@@ -96,8 +71,6 @@ def op_device(made: Made) -> None:
 
 
 def op_managed(made: Made) -> None:
-    from aml_hip import HipFlags
-
     area = _area(made, HipFlags.ALLOC_UNIFIED)
     buf = area.mmap(8192)
     area.advise(buf, 1, 0)
@@ -110,24 +83,18 @@ def op_managed(made: Made) -> None:
 
 
 def op_host(made: Made) -> None:
-    from aml_hip import HipFlags
-
     area = _area(made, HipFlags.ALLOC_HOST)
     area.munmap(area.mmap(8192))
     area.close()
 
 
 def op_host_mapped(made: Made) -> None:
-    from aml_hip import HipFlags
-
     area = _area(made, HipFlags.ALLOC_HOST | HipFlags.ALLOC_MAPPED)
     area.munmap(area.mmap(8192))
     area.close()
 
 
 def op_registered(made: Made) -> None:
-    from aml_hip import HipFlags, HipMmapOptions
-
     memory = mmap.mmap(-1, 8192)
     made.append(memory)  # closed after the area (made is closed newest first)
     area = _area(made, HipFlags.ALLOC_MAPPED)
@@ -136,8 +103,6 @@ def op_registered(made: Made) -> None:
 
 
 def op_stream(made: Made) -> None:
-    import aml_hip
-
     stream = aml_hip.BACKEND.stream(non_blocking=True)
     made.append(stream)
     stream.synchronize()
@@ -146,8 +111,6 @@ def op_stream(made: Made) -> None:
 
 def op_other_device(made: Made) -> None:
     """An area of device 1 used from device 0: hipSetDevice there and back."""
-    import aml_hip
-
     area = aml_hip.create(1, 0)
     made.append(area)
     area.munmap(area.mmap(4096))
@@ -163,9 +126,23 @@ def op_ipc_export(made: Made) -> None:
     area.close()
 
 
-def op_pointer(made: Made) -> None:
-    import aml_hip
+#: A buffer another process exported (the ipc-open operation is the importer).
+SHARED = PeerExport(HipDouble, 8192, b"exported by the peer")
 
+
+def op_ipc_open(made: Made) -> None:
+    """Open a handle another process exported (twice: the importer's cache), read through
+    it, close both opens."""
+    handle = SHARED.handle()
+    buf = aml_hip.ipc_open(handle)
+    opened = Undo("ipc_close", lambda: aml_hip.ipc_close(buf))
+    made.append(opened)
+    assert buf.area.read(buf, len(SHARED.data)) == SHARED.data
+    aml_hip.ipc_close(aml_hip.ipc_open(handle))
+    undo(made, opened)
+
+
+def op_pointer(made: Made) -> None:
     area = _area(made, 0)
     buf = area.mmap(4096)
     aml_hip.BACKEND.pointer_attributes(buf)
@@ -178,8 +155,6 @@ def op_pointer(made: Made) -> None:
 
 
 def op_vm_mmap(made: Made) -> None:
-    import aml_hip
-
     vm = aml_hip.BACKEND.virtual_memory(0)
     made.append(vm)
     g = vm.granularity()
@@ -192,10 +167,6 @@ def op_vm_mmap(made: Made) -> None:
 
 
 def op_vm_steps(made: Made) -> None:
-    import aml_hip
-
-    from aml_core.gpu.vmm import Access
-
     vm = aml_hip.BACKEND.virtual_memory(0)
     made.append(vm)
     g = vm.granularity(recommended=True)
@@ -215,7 +186,27 @@ def op_vm_steps(made: Made) -> None:
     vm.close()
 
 
-OPERATIONS: dict[str, Callable[[Made], None]] = {
+def op_vm_share(made: Made) -> None:
+    """Export a physical allocation as a POSIX fd, import it (the same process here; the
+    calls are the importer's), map the import and read it."""
+    vm = aml_hip.BACKEND.virtual_memory(0)
+    made.append(vm)
+    g = vm.granularity()
+    phys = vm.create(g, exportable=True)
+    fd = vm.export_fd(phys)
+    made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
+    imported = vm.import_fd(fd, g)
+    res = vm.reserve(g)
+    vm.map(res.ptr, g, imported)
+    vm.set_access(res.ptr, g, Access.READWRITE)
+    vm.unmap(res.ptr, g)
+    vm.address_free(res)
+    vm.release(imported)
+    vm.release(phys)
+    vm.close()
+
+
+OPERATIONS: dict[str, Operation] = {
     "device": op_device,
     "managed": op_managed,
     "host": op_host,
@@ -224,81 +215,27 @@ OPERATIONS: dict[str, Callable[[Made], None]] = {
     "stream": op_stream,
     "other-device": op_other_device,
     "ipc-export": op_ipc_export,
+    "ipc-open": op_ipc_open,
     "pointer-memset-info": op_pointer,
     "vm-mmap-growable": op_vm_mmap,
     "vm-steps": op_vm_steps,
+    "vm-share": op_vm_share,
 }
 
 
-def _close_again(made: Made) -> list[str]:
-    """The caller's retry: close everything the operation made (newest first)."""
-    from aml_core.errors import AMLError
-
-    problems: list[str] = []
-    for obj in reversed(made):
-        try:
-            obj.close()
-        except AMLError as exc:  # the fault was one call: a second close must work
-            problems.append(f"closing {obj!r} again failed: {exc}")
-    return problems
-
-
-def run(name: str) -> dict[str, Any]:
-    import aml_hip
-
-    from aml_core.errors import AMLError
-
-    ctl = _control()
-    functions = exported_functions()
-    operation = OPERATIONS[name]
-
-    def counts() -> dict[str, int]:
-        return {f: int(ctl.calls(f)) for f in functions}
-
-    def live() -> dict[str, int]:
-        kinds = ("device", "host", "managed", "registered", "ipc")
-        kinds += ("vmm_handle", "vmm_reservation", "vmm_mapping", "stream")
-        return {k: n for k in kinds if (n := int(ctl.live(k)))}
-
-    def fresh() -> None:
-        ctl.reset()
-        ctl.set_devices(2, 1 << 30)
-        aml_hip.BACKEND.reset()
-
-    fresh()
-    made: Made = []
-    operation(made)
-    used = {f: n for f, n in counts().items() if n}
-    aml_hip.BACKEND.reset()
-    runs: list[dict[str, Any]] = []
-    for function, n in sorted(used.items()):
-        for k in range(min(n, MAX_OCCURRENCES)):
-            fresh()
-            ctl.inject(function, INVALID_VALUE, k, 1)
-            made = []
-            entry: dict[str, Any] = {"function": function, "occurrence": k}
-            try:
-                operation(made)
-            except AMLError as exc:
-                cause = exc.native
-                entry["error"] = type(exc).__name__
-                entry["code"] = exc.code.name
-                entry["cause"] = cause.function if cause is not None else None
-                entry["text"] = str(exc)[:300] + "".join(getattr(exc, "__notes__", []))[:300]
-            except BaseException as exc:  # a bare error: reported, the table test fails it
-                entry["bare"] = f"{type(exc).__name__}: {exc}"[:300]
-            entry["close_problems"] = _close_again(made)
-            aml_hip.BACKEND.reset()
-            entry["live"] = live()
-            runs.append(entry)
-    return {"used": used, "runs": runs}
-
-
-def main() -> int:
-    print(json.dumps(run(sys.argv[1])))
-    return 0
-
+TABLE = FaultTable(
+    double=HipDouble,
+    operations=OPERATIONS,
+    codes=CODES,
+    translate=make_error_table(str).translate,
+    not_called=NOT_CALLED,
+    tolerated={
+        "hipDeviceGetAttribute": "device_info reads an attribute the library refuses "
+        "(EINVAL, ENOTSUP) as its default (runtime._attribute_or)",
+    },
+    rules={"hipGetDeviceCount": DEVICE_COUNT},
+    devices=2,
+)
 
 if __name__ == "__main__":
-    ctypes.CDLL(os.environ["AML_HIP_LIBRARY"])  # the same library the backend loads
-    sys.exit(main())
+    sys.exit(main(TABLE))

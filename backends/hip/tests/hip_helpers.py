@@ -7,6 +7,7 @@ in the mode named by ``AML_HIP_TEST_DOUBLE`` (``host``, the default, or ``forwar
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import sys
 from pathlib import Path
@@ -93,6 +94,19 @@ class HipDouble(DriverDouble):
     def last(self, function: str) -> tuple[int, ...] | None:
         result: tuple[int, ...] | None = self.ctl.last_args(function)
         return result
+
+    def read_memory(self, ptr: int, size: int) -> bytes:
+        out = ctypes.create_string_buffer(size)
+        if size:
+            aml_hip.get_runtime().memcpy(ctypes.addressof(out), ptr, size)
+        return out.raw
+
+    def write_memory(self, ptr: int, data: bytes) -> None:
+        if data:
+            rt = aml_hip.get_runtime()
+            src = ctypes.create_string_buffer(data, len(data))
+            rt.memcpy(ptr, ctypes.addressof(src), len(data))
+            rt.synchronize()
 
     def env(self, **extra: str) -> dict[str, str]:
         """A child process's environment: the same double, emulating the same version."""

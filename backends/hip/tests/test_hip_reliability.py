@@ -17,12 +17,15 @@ an allocation "succeeds" with a live address           AMLFailure, the live buff
                                                        releases the handle
 a tampered IPC handle (device -5, 2**40, 'x')          AMLValueError/AMLTypeError in the
                                                        importer, no IPC mapping left
+a handle naming memory the importer has open, with     AMLValueError; the open mapping's count
+another size                                           unchanged (closing it unmaps it)
 =====================================================  =====================================
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import gc
 import json
 import pickle
@@ -38,6 +41,7 @@ from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
+from aml_core.testing.ipc_peer import IpcPeer
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 INVALID_VALUE = 1  # hipErrorInvalidValue
@@ -243,6 +247,33 @@ def test_tampered_ipc_handle(hip: HipDouble, case: str) -> None:
         assert report.get("error"), report
         assert report["error"]["class"] == error, report
         assert report["live_ipc"] == 0, "the failed open left an IPC mapping"
+    finally:
+        area.close()
+
+
+def test_a_handle_resized_while_its_memory_is_open(hip: HipDouble) -> None:
+    """The importer holds the genuine handle open; a copy claiming another size (smaller,
+    so that the range check passes) names the same mapping: AMLValueError, not a second
+    buffer at a live address, and the mapping's count untouched (closing the genuine open
+    unmaps it)."""
+    area = aml_hip.create(0, HipFlags.DEFAULT)
+    try:
+        buf = area.mmap(8192)
+        area.write(buf, b"genuine")
+        handle = area.ipc_export(buf).handle
+        with IpcPeer("hip_helpers:HipDouble", hip.env()) as peer:
+            ref, opens = peer.open(handle)
+            assert opens == 1
+            smaller = copy.copy(handle)
+            object.__setattr__(smaller, "size", 4096)
+            with pytest.raises(AMLValueError, match="open here as 8192 bytes"):
+                peer.open(smaller)
+            assert peer.live() == {"ipc": 1}
+            assert peer.read(ref, 7) == b"genuine"
+            assert peer.close(ref) is True
+            assert peer.live() == {}
+            assert peer.forget() == {}
+        assert area.read(buf, 7) == b"genuine"
     finally:
         area.close()
 

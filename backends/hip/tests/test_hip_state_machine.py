@@ -1,8 +1,10 @@
-"""A hypothesis state machine over the HIP double (issue 9): mmap / munmap on a device and
-a managed area, IPC export and its close, virtual memory reserve-create-map-unmap-release
-and one-step vm.mmap, each with an optional injected native failure; invariants are the
-areas' stats against the model and the double's live counters against the objects aml
-tracks. At the end everything is closed (retried past failures) and the counters are zero.
+"""A hypothesis state machine over the HIP double (issue 9): the shared IPC machine
+(:mod:`aml_core.testing.ipc_machine`: mmap / munmap / close of a device area, its buffers
+opened, written, read and closed in a long-lived second process, tampered handles) plus a
+managed area and virtual memory reserve-create-map-unmap-release and one-step vm.mmap, each
+with an optional injected native failure; invariants are the areas' stats against the
+model and both processes' double live counters against the objects aml tracks. At the
+end everything is closed (retried past failures) and the counters are zero.
 
 Also the stress check: 16 threads on one HIP area for a bounded number of operations, the
 stats consistent at the end and nothing left in the double."""
@@ -10,78 +12,64 @@ stats consistent at the end and nothing left in the double."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aml_hip
 import pytest
 from aml_hip import HipFlags
-from hip_helpers import HipDouble, build_double
+from hip_helpers import HipDouble
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import Bundle, invariant, precondition, rule
 
 from aml_core import Buffer
+from aml_core.area import Area
 from aml_core.errors import AMLError
+from aml_core.testing.ipc_machine import IpcMachine
 from aml_core.testing.stress import hammer
 
 pytestmark = pytest.mark.host_double
 
 EXAMPLES = int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40"))
-INVALID_VALUE = 1
+INVALID_VALUE, OUT_OF_MEMORY = 1, 2
 
 
-class HipMachine(RuleBasedStateMachine):
-    device_buffers = Bundle("device_buffers")
+class HipMachine(IpcMachine):
+    """The shared IPC machine (a device area, a peer importing from it) plus a managed
+    area and virtual memory."""
+
+    double_class = HipDouble
+    ALLOC_KIND, IPC_KIND = "device", "ipc"
+    ALLOC_FUNCTION, FREE_FUNCTION, FAIL_CODE = "hipMalloc", "hipFree", OUT_OF_MEMORY
     mappings = Bundle("mappings")
+
+    def make_area(self) -> Area:
+        return aml_hip.create(0, HipFlags.DEFAULT)
+
+    def areas(self) -> list[Any]:
+        return [self.area, self.managed, self.vm]
 
     def __init__(self) -> None:
         super().__init__()
-        self.double = HipDouble(build_double())
-        self.double.enter(_PATCH)
-        self.area = aml_hip.create(0, HipFlags.DEFAULT)
         self.managed = aml_hip.create(0, HipFlags.ALLOC_UNIFIED)
         self.vm = aml_hip.BACKEND.virtual_memory(0)
         self.g = self.vm.granularity()
-        self.model: dict[int, Buffer] = {}
         self.steps: list[tuple[int, int, object, object]] = []  # (ptr, size, reservation, physical)
 
-    # -- areas ----------------------------------------------------------------------------
-    @rule(target=device_buffers, size=st.integers(1, 3 * 4096), managed=st.booleans(), fail=st.booleans())
-    def mmap(self, size: int, managed: bool, fail: bool) -> Buffer | None:
-        area = self.managed if managed else self.area
+    # -- managed memory (freed by the shared munmap rule: hipFree) ------------------------
+    @rule(target=IpcMachine.buffers, size=st.integers(1, 3 * 4096), fail=st.booleans())
+    def mmap_managed(self, size: int, fail: bool) -> Buffer | None:
         if fail:
-            self.double.inject("hipMallocManaged" if managed else "hipMalloc", 2)
+            self.double.inject("hipMallocManaged", OUT_OF_MEMORY)
         try:
-            buf = area.mmap(size)
+            buf = self.managed.mmap(size)
         except AMLError as exc:
             assert fail
             assert exc.native is not None  # noqa: PT017
             return None
         self.model[buf.ptr] = buf
         return buf
-
-    @rule(buf=device_buffers, fail=st.booleans())
-    def munmap(self, buf: Buffer | None, fail: bool) -> None:
-        if buf is None or buf.ptr not in self.model or self.model[buf.ptr] is not buf:
-            return
-        if fail:
-            self.double.inject("hipFree", INVALID_VALUE)
-        try:
-            buf.area.munmap(buf)
-        except AMLError as exc:
-            assert fail
-            assert exc.native is not None  # noqa: PT017
-            assert not buf.freed
-            return
-        del self.model[buf.ptr]
-
-    @rule(buf=device_buffers)
-    def ipc_export(self, buf: Buffer | None) -> None:
-        if buf is None or buf.freed or buf.area is not self.area:
-            return
-        with self.area.ipc_export(buf) as export:
-            assert export.handle.size == buf.size
 
     # -- virtual memory -------------------------------------------------------------------
     @rule(target=mappings, fail=st.sampled_from([None, "hipMemMap", "hipMemSetAccess", "hipMemRelease"]))
@@ -138,46 +126,19 @@ class HipMachine(RuleBasedStateMachine):
     @invariant()
     def counters_match(self) -> None:
         live = self.double.live()
-        device = [b for b in self.area.buffers()]
-        managed = [b for b in self.managed.buffers()]
-        assert live["device"] == len(device)
+        managed = list(self.managed.buffers())
         assert live["managed"] == len(managed)
-        assert self.area.stats.bytes_in_use == sum(b.size for b in device)
         vm_buffers = self.vm.buffers()
         assert live["vmm_mapping"] == len(vm_buffers) + len(self.steps)
         assert live["vmm_reservation"] == len(vm_buffers) + len(self.steps)
-        tracked = {b.ptr for b in device + managed + list(vm_buffers)}
+        tracked = {b.ptr for b in [*self.area.buffers(), *managed, *vm_buffers]}
         assert tracked == set(self.model)
 
-    def teardown(self) -> None:
-        try:
-            for area in (self.area, self.managed, self.vm):
-                for _ in range(2):
-                    try:
-                        area.close()
-                        break
-                    except AMLError:
-                        continue
-            assert all(a.stats.live_mappings == 0 for a in (self.area, self.managed, self.vm))
-        finally:
-            self.double.leave()
 
-
-_PATCH = pytest.MonkeyPatch()
-
-
-@pytest.fixture
-def patched(double_library: Path) -> Iterator[None]:
-    yield
-    _PATCH.undo()
-
-
-def test_state_machine(patched: None) -> None:
-    from hypothesis.stateful import run_state_machine_as_test
-
-    run_state_machine_as_test(
-        HipMachine,
-        settings=settings(
+def test_state_machine(double_library: Path) -> None:
+    HipMachine.run(
+        double_library,
+        settings(
             max_examples=EXAMPLES,
             stateful_step_count=25,
             deadline=None,

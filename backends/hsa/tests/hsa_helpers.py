@@ -8,6 +8,7 @@ CUDA on an NVIDIA GPU).
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import sys
@@ -80,6 +81,17 @@ class HsaDouble(DriverDouble):
     def objects(self) -> dict[str, int]:
         """Live native objects other than the hsa_init count."""
         return {k: v for k, v in self.live().items() if k != "init" and v}
+
+    def read_memory(self, ptr: int, size: int) -> bytes:
+        out = ctypes.create_string_buffer(size)
+        if size:
+            aml_hsa.get_runtime().memory_copy(ctypes.addressof(out), ptr, size)
+        return out.raw
+
+    def write_memory(self, ptr: int, data: bytes) -> None:
+        if data:
+            src = ctypes.create_string_buffer(data, len(data))
+            aml_hsa.get_runtime().memory_copy(ptr, ctypes.addressof(src), len(data))
 
     def env(self, **extra: str) -> dict[str, str]:
         return super().env(AML_HSA_TEST_DOUBLE=MODE, **extra)

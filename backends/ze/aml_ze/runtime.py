@@ -171,6 +171,8 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
         self._owners: dict[int, int] = {}
         self._physicals: dict[int, _Physical] = {}
         self._mappings: dict[int, tuple[int, int]] = {}
+        #: unmapped address -> the physical allocation its unmap could not destroy
+        self._undestroyed: dict[int, int] = {}
         self._ptracer_set = False
 
     # -- contexts ------------------------------------------------------------------------
@@ -460,14 +462,28 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
 
     def _vmm_unmap(self, ptr: int, size: int) -> None:
         with self._lock:
-            self.lib.call("zeVirtualMemUnmap", _vp(self.context), _vp(ptr), size)
-            found = self._mappings.pop(ptr, None)
-            if found is None:
-                return
-            phys = self._physicals.get(found[1])
-            if phys is not None:
+            handle = self._undestroyed.get(ptr)
+            if handle is None:
+                self.lib.call("zeVirtualMemUnmap", _vp(self.context), _vp(ptr), size)
+                found = self._mappings.pop(ptr, None)
+                if found is None:
+                    return
+                handle = found[1]
+                phys = self._physicals.get(handle)
+                if phys is None:
+                    return
                 phys.maps -= 1
-                self._destroy_if_unused(found[1], phys)
+            else:  # unmapped already: this retry destroys what the last unmap could not
+                phys = self._physicals[handle]
+            try:
+                self._destroy_if_unused(handle, phys)
+            except BaseException:
+                # The range is unmapped, but the physical allocation it was the last user
+                # of is not destroyed: the caller keeps the mapping, and its retry of this
+                # unmap (or close()) destroys it without unmapping twice.
+                self._undestroyed[ptr] = handle
+                raise
+            self._undestroyed.pop(ptr, None)
 
     def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
         wanted = {flags for _, flags in access}

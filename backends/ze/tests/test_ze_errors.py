@@ -1,15 +1,15 @@
 """AML's Level Zero error table, row by row: the double makes each native call fail with
 each ze_result_t, and aml raises the documented AML error with the native cause; every
-"success" with an impossible result is FAILURE; a failed free keeps the buffer tracked."""
+"success" with an impossible result is FAILURE; a failed free keeps the buffer tracked.
+Every other ze* call failing, during every operation that makes it, is the generated table
+of ``ze_faults.py`` (``test_ze_faults.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import aml_ze
 import pytest
-from aml_ze import Access
 from aml_ze import abi as C
 from aml_ze.errors import ERRORS, ZE_ERROR_CODES, result_name
 from ze_helpers import ZeDouble
@@ -151,88 +151,3 @@ def test_probe_calls(ze: ZeDouble, native: int, code: ErrorCode, cls: type[AMLEr
     assert not result.available
     assert "zeDeviceGet" in result.reason
     assert result_name(native) in result.reason
-
-
-def _fails(ze: ZeDouble, function: str, call: Callable[[], object]) -> None:
-    ze.inject(function, C.ZE_RESULT_ERROR_DEVICE_LOST)
-    with pytest.raises(AMLFailure) as info:
-        call()
-    assert info.value.native is not None
-    assert info.value.native.function == function
-    call()  # the object was kept: the same call succeeds once the driver recovers
-
-
-def _alloc_props(ze: ZeDouble) -> None:
-    with aml_ze.host_area() as area:
-        buf = area.mmap(8)
-        _fails(ze, "zeMemGetAllocProperties", lambda: aml_ze.alloc_properties(buf))
-
-
-def _ipc_close(ze: ZeDouble) -> None:
-    rt = aml_ze.get_runtime()
-    with aml_ze.device_area() as area:
-        buf = area.mmap(4096)
-        handle = area.ipc_export(buf).handle
-        # Opened in this process through the runtime (the import area refuses own handles).
-        ptr = rt.ipc_open_handle(handle.data, handle.size)
-        _fails(ze, "zeMemCloseIpcHandle", lambda: rt.ipc_close_handle(ptr))
-
-
-def _physical_destroy(ze: ZeDouble) -> None:
-    with aml_ze.virtual_memory(0) as vm:
-        phys = vm.create(vm.granularity())
-        _fails(ze, "zePhysicalMemDestroy", lambda: vm.release(phys))
-        assert phys.released
-
-
-def _address_free(ze: ZeDouble) -> None:
-    with aml_ze.virtual_memory(0) as vm:
-        res = vm.reserve(vm.granularity())
-        _fails(ze, "zeVirtualMemFree", lambda: vm.address_free(res))
-        assert res.freed
-
-
-def _on_a_mapping(function: str, call: Callable[[Any, int, int], object]) -> Callable[[ZeDouble], None]:
-    def run(ze: ZeDouble) -> None:
-        with aml_ze.virtual_memory(0) as vm:
-            g = vm.granularity()
-            res = vm.reserve(g)
-            phys = vm.create(g)
-            vm.map(res.ptr, g, phys)
-            _fails(ze, function, lambda: call(vm, res.ptr, g))
-            vm.unmap(res.ptr, g)
-            vm.release(phys)
-            vm.address_free(res)
-
-    return run
-
-
-#: The native calls not covered above, each failing once with DEVICE_LOST: FAILURE with the
-#: cause, the object kept, and the same call succeeding once the injection is spent.
-EVERY_CALL: list[Any] = [
-    pytest.param("zeMemGetAllocProperties", _alloc_props),
-    # a same-process import: the double's host mode only
-    pytest.param("zeMemCloseIpcHandle", _ipc_close, marks=pytest.mark.host_double),
-    pytest.param("zePhysicalMemDestroy", _physical_destroy),
-    pytest.param("zeVirtualMemFree", _address_free),
-    pytest.param(
-        "zeVirtualMemSetAccessAttribute",
-        _on_a_mapping(
-            "zeVirtualMemSetAccessAttribute", lambda vm, p, g: vm.set_access(p, g, Access.READWRITE)
-        ),
-    ),
-    pytest.param(
-        "zeVirtualMemGetAccessAttribute",
-        _on_a_mapping("zeVirtualMemGetAccessAttribute", lambda vm, p, g: vm.get_access(p)),
-    ),
-    pytest.param(
-        "zeVirtualMemQueryPageSize",
-        _on_a_mapping("zeVirtualMemQueryPageSize", lambda vm, p, g: vm.granularity(True)),
-    ),
-]
-
-
-@pytest.mark.parametrize(("function", "scenario"), EVERY_CALL)
-def test_every_call_fails_cleanly(ze: ZeDouble, function: str, scenario: Callable[[ZeDouble], None]) -> None:
-    scenario(ze)
-    assert ze.calls(function) >= 2

@@ -149,3 +149,22 @@ def test_reserve_success_without_a_pointer(ze: ZeDouble, vm: aml_ze.VirtualMemor
     ze.inject("zeVirtualMemReserve", 0)
     with pytest.raises(AMLFailure, match="NULL pointer"):
         vm.reserve(vm.granularity())
+
+
+def test_unmap_whose_destroy_fails(ze: ZeDouble, vm: aml_ze.VirtualMemory) -> None:
+    """Unmapping the last use of a physical allocation destroys it; when that destroy
+    fails, the range is unmapped but the buffer stays tracked with the native error, and
+    munmap again destroys it without unmapping twice."""
+    buf = vm.mmap(vm.granularity())
+    ze.inject("zePhysicalMemDestroy", C.ZE_RESULT_ERROR_DEVICE_LOST)
+    with pytest.raises(AMLFailure) as info:
+        vm.munmap(buf)
+    assert info.value.native is not None
+    assert info.value.native.function == "zePhysicalMemDestroy"
+    assert vm.buffers() == (buf,)
+    assert ze.live()["physical"] == 1
+    assert ze.live()["mapping"] == 0
+    unmaps = ze.calls("zeVirtualMemUnmap")
+    vm.munmap(buf)
+    assert ze.calls("zeVirtualMemUnmap") == unmaps
+    assert (ze.live()["physical"], ze.live()["reservation"]) == (0, 0)

@@ -84,6 +84,13 @@ class ZeDouble(DriverDouble):
     clean_env = LOADER_ENV
     probe_errors = (AMLError,)
 
+    def read_memory(self, ptr: int, size: int) -> bytes:
+        result: bytes = self.ctl.read(ptr, size)  # aml-ze copies nothing: the double does
+        return result
+
+    def write_memory(self, ptr: int, data: bytes) -> None:
+        self.ctl.write(ptr, data)
+
     def env(self, **extra: str) -> dict[str, str]:
         """A child process's environment: the same double."""
         return child_env(AML_ZE_LIBRARY=str(self.path), **extra)

@@ -1,0 +1,341 @@
+"""Fault injection into every native function a driver double exports (issue 9), written
+once for every backend tested on a C double (:mod:`aml_core.testing.doubles`).
+
+A backend describes its table with a :class:`FaultTable` in ``tests/<name>_faults.py``:
+its public operations (each registers what it makes in ``made``, so that a failed run can
+be closed again), the native codes to inject (one for each AML class its error table
+gives, and one the table does not know), the functions no operation calls (with why) and
+the failures an operation may absorb (with why). Run as ``python <name>_faults.py
+OPERATION`` with the double's environment, the file calls :func:`main`:
+
+1. the operation runs once without faults, to learn which native functions it calls and
+   how often (the double's call counters);
+2. for each such function, each of its first :attr:`FaultTable.max_occurrences` calls and
+   each injected code, the operation runs again with that one call failing;
+3. each run must raise the :class:`~aml_core.errors.AMLError` the backend's table gives the
+   code (its class and code), whose native cause is the failed function with that code and
+   its native name; or succeed, where :attr:`FaultTable.tolerated` says why the operation
+   absorbs that failure;
+4. the objects the run made are closed again (the caller's retry), the backend's tracking
+   must be empty and, once the backend is forgotten, every live counter of the double zero.
+
+The test side (:class:`FaultSuite`) runs each operation in its own process, so that a
+crash is one failed operation with its signal, and checks that every native function
+:func:`exported_functions` finds in the library (``nm -D``) is called by an operation or
+listed in :attr:`FaultTable.not_called`: a function added to a double cannot go untested.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from ..errors import AMLError, ErrorCode, error_class
+from ..ipc import IpcHandle
+from .ipc_peer import IpcPeer
+
+__all__ = [
+    "DEVICE_COUNT",
+    "FaultSuite",
+    "FaultTable",
+    "Made",
+    "Operation",
+    "PeerExport",
+    "Rule",
+    "Undo",
+    "exported_functions",
+    "main",
+    "run",
+    "undo",
+]
+
+#: What an operation made and must be closed again after a failure (objects with
+#: ``close()``; closed newest first).
+Made = list[Any]
+#: A public operation of the backend: makes its objects, uses them and closes them.
+Operation = Callable[[Made], None]
+
+
+class Undo:
+    """A pending clean-up step as an object with ``close()`` (for the calls that make no
+    object: a raw reservation, a handle, a mapping). Register it in ``made`` when the
+    thing exists, and finish it with :func:`undo`, which drops it from ``made`` only once
+    it succeeded: a failed clean-up stays for the retry."""
+
+    def __init__(self, what: str, close: Callable[[], object]) -> None:
+        self.what = what
+        self._close = close
+
+    def close(self) -> None:
+        self._close()
+
+    def __repr__(self) -> str:
+        return f"<undo {self.what}>"
+
+
+def undo(made: Made, step: Undo) -> None:
+    """Run ``step`` now; on success it leaves ``made`` (on failure it stays there)."""
+    step.close()
+    made.remove(step)
+
+
+class PeerExport:
+    """A device buffer exported by a second process, for operations that open IPC handles
+    (the importer's calls): an :class:`~aml_core.testing.ipc_peer.IpcPeer` on the same
+    double, started on first use, maps ``size`` bytes starting with ``data``, exports them
+    and keeps them until the fault process ends. Each run then opens, reads and closes."""
+
+    def __init__(self, double: type[Any], size: int, data: bytes) -> None:
+        self.double, self.size, self.data = double, size, data
+        self._handle: IpcHandle | None = None
+
+    def handle(self) -> IpcHandle:
+        if self._handle is None:
+            double = self.double(Path(os.environ[self.double.library_var]))
+            peer = IpcPeer(f"{self.double.__module__}:{self.double.__qualname__}", double.env())
+            atexit.register(peer.stop)
+            _, self._handle = peer.export(self.size, self.data)
+        return self._handle
+
+
+def exported_functions(library: Path | str, control_prefix: str) -> list[str]:
+    """The functions a double exports (``nm -D --defined-only``: its defined text
+    symbols), less its control functions ``<control_prefix>_*``, sorted."""
+    proc = subprocess.run(
+        ["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"nm -D {library} failed (binutils is needed): {proc.stderr.strip()}")
+    names = set()
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[1] in ("T", "t", "W", "i"):
+            names.add(parts[2].split("@", 1)[0])
+    return sorted(n for n in names if not n.startswith(f"{control_prefix}_"))
+
+
+def _mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    return dict(value)
+
+
+@attrs.frozen
+class Rule:
+    """A call whose failure the specification gives other AML codes than the table:
+    ``codes(native code, the table's AML code)`` are the codes it may raise; ``why`` says
+    where that is written."""
+
+    why: str
+    codes: Callable[[int, ErrorCode], Collection[ErrorCode]]
+
+
+#: Counting devices (``hipGetDeviceCount``, ``cuDeviceGetCount``...): where aml_core.gpu
+#: checks that a device is usable before making an area, a stream or virtual memory
+#: (:func:`aml_core.gpu.devices.usable_device_count`) a failure other than ENOTSUP is
+#: FAILURE; anywhere else (a device index checked later) it is the table's code.
+DEVICE_COUNT = Rule(
+    "aml_core.gpu.devices.usable_device_count: a failure to count other than ENOTSUP is FAILURE "
+    "when a device is first checked usable",
+    lambda native, code: {code, ErrorCode.FAILURE},
+)
+
+
+@attrs.frozen
+class FaultTable:
+    """One backend's fault table (see the module doc)."""
+
+    #: The backend's test double class (a :class:`~aml_core.testing.double_fixtures.DriverDouble`):
+    #: its ``ctl``, ``forget()``, ``live()``, ``tracked()`` and ``emulate_devices()``.
+    double: type[Any]
+    #: The public operations, by name.
+    operations: Mapping[str, Operation] = attrs.field(converter=_mapping)
+    #: The native codes injected, each with its native name (from the headers).
+    codes: Mapping[int, str] = attrs.field(converter=_mapping)
+    #: The backend's translation of a native code (its error table's ``translate``).
+    translate: Callable[[int], ErrorCode]
+    #: Exported functions no operation calls, with why (the coverage test checks the list).
+    not_called: Mapping[str, str] = attrs.field(converter=_mapping, factory=dict)
+    #: Functions whose failure an operation may absorb (it succeeds anyway), with why.
+    tolerated: Mapping[str, str] = attrs.field(converter=_mapping, factory=dict)
+    #: Functions whose failure the specification gives its own AML code.
+    rules: Mapping[str, Rule] = attrs.field(converter=_mapping, factory=dict)
+    #: Devices the double emulates during a run (and the memory of each).
+    devices: int = 1
+    device_memory: int = 1 << 30
+    #: Calls of one function failed in turn, per operation.
+    max_occurrences: int = 3
+
+    def expected(self, function: str, code: int) -> frozenset[ErrorCode]:
+        """The AML codes a failure of ``function`` with ``code`` may raise (the table's,
+        unless a rule says otherwise)."""
+        aml = self.translate(code)
+        rule = self.rules.get(function)
+        return frozenset(rule.codes(code, aml)) if rule is not None else frozenset({aml})
+
+
+def _close_again(made: Made) -> list[str]:
+    """The caller's retry: close everything the operation made (newest first)."""
+    problems: list[str] = []
+    for obj in reversed(made):
+        try:
+            obj.close()
+        except AMLError as exc:  # the fault was one call: a second close must work
+            problems.append(f"closing {obj!r} again failed: {exc}")
+    return problems
+
+
+def _describe(exc: AMLError) -> dict[str, Any]:
+    cause = exc.native
+    return {
+        "error": type(exc).__name__,
+        "aml_code": exc.code.name,
+        "cause": None if cause is None else [cause.function, cause.code, cause.name],
+        "text": (str(exc) + " " + " ".join(getattr(exc, "__notes__", [])))[:400],
+    }
+
+
+def run(table: FaultTable, name: str) -> dict[str, Any]:
+    """Run operation ``name`` of ``table`` once without faults, then once per (function it
+    calls, occurrence, injected code); return ``{"used": {function: calls}, "runs": [...]}``
+    (what each run raised, what closing again reported, what the backend still tracked and
+    the double's live counters after)."""
+    double = table.double(Path(os.environ[table.double.library_var]))
+    ctl = double.ctl
+    operation = table.operations[name]
+    functions = exported_functions(double.path, ctl.PREFIX)
+
+    def fresh() -> None:
+        ctl.reset()
+        double.forget()
+        double.emulate_devices(table.devices, table.device_memory)
+
+    fresh()
+    operation([])
+    used = {f: n for f in functions if (n := int(ctl.calls(f)))}
+    double.forget()
+    runs: list[dict[str, Any]] = []
+    for function, n in sorted(used.items()):
+        for k in range(min(n, table.max_occurrences)):
+            for code in table.codes:
+                fresh()
+                ctl.inject(function, code, k, 1)
+                made: Made = []
+                entry: dict[str, Any] = {"function": function, "occurrence": k, "code": code}
+                try:
+                    operation(made)
+                except AMLError as exc:
+                    entry.update(_describe(exc))
+                except BaseException as exc:  # a bare error: reported, the table test fails it
+                    entry["bare"] = f"{type(exc).__name__}: {exc}"[:400]
+                entry["close_problems"] = _close_again(made)
+                entry["tracked"] = {k: v for k, v in double.tracked().items() if v}
+                try:
+                    double.forget()
+                except AMLError as exc:  # the backend's own objects could not be destroyed
+                    entry["close_problems"].append(f"forgetting the backend failed: {exc}")
+                entry["live"] = {k: v for k, v in double.live().items() if v}
+                runs.append(entry)
+    ctl.reset()
+    return {"used": used, "runs": runs}
+
+
+def main(table: FaultTable, argv: list[str] | None = None) -> int:
+    """The fault process: ``python <name>_faults.py OPERATION`` prints :func:`run`'s result
+    as one JSON line."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] not in table.operations:
+        print(f"usage: {sys.argv[0]} OPERATION ({', '.join(table.operations)})", file=sys.stderr)
+        return 2
+    print(json.dumps(run(table, args[0])))
+    return 0
+
+
+class FaultSuite:
+    """The test side of a fault table: run an operation's process and judge its runs,
+    and check that the table covers every function the double exports."""
+
+    def __init__(self, table: FaultTable, script: Path | str) -> None:
+        self.table = table
+        self.script = Path(script)
+        self._used: dict[str, set[str]] = {}
+
+    def run(self, operation: str, env: Mapping[str, str], timeout: float = 300) -> dict[str, Any]:
+        """Run ``operation`` in its own process; its result (a crash fails with its stderr)."""
+        proc = subprocess.run(
+            [sys.executable, str(self.script), operation],
+            capture_output=True,
+            text=True,
+            env=dict(env),
+            timeout=timeout,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"{operation}: the fault process died (rc {proc.returncode}):\n{proc.stderr[-3000:]}"
+            )
+        result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        self._used[operation] = set(result["used"])
+        return result
+
+    def problems(self, result: Mapping[str, Any]) -> list[str]:
+        """What is wrong with an operation's runs (empty: every run was clean)."""
+        table = self.table
+        found: list[str] = []
+        for run_ in result["runs"]:
+            function, code = run_["function"], run_["code"]
+            name = table.codes[code]
+            where = f"{function} (call {run_['occurrence'] + 1}) failing with {name}"
+            if run_.get("bare"):
+                found.append(f"{where}: a bare {run_['bare']}")
+            elif "error" not in run_:
+                if function not in table.tolerated:
+                    found.append(f"{where}: the operation succeeded (add it to tolerated, with why?)")
+            else:
+                wanted = {(error_class(c).__name__, c.name) for c in table.expected(function, code)}
+                got = (run_["error"], run_["aml_code"])
+                if got not in wanted:
+                    want = " or ".join(f"{cls} ({c})" for cls, c in sorted(wanted))
+                    found.append(f"{where}: {got[0]} ({got[1]}), not {want}: {run_['text']}")
+                if run_["cause"] != [function, code, name]:
+                    found.append(f"{where}: native cause {run_['cause']}: {run_['text']}")
+            if run_["close_problems"]:
+                found.append(f"{where}: {run_['close_problems']}")
+            if run_["tracked"]:
+                found.append(f"{where}: still tracked after closing again: {run_['tracked']}")
+            if run_["live"]:
+                found.append(f"{where}: leaked {run_['live']}")
+        return found
+
+    def check(self, operation: str, env: Mapping[str, str]) -> None:
+        """Assert that every run of ``operation`` is clean."""
+        result = self.run(operation, env)
+        assert result["runs"], f"{operation} calls no native function"
+        found = self.problems(result)
+        assert not found, "\n".join(found)
+
+    def coverage(self, library: Path | str, env: Mapping[str, str]) -> tuple[list[str], list[str]]:
+        """(exported functions no operation calls and not listed in ``not_called``,
+        functions listed in ``not_called`` that an operation calls)."""
+        used: set[str] = set()
+        for operation in self.table.operations:
+            if operation not in self._used:
+                self.run(operation, env)
+            used |= self._used[operation]
+        functions = exported_functions(library, self.table.double.suite.build.DoubleControl.PREFIX)
+        missing = [f for f in functions if f not in used and f not in self.table.not_called]
+        stale = sorted(f for f in self.table.not_called if f in used or f not in functions)
+        return missing, stale
+
+    def check_coverage(self, library: Path | str, env: Mapping[str, str]) -> None:
+        """Assert that every exported function is called by an operation or listed with why
+        it is not (and that the list names nothing called or not exported)."""
+        missing, stale = self.coverage(library, env)
+        assert not missing, f"no operation calls {missing}: add one to the fault table's operations"
+        assert not stale, f"{stale} are called now or not exported: drop them from not_called"

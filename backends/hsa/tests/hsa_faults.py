@@ -1,0 +1,207 @@
+"""The HSA fault-injection table (issue 9), generated from the double's exported functions
+by the shared runner (:mod:`aml_core.testing.faults`): every hsa* function a public
+operation below calls fails in turn (its first three calls, each with every status of
+``CODES``); each run is the AML error of aml-hsa's table (:mod:`aml_hsa.errors`) for the
+status, with the failed function and the status's name as its native cause, and nothing is
+left (in the double, or tracked by aml-hsa) once the caller closes again.
+
+Run as ``python hsa_faults.py OPERATION`` with ``AML_HSA_LIBRARY`` naming the double: it
+prints one JSON line. ``test_hsa_faults.py`` runs each operation in its own process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# isort: off
+from hsa_helpers import HsaDouble  # first: puts aml_hsa on sys.path when it is not installed
+import aml_hsa
+from aml_hsa import MemoryType, Permission
+from aml_hsa import abi as C
+from aml_hsa.errors import make_error_table
+
+# isort: on
+from aml_core.errors import ErrorCode
+from aml_core.gpu.vmm import Access
+from aml_core.testing.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
+
+#: Injected statuses: one for each AML class of aml-hsa's table, and HSA_STATUS_ERROR (FAILURE).
+CODES = {
+    C.HSA_STATUS_ERROR_INVALID_ARGUMENT: "HSA_STATUS_ERROR_INVALID_ARGUMENT",
+    C.HSA_STATUS_ERROR_OUT_OF_RESOURCES: "HSA_STATUS_ERROR_OUT_OF_RESOURCES",
+    C.HSA_STATUS_ERROR_RESOURCE_FREE: "HSA_STATUS_ERROR_RESOURCE_FREE",
+    C.HSA_STATUS_ERROR_NOT_SUPPORTED: "HSA_STATUS_ERROR_NOT_SUPPORTED",
+    C.HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION",
+    C.HSA_STATUS_ERROR: "HSA_STATUS_ERROR",
+}
+
+#: Functions no public operation calls, with why (the table test checks this list).
+NOT_CALLED: dict[str, str] = {
+    "hsa_shut_down": "called once at exit (atexit) or by aml_hsa.native.shutdown_all, its status ignored",
+    "hsa_status_string": "called only to name an error (the fault runs do); its lookup never raises",
+    "hsa_system_get_info": "declared (aml_hsa.native) but not called: the interface comes from the "
+    "symbols the library exports",
+    "hsa_amd_agent_memory_pool_get_info": "declared (aml_hsa.native) but not called: a pool's "
+    "access is read with hsa_amd_memory_pool_get_info",
+}
+
+
+# -- the operations: each registers what it makes in `made`, closed again after a failure ---
+def _area(made: Made, host: bool = False) -> Any:
+    area = aml_hsa.host_area() if host else aml_hsa.create(0)
+    made.append(area)
+    return area
+
+
+def op_device(made: Made) -> None:
+    area = _area(made)
+    buf = area.mmap(8192)
+    area.write(buf, b"x" * 16)
+    assert area.read(buf, 16) == b"x" * 16
+    area.munmap(buf)
+    area.close()
+
+
+def op_host(made: Made) -> None:
+    """Host pool memory, made reachable by every GPU (hsa_amd_agents_allow_access)."""
+    area = _area(made, host=True)
+    area.munmap(area.mmap(8192))
+    area.close()
+
+
+def op_agents(made: Made) -> None:
+    for agent in aml_hsa.agents():
+        aml_hsa.pools(agent)
+    aml_hsa.get_runtime().device_info(0)
+
+
+def op_ipc_export(made: Made) -> None:
+    area = _area(made)
+    buf = area.mmap(8192)
+    export = area.ipc_export(buf)
+    assert export.handle.size == 8192
+    area.munmap(buf)
+    area.close()
+
+
+#: A buffer another process exported (the ipc-open operation is the importer).
+SHARED = PeerExport(HsaDouble, 8192, b"exported by the peer")
+
+
+def op_ipc_open(made: Made) -> None:
+    """Attach a handle another process exported (twice: the importer's cache), read
+    through it, close both opens."""
+    handle = SHARED.handle()
+    buf = aml_hsa.ipc_open(handle)
+    opened = Undo("ipc_close", lambda: aml_hsa.ipc_close(buf))
+    made.append(opened)
+    out = ctypes.create_string_buffer(len(SHARED.data))
+    aml_hsa.get_runtime().memory_copy(ctypes.addressof(out), buf.ptr, len(SHARED.data))
+    assert out.raw == SHARED.data
+    aml_hsa.ipc_close(aml_hsa.ipc_open(handle))
+    undo(made, opened)
+
+
+def op_vm_mmap(made: Made) -> None:
+    vm = aml_hsa.virtual_memory(0)
+    made.append(vm)
+    g = vm.granularity()
+    buf = vm.mmap(g)
+    vm.munmap(buf)
+    grow = vm.growable(4 * g)
+    grow.grow(2 * g)
+    vm.munmap(grow)
+    vm.close()
+
+
+def op_vm_steps(made: Made) -> None:
+    """The shared virtual-memory API, a dma-buf fd exported and imported included."""
+    vm = aml_hsa.virtual_memory(0)
+    made.append(vm)
+    g = vm.granularity(recommended=True)
+    res = vm.reserve(g)
+    phys = vm.create(g, exportable=True)
+    vm.map(res.ptr, g, phys)
+    vm.set_access(res.ptr, g, Access.READWRITE)
+    vm.get_access(res.ptr)
+    vm.properties(phys)
+    again = vm.retain(res.ptr)
+    vm.release(again)
+    fd = vm.export_fd(phys)
+    made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
+    imported = vm.import_fd(fd, g)
+    vm.release(imported)
+    vm.unmap(res.ptr, g)
+    vm.release(phys)
+    vm.address_free(res)
+    vm.close()
+
+
+def op_vmem(made: Made) -> None:
+    """The vendor's hsa_amd_vmem_* calls under their names (aml_hsa.vmem), step by step."""
+    pool = aml_hsa.device_pool(0)
+    gpu = aml_hsa.get_runtime().gpus[0]
+    g = pool.granule
+    va = aml_hsa.address_reserve_align(2 * g, 0, g)
+    free = Undo("address_free", lambda: aml_hsa.address_free(va, 2 * g))
+    made.append(free)
+    h = aml_hsa.handle_create(pool, g, MemoryType.PINNED)
+    release = Undo("handle_release", lambda: aml_hsa.handle_release(h))
+    made.append(release)
+    aml_hsa.get_alloc_properties_from_handle(h)
+    aml_hsa.map(va, g, h)
+    unmap = Undo("unmap", lambda: aml_hsa.unmap(va, g))
+    made.append(unmap)
+    aml_hsa.set_access(va, g, [(gpu, Permission.RW)])
+    aml_hsa.get_access(va, gpu)
+    retained = aml_hsa.retain_alloc_handle(va)
+    undo(made, _made(made, "release the retained handle", lambda: aml_hsa.handle_release(retained)))
+    fd = aml_hsa.export_shareable_handle(h)
+    made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
+    imported = aml_hsa.import_shareable_handle(fd)
+    undo(made, _made(made, "release the imported handle", lambda: aml_hsa.handle_release(imported)))
+    other = aml_hsa.address_reserve(g)
+    undo(made, _made(made, "free the second reservation", lambda: aml_hsa.address_free(other, g)))
+    for step in (unmap, release, free):
+        undo(made, step)
+
+
+def _made(made: Made, what: str, close: Callable[[], object]) -> Undo:
+    step = Undo(what, close)
+    made.append(step)
+    return step
+
+
+OPERATIONS: dict[str, Operation] = {
+    "device": op_device,
+    "host": op_host,
+    "agents-pools-info": op_agents,
+    "ipc-export": op_ipc_export,
+    "ipc-open": op_ipc_open,
+    "vm-mmap-growable": op_vm_mmap,
+    "vm-steps": op_vm_steps,
+    "vmem": op_vmem,
+}
+
+TABLE = FaultTable(
+    double=HsaDouble,
+    operations=OPERATIONS,
+    codes=CODES,
+    translate=make_error_table(str).translate,
+    not_called=NOT_CALLED,
+    rules={
+        "hsa_init": Rule(
+            "HsaLibrary.init: OUT_OF_RESOURCES from hsa_init is ROCr's 'no GPU / KFD', ENOTSUP",
+            lambda native, code: (
+                {ErrorCode.ENOTSUP} if native == C.HSA_STATUS_ERROR_OUT_OF_RESOURCES else {code}
+            ),
+        ),
+    },
+)
+
+if __name__ == "__main__":
+    sys.exit(main(TABLE))

@@ -1,0 +1,46 @@
+"""A hypothesis state machine over the HSA double (issue 9): the shared IPC machine
+(:mod:`aml_core.testing.ipc_machine`): mmap / munmap / close of a device pool area with
+injected failures, its buffers opened (``hsa_amd_ipc_memory_attach``), written, read and
+closed in a long-lived second process, tampered handles refused there; invariants are the
+area's stats and both processes' double live counters, all zero at the end of each
+example. Host mode only: the forward mode has no HSA IPC (no CUDA counterpart of its
+32-byte handle)."""
+
+from __future__ import annotations
+
+import os
+
+import aml_hsa
+import pytest
+from aml_hsa import abi as C
+from hsa_helpers import HsaDouble, build_double
+from hypothesis import HealthCheck, settings
+
+from aml_core.area import Area
+from aml_core.testing.ipc_machine import IpcMachine
+
+pytestmark = pytest.mark.host_double
+
+EXAMPLES = int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40"))
+
+
+class HsaMachine(IpcMachine):
+    double_class = HsaDouble
+    ALLOC_KIND, IPC_KIND = "pool_alloc", "ipc_attach"
+    ALLOC_FUNCTION, FREE_FUNCTION = "hsa_amd_memory_pool_allocate", "hsa_amd_memory_pool_free"
+    FAIL_CODE = C.HSA_STATUS_ERROR_OUT_OF_RESOURCES
+
+    def make_area(self) -> Area:
+        return aml_hsa.create(0)
+
+
+def test_state_machine() -> None:
+    HsaMachine.run(
+        build_double(),
+        settings(
+            max_examples=EXAMPLES,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
