@@ -1020,10 +1020,14 @@ class Pool(Area):
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays
         open). Buffers still viewed are freed when their last view is gone, and their
-        slabs with them. Idempotent."""
+        slabs with them. Idempotent; a second close retries destroying the pool's stream
+        event if the first could not (the slabs a failed free kept are the area's to free)."""
         with self._lock:
-            if self.closed:
-                return
+            closed = self.closed
+        if closed:
+            with self._plock:
+                self._destroy_event()
+            return
         error: AMLError | None = None
         with self._plock:
             self._cache.keep_fast = False
@@ -1040,12 +1044,10 @@ class Pool(Area):
                 self._trim_locked(0)
             except AMLError as exc:
                 error = error or exc
-            if self._event is not None:
-                event, self._event = self._event, None
-                try:
-                    self._stream_ops.event_destroy(event)
-                except AMLError as exc:
-                    error = error or exc
+            try:
+                self._destroy_event()
+            except AMLError as exc:
+                error = error or exc
             if self._segment is not None and not self._segment.chunks and self._reservation is not None:
                 res, self._reservation = self._reservation, None
                 if not self._area.closed and not res.freed:
@@ -1053,6 +1055,13 @@ class Pool(Area):
                     self._vm.address_free(res)
         if error is not None:
             raise error
+
+    def _destroy_event(self) -> None:
+        """Destroy the stream hand-over event, if any (under _plock); a failed destroy
+        keeps it, for close() to retry."""
+        if self._event is not None:
+            self._stream_ops.event_destroy(self._event)
+            self._event = None
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._live)} live"

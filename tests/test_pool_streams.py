@@ -12,7 +12,7 @@ import pytest
 
 import aml_core
 from aml_core import Buffer, Pool
-from aml_core.errors import AMLNotSupported, AMLTypeError
+from aml_core.errors import AMLFailure, AMLNotSupported, AMLTypeError
 from aml_core.gpu import Group
 from aml_core.host import HostArea
 
@@ -25,6 +25,7 @@ class StreamRecorder:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.events = 0
+        self.fail_destroy = False
 
     def require(self, group: Group) -> StreamRecorder:
         assert group in (Group.STREAMS, Group.STREAM_ORDERED)
@@ -36,6 +37,8 @@ class StreamRecorder:
         return 0xE0 + self.events
 
     def event_destroy(self, event: int) -> None:
+        if self.fail_destroy:
+            raise AMLFailure("event destroy failed (injected)")
         self.events -= 1
         self.calls.append(("event_destroy", event))
 
@@ -187,3 +190,22 @@ def test_bad_streams(pool: Pool) -> None:
     with pytest.raises(AMLTypeError):
         pool.mmap(4096, {"stream": object()})
     assert pool.stats.live_mappings == 0
+
+
+def test_close_retries_an_event_it_could_not_destroy(host: StreamedHost) -> None:
+    """A failed event destroy keeps the event: the next close() destroys it (the caller's
+    retry), instead of losing it to an idempotent no-op."""
+    pool = aml_core.pool(host, small_slab=4096, small_max=4096)
+    pool.munmap(pool.mmap(4096, {"stream": S1}))
+    pool.munmap(pool.mmap(4096, {"stream": S2}))  # handed over: the pool made its event
+    assert host.runtime.events == 1
+    host.runtime.fail_destroy = True
+    with pytest.raises(AMLFailure, match="injected"):
+        pool.close()
+    assert pool.closed
+    assert host.runtime.events == 1
+    host.runtime.fail_destroy = False
+    pool.close()
+    assert host.runtime.events == 0
+    pool.close()  # idempotent once the event is gone
+    assert [c[0] for c in host.runtime.calls].count("event_destroy") == 1

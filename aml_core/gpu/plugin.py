@@ -22,6 +22,7 @@ __all__ = [
     "GPU_CAPABILITIES",
     "GPU_FUNCTIONS",
     "GPU_GROUPS",
+    "GPU_HOOKS",
     "GPU_INTERFACES",
     "GPU_KINDS",
     "GPU_METHODS",
@@ -99,6 +100,10 @@ GPU_METHODS = (
     "virtual_memory",
 )
 GPU_FUNCTIONS = ("BACKEND", "get_runtime", "load_runtime", *GPU_METHODS)
+#: The allocator hooks of the backends whose device pointers CuPy and PyTorch use (aml_cuda,
+#: aml_hip): each package's ``hooks`` module binds :mod:`aml_core.gpu.hooks` to its backend,
+#: and the package exports these names from it (typed in its own ``__init__.py``).
+GPU_HOOKS = ("CupyHook", "TorchHook", "use_with_cupy", "use_with_torch")
 
 
 def gpu_exports(prefix: str) -> dict[str, str]:

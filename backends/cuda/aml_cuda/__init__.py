@@ -17,9 +17,9 @@ ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()
 ``ipc_open(handle)`` / ``ipc_close(buffer)``, ``virtual_memory(device)``, ``stream()``,
 ``probe()``, ``pointer_attributes(ptr)``, ``get_runtime()``, ``load_runtime()``,
 ``BACKEND`` and the managed-memory, IPC and virtual-memory types of :mod:`aml_core.gpu`;
-``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on), and so are
+``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on);
 ``use_with_cupy(area)`` / ``use_with_torch(area)`` (CuPy or PyTorch allocates from an
-aml area or pool).
+aml area or pool, :mod:`aml_cuda.hooks`) are also aml-hip's, each bound to its backend.
 
 Importing this package is cheap: the API (and aml_core.gpu) is loaded on first use,
 cuda-bindings only when the runtime is first needed, so that the registry can import
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES, gpu_exports
+from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_HOOKS, GPU_TYPES, gpu_exports
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -51,16 +51,13 @@ if TYPE_CHECKING:
 __all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
     *GPU_TYPES,
     *GPU_FUNCTIONS,
+    *GPU_HOOKS,
     "CudaArea",
     "CudaFlags",
     "CudaMmapOptions",
     "MIN_BINDINGS",
-    "CupyHook",
-    "TorchHook",
-    "use_with_cupy",
-    "use_with_torch",
 ]
-_HOOKS = dict.fromkeys(("CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"), ".hooks")
+_HOOKS = dict.fromkeys(GPU_HOOKS, ".hooks")
 __getattr__, __dir__ = lazy_exports(
     __name__, gpu_exports("Cuda") | {"MIN_BINDINGS": ".native"} | _HOOKS, distribution="aml-cuda"
 )

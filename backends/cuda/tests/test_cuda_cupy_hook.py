@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,75 +13,18 @@ import aml_cuda
 import pytest
 
 import aml_core
-from aml_core import Area, Buffer, Kind
+from aml_core import Area, Buffer
 from aml_core.errors import AMLBusyError, AMLTypeError, AMLValueError
+from aml_core.gpu import hooks
 from aml_core.host import HostArea
-
-
-class FakeDeviceArea(HostArea):
-    """Host memory that calls itself device memory: what the hook sees of a GPU area."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kind = Kind.DEVICE
-
-
-def _fake_cupy() -> types.ModuleType:
-    """The few names of CuPy the hook uses, keeping what it is given."""
-    cupy = types.ModuleType("cupy")
-    cuda = types.ModuleType("cupy.cuda")
-    memory = types.ModuleType("cupy.cuda.memory")
-
-    class Memory:
-        def __init__(self, size: int) -> None:
-            self.ptr = 0
-            self.size = size
-
-    class UnownedMemory:
-        def __init__(self, ptr: int, size: int, owner: Any, device_id: int) -> None:
-            self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
-
-    class MemoryPointer:
-        def __init__(self, mem: Any, offset: int) -> None:
-            self.mem = mem
-            self.ptr = mem.ptr + offset
-
-    class PinnedMemoryPointer:
-        def __init__(self, mem: Any, offset: int) -> None:
-            self.mem = mem
-            self.ptr = mem.ptr + offset
-            self.size = mem.size - offset
-
-    def default_allocator(size: int) -> Any:
-        return ("default", size)
-
-    def default_pinned(size: int) -> Any:
-        return ("default pinned", size)
-
-    state: dict[str, Any] = {"allocator": default_allocator, "pinned": None}
-    memory.Memory = Memory  # type: ignore[attr-defined]
-    cuda.memory = memory  # type: ignore[attr-defined]
-    cuda.UnownedMemory = UnownedMemory  # type: ignore[attr-defined]
-    cuda.MemoryPointer = MemoryPointer  # type: ignore[attr-defined]
-    cuda.PinnedMemoryPointer = PinnedMemoryPointer  # type: ignore[attr-defined]
-    cuda.runtime = types.SimpleNamespace(getDevice=lambda: 0)  # type: ignore[attr-defined]
-    cuda.get_allocator = lambda: state["allocator"]  # type: ignore[attr-defined]
-    cuda.set_allocator = lambda f: state.__setitem__("allocator", f)  # type: ignore[attr-defined]
-    cuda.set_pinned_memory_allocator = lambda f: state.__setitem__("pinned", f)  # type: ignore[attr-defined]
-    cupy.cuda = cuda  # type: ignore[attr-defined]
-    cupy.get_default_pinned_memory_pool = lambda: types.SimpleNamespace(malloc=default_pinned)  # type: ignore[attr-defined]
-    cupy.state = state  # type: ignore[attr-defined]
-    cupy.defaults = (default_allocator, default_pinned)  # type: ignore[attr-defined]
-    return cupy
+from aml_core.testing.hook_fakes import FakeDeviceArea, fake_cupy
 
 
 @pytest.fixture
 def cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake = _fake_cupy()
+    fake = fake_cupy()
     monkeypatch.setitem(sys.modules, "cupy", fake)
     yield fake
-    from aml_cuda import hooks
-
     if hooks._installed is not None:
         hooks._installed.uninstall(force=True)
 

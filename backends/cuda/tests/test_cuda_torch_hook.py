@@ -16,53 +16,19 @@ import aml_cuda
 import pytest
 
 import aml_core
-from aml_core import Area, Kind
+from aml_core import Area
 from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
+from aml_core.gpu import hooks
 from aml_core.host import HostArea
+from aml_core.testing.hook_fakes import FakeDeviceArea, fake_torch
 
 MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 
 
-class FakeDeviceArea(HostArea):
-    """Host memory that calls itself device memory: what the hook sees of a GPU area."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kind = Kind.DEVICE
-
-
-def _fake_torch() -> Any:
-    torch = types.ModuleType("torch")
-    state: dict[str, Any] = {"current": None, "initialized": False}
-
-    class CUDAPluggableAllocator:
-        def __init__(self, *args: Any) -> None:  # the hook bypasses the .so loading
-            raise AssertionError("not called by the hook")
-
-    def custom_allocator(alloc: int, free: int) -> tuple[str, int, int]:
-        return ("custom", alloc, free)
-
-    def change_current_allocator(allocator: Any) -> None:
-        if state["initialized"]:
-            raise RuntimeError("Can't swap an already initialized allocator")
-        state["current"] = allocator._allocator
-
-    torch.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
-        memory=types.SimpleNamespace(
-            CUDAPluggableAllocator=CUDAPluggableAllocator, change_current_allocator=change_current_allocator
-        )
-    )
-    torch._C = types.SimpleNamespace(_cuda_customAllocator=custom_allocator)  # type: ignore[attr-defined]
-    torch.state = state  # type: ignore[attr-defined]
-    return torch
-
-
 @pytest.fixture
 def torch(monkeypatch: pytest.MonkeyPatch) -> Any:
-    from aml_cuda import hooks
-
-    fake = _fake_torch()
+    fake = fake_torch()
     monkeypatch.setitem(sys.modules, "torch", fake)
     monkeypatch.setattr(hooks, "_torch_hook", None)
     return fake

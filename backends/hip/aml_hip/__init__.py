@@ -18,14 +18,15 @@ library when the runtime is first needed (``libamdhip64.so.7``, ``.so.6``, ``.so
 ``AML_HIP_LIBRARY`` names another file). The public names are aml-cuda's (see
 :data:`aml_core.gpu.plugin.GPU_FUNCTIONS`), with ``HipArea``, ``HipFlags`` and
 ``HipMmapOptions`` for AML's HIP names: the area logic is :mod:`aml_core.gpu`, written
-once for both.
+once for both. ``use_with_cupy(area)`` / ``use_with_torch(area)`` make CuPy or PyTorch (their
+ROCm builds) allocate from an aml_hip area or pool, as aml_cuda's do (:mod:`aml_hip.hooks`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES, gpu_exports
+from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_HOOKS, GPU_TYPES, gpu_exports
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -37,12 +38,19 @@ if TYPE_CHECKING:
 
     from .api import get_runtime as get_runtime
     from .api import load_runtime as load_runtime
+    from .hooks import CupyHook as CupyHook
+    from .hooks import TorchHook as TorchHook
+    from .hooks import use_with_cupy as use_with_cupy
+    from .hooks import use_with_torch as use_with_torch
 
 __all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
     *GPU_TYPES,
     *GPU_FUNCTIONS,
+    *GPU_HOOKS,
     "HipArea",
     "HipFlags",
     "HipMmapOptions",
 ]
-__getattr__, __dir__ = lazy_exports(__name__, gpu_exports("Hip"), distribution="aml-hip")
+__getattr__, __dir__ = lazy_exports(
+    __name__, gpu_exports("Hip") | dict.fromkeys(GPU_HOOKS, ".hooks"), distribution="aml-hip"
+)

@@ -71,6 +71,8 @@ hipErrorNoDevice: Final = 100
 hipErrorInvalidDevice: Final = 101
 #: Only known from Debian's 5.2 hip_runtime_api.h (and by the ABI probe).
 hipErrorContextAlreadyInUse: Final = 216
+#: hipEventQuery's "the recorded work is not done yet" (a state, not an error).
+hipErrorNotReady: Final = 600
 hipErrorHostMemoryAlreadyRegistered: Final = 712
 hipErrorNotSupported: Final = 801
 hipErrorUnknown: Final = 999
@@ -80,6 +82,9 @@ hipCpuDeviceId: Final = -1
 hipInvalidDeviceId: Final = -2
 hipStreamDefault: Final = 0x0
 hipStreamNonBlocking: Final = 0x1
+
+# -- events (docs/native-abi.md#hip-stream-ordered-allocation; unsigned int flags) -------------
+hipEventDisableTiming: Final = 0x2
 
 # -- hipMemcpyKind (Debian 5.2 driver_types.h; CUDA's cudaMemcpyDefault is the same 4) ----
 hipMemcpyDefault: Final = 4
@@ -158,6 +163,7 @@ COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipErrorNoDevice",
     "hipErrorInvalidDevice",
     "hipErrorContextAlreadyInUse",
+    "hipErrorNotReady",
     "hipErrorHostMemoryAlreadyRegistered",
     "hipErrorNotSupported",
     "hipErrorUnknown",
@@ -165,6 +171,7 @@ COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipInvalidDeviceId",
     "hipStreamDefault",
     "hipStreamNonBlocking",
+    "hipEventDisableTiming",
     "hipMemcpyDefault",
     "hipHostMallocDefault",
     "hipHostMallocPortable",
@@ -570,6 +577,7 @@ def probe_expectations(version: int) -> dict[str, int]:
             "sizeof(hipMemAllocationHandleType)": 4,
             "sizeof(hipMemAllocationGranularity_flags)": 4,
             "sizeof(hipStream_t)": 8,
+            "sizeof(hipEvent_t)": 8,
             "sizeof(hipMemGenericAllocationHandle_t)": 8,
         }
     )

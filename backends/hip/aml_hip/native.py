@@ -23,7 +23,7 @@ from aml_core.native import NativeLibrary
 from . import abi as C
 from .errors import HipErrorNames, c_char_p_function, make_error_table
 
-__all__ = ["CANDIDATES", "ENV", "HipLibrary", "load"]
+__all__ = ["CANDIDATES", "ENV", "STREAM_ORDERED_FUNCTIONS", "VMM_FUNCTIONS", "HipLibrary", "load"]
 
 #: Library names tried in order (SONAME libamdhip64.so.<major>: docs/native-abi.md#hip-library-and-version).
 CANDIDATES: Final[tuple[str, ...]] = ("libamdhip64.so.7", "libamdhip64.so.6", "libamdhip64.so.5")
@@ -74,7 +74,8 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipGetErrorName": (c_char_p, (c_int,)),
 }
 
-#: Declared when present: newer host calls and virtual memory (exported since 5.1: native-abi.md#hip).
+#: Declared when present: newer host calls, virtual memory (exported since 5.1: native-abi.md#hip)
+#: and stream-ordered allocation with its events (native-abi.md#hip-stream-ordered-allocation).
 OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipExtHostAlloc": (_err, (_PV, c_size_t, c_uint)),
     "hipFreeHost": (_err, (c_void_p,)),
@@ -93,9 +94,30 @@ OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipMemRetainAllocationHandle": (_err, (_PV, c_void_p)),
     "hipMemGetAllocationPropertiesFromHandle": (_err, (c_void_p, c_void_p)),
     "hipMemGetAllocationGranularity": (_err, (POINTER(c_size_t), c_void_p, c_int)),
+    # stream-ordered allocation (symbol version hip_5.1) and events (hip_4.2); hipEvent_t is a pointer
+    "hipMallocAsync": (_err, (_PV, c_size_t, c_void_p)),
+    "hipFreeAsync": (_err, (c_void_p, c_void_p)),
+    "hipEventCreateWithFlags": (_err, (_PV, c_uint)),
+    "hipEventDestroy": (_err, (c_void_p,)),
+    "hipEventRecord": (_err, (c_void_p, c_void_p)),
+    "hipEventQuery": (_err, (c_void_p,)),
+    "hipEventSynchronize": (_err, (c_void_p,)),
+    "hipStreamWaitEvent": (_err, (c_void_p, c_void_p, c_uint)),
 }
 
+#: The calls of the VIRTUAL_MEMORY group: a library without one of them lacks the group.
 VMM_FUNCTIONS: Final[tuple[str, ...]] = tuple(n for n in OPTIONAL if n.startswith("hipMem"))
+#: The calls of the STREAM_ORDERED group: a library without one of them lacks the group.
+STREAM_ORDERED_FUNCTIONS: Final[tuple[str, ...]] = (
+    "hipMallocAsync",
+    "hipFreeAsync",
+    "hipEventCreateWithFlags",
+    "hipEventDestroy",
+    "hipEventRecord",
+    "hipEventQuery",
+    "hipEventSynchronize",
+    "hipStreamWaitEvent",
+)
 
 
 class HipLibrary:

@@ -7,7 +7,8 @@ The group classes validate the Python arguments before these native operations r
 :class:`~aml_core.errors.AMLValueError` / :class:`~aml_core.errors.AMLTypeError` and never
 reaches ctypes; native failures raise through the HIP error table (:mod:`aml_hip.errors`).
 Version differences come from :class:`~aml_hip.abi.HipAbi`; a library without the
-virtual-memory calls does not provide that group (:meth:`HipRuntime.missing_groups`).
+virtual-memory calls, or without the stream-ordered ones (``hipMallocAsync``... , exported
+since HIP 5.1), does not provide that group (:meth:`HipRuntime.missing_groups`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from . import abi as C
-from .native import VMM_FUNCTIONS, HipLibrary
+from .native import STREAM_ORDERED_FUNCTIONS, VMM_FUNCTIONS, HipLibrary
 
 __all__ = ["HipRuntime"]
 
@@ -64,7 +65,13 @@ def _vp(value: int) -> c_void_p:
 
 
 class HipRuntime(
-    core.Runtime, core.AllocationOps, core.ManagedOps, core.StreamOps, core.IpcOps, core.VirtualMemoryOps
+    core.Runtime,
+    core.AllocationOps,
+    core.ManagedOps,
+    core.StreamOps,
+    core.IpcOps,
+    core.VirtualMemoryOps,
+    core.StreamOrderedOps,
 ):
     """HIP's native calls for the shared GPU logic (:mod:`aml_core.gpu`)."""
 
@@ -95,13 +102,27 @@ class HipRuntime(
         self.lib.call(name, byref(out), *args)
         return int(out.value or 0)
 
+    def _out_ptr_message(self, name: str, message: str, *args: object) -> int:
+        """:meth:`_out_ptr` with the message a failure raises."""
+        out = c_void_p()
+        self.lib.call(name, byref(out), *args, message=message)
+        return int(out.value or 0)
+
     def missing_groups(self) -> Mapping[core.Group, str]:
-        """HIP libraries without the virtual-memory calls (``hipMemCreate``...) do not
+        """HIP libraries without the virtual-memory calls (``hipMemCreate``...) or the
+        stream-ordered ones (``hipMallocAsync``, ``hipFreeAsync``, the events) do not
         provide that group."""
-        absent = [n for n in VMM_FUNCTIONS if not self.lib.has(n)]
-        if not absent:
-            return {}
-        return {core.Group.VIRTUAL_MEMORY: f"{self.lib.path} does not export {', '.join(absent)}"}
+        missing: dict[core.Group, str] = {}
+        for group, names in (
+            (core.Group.VIRTUAL_MEMORY, VMM_FUNCTIONS),
+            (core.Group.STREAM_ORDERED, STREAM_ORDERED_FUNCTIONS),
+        ):
+            absent = [n for n in names if not self.lib.has(n)]
+            if absent:
+                missing[group] = (
+                    f"{self.lib.path} ({self.lib.version_text}) does not export {', '.join(absent)}"
+                )
+        return missing
 
     # -- devices -----------------------------------------------------------------------------
     def device_count(self) -> int:
@@ -352,6 +373,38 @@ class HipRuntime(
 
     def _stream_synchronize(self, stream: int) -> None:
         self.lib.call("hipStreamSynchronize", _vp(stream))
+
+    # -- stream-ordered allocation (docs/native-abi.md#hip-stream-ordered-allocation) ----------
+    def _malloc_async(self, size: int, stream: int) -> int:
+        return self._out_ptr_message(
+            "hipMallocAsync", f"hipMallocAsync of {size} bytes failed", size, _vp(stream)
+        )
+
+    def _free_async(self, ptr: int, stream: int) -> None:
+        self.lib.call("hipFreeAsync", _vp(ptr), _vp(stream))
+
+    def _event_create(self) -> int:
+        return self._out_ptr("hipEventCreateWithFlags", C.hipEventDisableTiming)
+
+    def _event_destroy(self, event: int) -> None:
+        self.lib.call("hipEventDestroy", _vp(event))
+
+    def _event_record(self, event: int, stream: int) -> None:
+        self.lib.call("hipEventRecord", _vp(event), _vp(stream))
+
+    def _event_query(self, event: int) -> bool:
+        rc = self.lib.raw("hipEventQuery", _vp(event))
+        if rc == C.hipSuccess:
+            return True
+        if rc == C.hipErrorNotReady:  # the recorded work is still running: not an error
+            return False
+        raise self.errors.error("hipEventQuery", rc, None)
+
+    def _event_synchronize(self, event: int) -> None:
+        self.lib.call("hipEventSynchronize", _vp(event))
+
+    def _stream_wait_event(self, stream: int, event: int) -> None:
+        self.lib.call("hipStreamWaitEvent", _vp(stream), _vp(event), 0)
 
     # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:

@@ -214,6 +214,84 @@ def op_vm_share(made: Made) -> None:
     vm.close()
 
 
+def _streams(made: Made, n: int) -> list[Any]:
+
+    streams = []
+    for _ in range(n):
+        stream = aml_hip.BACKEND.stream(non_blocking=True)
+        made.append(stream)  # destroyed after the area: the queued frees run then
+        streams.append(stream)
+    return streams
+
+
+def op_stream_ordered(made: Made) -> None:
+    """hipMallocAsync / hipFreeAsync through a device area, on the allocating stream and
+    on another one."""
+    s1, s2 = _streams(made, 2)
+    area = _area(made, 0)
+    buf = area.mmap(8192, {"stream": s1})
+    area.munmap(buf)
+    buf = area.mmap(4096, {"stream": s1})
+    area.munmap_on(buf, s2)
+    area.close()
+    s2.close()
+    s1.close()
+
+
+def op_pool_streams(made: Made) -> None:
+    """A pool hands a block freed on one stream to another: an event recorded on the
+    first, waited for by the second, destroyed with the pool."""
+    import aml_core
+
+    s1, s2 = _streams(made, 2)
+    area = _area(made, 0)
+    pool = aml_core.pool(area, small_slab=4096, small_max=4096)
+    made.append(pool)
+    a = pool.mmap(4096, {"stream": s1})
+    pool.munmap(a)
+    b = pool.mmap(4096, {"stream": s2})
+    pool.munmap(b)
+    pool.close()
+    area.close()
+    s2.close()
+    s1.close()
+
+
+class _Event:
+    """An event of the runtime, destroyed by close (again after a failed destroy)."""
+
+    def __init__(self, runtime: Any) -> None:
+        self.runtime = runtime
+        self.handle: int = runtime.event_create()
+
+    def close(self) -> None:
+        if self.handle:
+            self.runtime.event_destroy(self.handle)
+            self.handle = 0
+
+
+def op_events(made: Made) -> None:
+    """The runtime's event calls: record after queued work, query (not done), make another
+    stream wait, synchronize (done)."""
+
+    (s1, s2) = _streams(made, 2)
+    area = _area(made, 0)
+    rt = aml_hip.get_runtime()
+    buf = area.mmap(4096, {"stream": s1})  # work queued on s1
+    event = _Event(rt)
+    made.append(event)
+    rt.event_record(event.handle, s1.handle)
+    assert not rt.event_query(event.handle)
+    rt.stream_wait_event(s2.handle, event.handle)
+    rt.event_synchronize(event.handle)
+    assert rt.event_query(event.handle)
+    area.munmap(buf)
+    event.close()
+    area.close()
+    s2.close()
+    s1.close()
+
+
 OPERATIONS: dict[str, Operation] = {
     "device": op_device,
     "managed": op_managed,
@@ -229,6 +307,9 @@ OPERATIONS: dict[str, Operation] = {
     "vm-mmap-growable": op_vm_mmap,
     "vm-steps": op_vm_steps,
     "vm-share": op_vm_share,
+    "stream-ordered": op_stream_ordered,
+    "pool-streams": op_pool_streams,
+    "events": op_events,
 }
 
 
@@ -245,6 +326,8 @@ TABLE = FaultTable(
         "hipGetDevice@device-info": "the free-memory query's, which reads a failure as not known",
         "hipSetDevice@device-info": "the free-memory query selects the device and back: not known",
         "hipMemGetInfo": "free memory is a report: a failed query is 'not known' (None)",
+        "hipMallocAsync": "out of memory is retried once after the device synchronizes (frees may "
+        "still be queued on streams); the other codes raise",
     },
     rules={"hipGetDeviceCount": DEVICE_COUNT},
     devices=2,

@@ -175,16 +175,6 @@ def test_expandable_needs_a_virtual_memory_area(hip: HipDouble) -> None:
         aml_core.pool(device, expandable=True)
 
 
-def test_stream_ordered_allocation_is_not_offered_by_hip(hip: HipDouble) -> None:
-    """The HIP runtime does not provide the STREAM_ORDERED group (the double exports no
-    hipMallocAsync): a stream-ordered mmap says so and allocates nothing."""
-    with aml_hip.create(0, 0) as device:
-        with pytest.raises(aml_core.AMLNotSupported, match="stream ordered"):
-            device.mmap(4096, {"stream": 0})
-        assert device.stats.live_mappings == 0
-        assert hip.calls("hipMalloc") == 0
-
-
 _POOL_CHILD = r"""
 import base64, ctypes, json, pickle, sys
 import aml_hip

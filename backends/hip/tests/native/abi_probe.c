@@ -35,6 +35,7 @@ int main(void)
     VALUE(hipErrorNoDevice);
     VALUE(hipErrorInvalidDevice);
     VALUE(hipErrorContextAlreadyInUse);
+    VALUE(hipErrorNotReady);
     VALUE(hipErrorHostMemoryAlreadyRegistered);
     VALUE(hipErrorNotSupported);
     VALUE(hipErrorUnknown);
@@ -44,6 +45,7 @@ int main(void)
     VALUE(hipInvalidDeviceId);
     VALUE(hipStreamDefault);
     VALUE(hipStreamNonBlocking);
+    VALUE(hipEventDisableTiming);
     VALUE(hipMemcpyDefault);
 
     /* host allocation / registration */
@@ -166,6 +168,7 @@ int main(void)
     SIZE(hipMemAllocationHandleType);
     SIZE(hipMemAllocationGranularity_flags);
     SIZE(hipStream_t);
+    SIZE(hipEvent_t);
     SIZE(hipMemGenericAllocationHandle_t);
     return 0;
 }

@@ -51,6 +51,7 @@
 
 typedef int hipError_t;
 typedef void *hipStream_t;
+typedef void *hipEvent_t;
 typedef void *hipMemGenericAllocationHandle_t;
 typedef struct {
     char reserved[64];
@@ -128,6 +129,8 @@ enum {
     hipErrorMapFailed = 205,
     hipErrorInvalidHandle = 400,
     hipErrorNotFound = 500,
+    hipErrorNotReady = 600,
+    hipErrorContextIsDestroyed = 709,
     hipErrorHostMemoryAlreadyRegistered = 712,
     hipErrorHostMemoryNotRegistered = 713,
     hipErrorNotSupported = 801,
@@ -159,6 +162,15 @@ enum {
 #define hipMemAttachSingle 0x4u
 
 #define hipStreamNonBlocking 0x1u
+
+/* hipEventCreateWithFlags flags (Debian 5.2 hip_runtime_api.h; CLR's check in hip_event.cpp):
+ * DisableTiming is the one aml passes.  Release flags are no-ops on CUDA (the header says so). */
+#define hipEventBlockingSync 0x1u
+#define hipEventDisableTiming 0x2u
+#define hipEventInterprocess 0x4u
+#define hipEventDisableSystemFence 0x20000000u /* from 5.6 (ROCm/HIP headers) */
+#define hipEventReleaseToDevice 0x40000000u
+#define hipEventReleaseToSystem 0x80000000u
 
 enum {
     hipMemAdviseSetReadMostly = 1,
@@ -264,6 +276,14 @@ enum {
     X(hipStreamCreateWithFlags)                                                                    \
     X(hipStreamDestroy)                                                                            \
     X(hipStreamSynchronize)                                                                        \
+    X(hipMallocAsync)                                                                              \
+    X(hipFreeAsync)                                                                                \
+    X(hipEventCreateWithFlags)                                                                     \
+    X(hipEventDestroy)                                                                             \
+    X(hipEventRecord)                                                                              \
+    X(hipEventQuery)                                                                               \
+    X(hipEventSynchronize)                                                                         \
+    X(hipStreamWaitEvent)                                                                          \
     X(hipMemcpy)                                                                                   \
     X(hipMemset)                                                                                   \
     X(hipIpcGetMemHandle)                                                                          \
@@ -571,6 +591,8 @@ struct alloc {
     uint64_t ipc_id;
     struct mseg *segs; /* managed */
     size_t nsegs, capsegs;
+    int async;   /* device memory of hipMallocAsync */
+    int pending; /* host mode: a hipFreeAsync is queued on a stream, not run yet */
 };
 
 struct vhandle {
@@ -600,11 +622,27 @@ struct vres {
     size_t size;
 };
 
+struct sop;
+
 struct dstream {
     struct dstream *next;
     void *handle; /* value handed out: the struct itself (host) or the cudaStream_t (forward) */
     unsigned flags;
     int device;
+    /* host mode: the stream's queue (see "Streams and events" in README.md) */
+    unsigned long long submitted; /* operations enqueued so far */
+    unsigned long long completed; /* of which this many ran */
+    struct sop *ops;              /* queued, oldest first */
+};
+
+struct devent {
+    struct devent *next;
+    void *handle; /* value handed out: the struct itself (host) or the cudaEvent_t (forward) */
+    unsigned flags;
+    int device;
+    /* host mode: where it was last recorded (NULL: never, or on a stream destroyed since) */
+    struct dstream *stream;
+    unsigned long long seq; /* the stream's `submitted` when recorded */
 };
 
 static struct alloc *g_allocs;
@@ -612,6 +650,7 @@ static struct vhandle *g_vhandles;
 static struct vmap *g_vmaps;
 static struct vres *g_vres;
 static struct dstream *g_streams;
+static struct devent *g_events;
 UNUSED static size_t g_dev_used[HIPDOUBLE_MAX_DEVICES];
 static uint64_t g_next_id = 1;
 
@@ -720,6 +759,44 @@ static struct dstream *stream_find(const void *s)
 static int stream_ok(const void *s) /* lock held */
 {
     return s == NULL || s == HIP_STREAM_LEGACY || s == HIP_STREAM_PER_THREAD || stream_find(s) != NULL;
+}
+
+static struct devent *event_find(const void *e)
+{
+    if (e == NULL)
+        return NULL;
+    for (struct devent *x = g_events; x; x = x->next)
+        if (x->handle == e)
+            return x;
+    return NULL;
+}
+
+static void event_unlink(struct devent *e)
+{
+    for (struct devent **pp = &g_events; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            break;
+        }
+    free(e);
+}
+
+/* CLR (hip_event.cpp): known bits only, at most one of the release flags (DisableSystemFence
+ * counts as one), Interprocess needs DisableTiming */
+static int event_flags_ok(unsigned flags)
+{
+    unsigned release = hipEventReleaseToDevice | hipEventReleaseToSystem;
+    if (ver_ge(5, 6))
+        release |= hipEventDisableSystemFence;
+    unsigned known = hipEventBlockingSync | hipEventDisableTiming | hipEventInterprocess | release;
+    if (flags & ~known)
+        return 0;
+    unsigned r = flags & release;
+    if (r & (r - 1))
+        return 0;
+    if ((flags & hipEventInterprocess) && !(flags & hipEventDisableTiming))
+        return 0;
+    return 1;
 }
 
 static void stream_unlink(struct dstream *s)
@@ -1158,8 +1235,13 @@ static void alloc_release(struct alloc *a)
     alloc_unlink(a);
 }
 
+static void streams_drop_all(void); /* below, with the streams */
+
 static void release_all(void)
 {
+    streams_drop_all(); /* queued frees are forgotten: every allocation is released below */
+    while (g_events)
+        event_unlink(g_events);
     while (g_vmaps) {
         struct vmap *m = g_vmaps;
         mmap((void *)m->addr, m->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
@@ -1306,24 +1388,19 @@ static hipError_t impl_hipMemGetInfo(size_t *freeb, size_t *total)
     return hipSuccess;
 }
 
+static void streams_run_all(void); /* below, with the streams */
+
 static hipError_t impl_hipDeviceSynchronize(void)
 {
     NEED_DEVICE();
+    streams_run_all();
     return hipSuccess;
 }
 
 /* ---------------- device memory ---------------- */
 
-static hipError_t device_alloc(void **ptr, size_t size, unsigned flags)
+static hipError_t device_alloc_on(void **ptr, size_t size, unsigned flags, int d, struct alloc **made)
 {
-    NEED_DEVICE();
-    if (ptr == NULL)
-        return hipErrorInvalidValue;
-    if (size == 0) {
-        *ptr = NULL;
-        return hipSuccess;
-    }
-    int d = cur_dev();
     if (size > dev_free(d))
         return hipErrorOutOfMemory;
     uint64_t id = g_next_id;
@@ -1354,7 +1431,21 @@ static hipError_t device_alloc(void **ptr, size_t size, unsigned flags)
     a->flags = flags;
     g_dev_used[d] += size;
     *ptr = p;
+    if (made != NULL)
+        *made = a;
     return hipSuccess;
+}
+
+static hipError_t device_alloc(void **ptr, size_t size, unsigned flags)
+{
+    NEED_DEVICE();
+    if (ptr == NULL)
+        return hipErrorInvalidValue;
+    if (size == 0) {
+        *ptr = NULL;
+        return hipSuccess;
+    }
+    return device_alloc_on(ptr, size, flags, cur_dev(), NULL);
 }
 
 static hipError_t impl_hipMalloc(void **ptr, size_t size) { return device_alloc(ptr, size, 0); }
@@ -1374,8 +1465,10 @@ static hipError_t impl_hipFree(void *ptr)
     if (ptr == NULL)
         return hipSuccess;
     struct alloc *a = alloc_find(ptr);
-    /* stricter than CLR: only hipMalloc / hipMallocManaged memory, base pointer only */
-    if (a == NULL || a->base != (uintptr_t)ptr || (a->kind != K_DEVICE && a->kind != K_MANAGED))
+    /* stricter than CLR: only hipMalloc / hipMallocAsync / hipMallocManaged memory, base pointer
+     * only, not freed already (a hipFreeAsync still queued counts as freed) */
+    if (a == NULL || a->base != (uintptr_t)ptr || (a->kind != K_DEVICE && a->kind != K_MANAGED) ||
+        a->pending)
         return hipErrorInvalidValue;
     alloc_release(a);
     return hipSuccess;
@@ -1593,7 +1686,136 @@ static hipError_t impl_hipStreamAttachMemAsync(void *stream, void *ptr, size_t l
     return hipSuccess;
 }
 
-/* ---------------- streams ---------------- */
+/* ---------------- streams: queues of stream-ordered work ----------------
+ *
+ * Host mode runs nothing on a device, but stream-ordered frees and the events that order them
+ * are modelled: hipMallocAsync, hipFreeAsync and hipStreamWaitEvent enqueue an operation on
+ * their stream, which runs only when the stream is synchronized (hipStreamSynchronize,
+ * hipEventSynchronize on an event recorded on it, hipDeviceSynchronize, hipStreamDestroy) or
+ * when another stream that waited for it is.  A queued free keeps its memory (and its share of
+ * the device budget) until it runs; an event is done once its stream ran what was queued
+ * before it was recorded.  The default stream (NULL, hipStreamLegacy) and hipStreamPerThread
+ * are one queue each and do not synchronize implicitly with other streams. */
+
+enum { OP_ALLOC, OP_FREE, OP_WAIT };
+
+struct sop {
+    struct sop *next;
+    unsigned long long seq;
+    int kind;
+    struct alloc *a;          /* OP_FREE: the allocation to release (NULL: reused already) */
+    struct dstream *on;       /* OP_WAIT: the stream waited for (NULL: destroyed, so done) */
+    unsigned long long until; /* OP_WAIT: how far `on` must have run */
+};
+
+static struct dstream g_null_stream = {.handle = NULL};
+static struct dstream g_pt_stream = {.handle = HIP_STREAM_PER_THREAD};
+
+static struct dstream *stream_get(void *s) /* NULL for an unknown stream */
+{
+    if (s == NULL || s == HIP_STREAM_LEGACY)
+        return &g_null_stream;
+    if (s == HIP_STREAM_PER_THREAD)
+        return &g_pt_stream;
+    return stream_find(s);
+}
+
+static int stream_device(const struct dstream *s)
+{
+    return s == &g_null_stream || s == &g_pt_stream ? cur_dev() : s->device;
+}
+
+static hipError_t stream_enqueue(struct dstream *s, int kind, struct alloc *a, struct dstream *on,
+                                 unsigned long long until)
+{
+    struct sop *op = calloc(1, sizeof *op);
+    if (op == NULL)
+        return hipErrorOutOfMemory;
+    op->seq = ++s->submitted;
+    op->kind = kind;
+    op->a = a;
+    op->on = on;
+    op->until = until;
+    struct sop **pp = &s->ops;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = op;
+    return hipSuccess;
+}
+
+/* Run s's queue up to operation `upto` (the waits it meets run the streams they wait for). */
+static void stream_run(struct dstream *s, unsigned long long upto, int depth)
+{
+    while (s->ops != NULL && s->ops->seq <= upto) {
+        struct sop *op = s->ops;
+        s->ops = op->next;
+        if (op->kind == OP_FREE && op->a != NULL)
+            alloc_release(op->a);
+        else if (op->kind == OP_WAIT && op->on != NULL && depth < 64)
+            stream_run(op->on, op->until, depth + 1);
+        free(op);
+    }
+    if (s->completed < upto)
+        s->completed = upto;
+}
+
+static void stream_run_all(struct dstream *s) { stream_run(s, s->submitted, 0); }
+
+/* In-stream reuse: memory freed earlier on s can serve a later allocation on s at once. */
+static void stream_reuse_frees(struct dstream *s)
+{
+    for (struct sop *op = s->ops; op; op = op->next)
+        if (op->kind == OP_FREE && op->a != NULL) {
+            alloc_release(op->a);
+            op->a = NULL;
+        }
+}
+
+static void waits_forget(struct dstream *x, const struct dstream *s)
+{
+    for (struct sop *op = x->ops; op; op = op->next)
+        if (op->on == s)
+            op->on = NULL;
+}
+
+/* s is going away: its work runs, and nothing refers to it afterwards. */
+static void stream_forget(struct dstream *s)
+{
+    stream_run_all(s);
+    for (struct devent *e = g_events; e; e = e->next)
+        if (e->stream == s)
+            e->stream = NULL;
+    waits_forget(&g_null_stream, s);
+    waits_forget(&g_pt_stream, s);
+    for (struct dstream *x = g_streams; x; x = x->next)
+        waits_forget(x, s);
+}
+
+static void stream_drop_ops(struct dstream *s) /* reset: forget the queue without running it */
+{
+    while (s->ops) {
+        struct sop *op = s->ops;
+        s->ops = op->next;
+        free(op);
+    }
+    s->submitted = s->completed = 0;
+}
+
+static void streams_drop_all(void)
+{
+    stream_drop_ops(&g_null_stream);
+    stream_drop_ops(&g_pt_stream);
+    for (struct dstream *x = g_streams; x; x = x->next)
+        stream_drop_ops(x);
+}
+
+static void streams_run_all(void)
+{
+    stream_run_all(&g_null_stream);
+    stream_run_all(&g_pt_stream);
+    for (struct dstream *x = g_streams; x; x = x->next)
+        stream_run_all(x);
+}
 
 static hipError_t stream_create(void **stream, unsigned flags)
 {
@@ -1626,6 +1848,7 @@ static hipError_t impl_hipStreamDestroy(void *stream)
     struct dstream *s = stream ? stream_find(stream) : NULL;
     if (s == NULL)
         return hipErrorInvalidHandle;
+    stream_forget(s); /* its queued work completes (the runtime finishes it after the call) */
     stream_unlink(s);
     return hipSuccess;
 }
@@ -1633,7 +1856,143 @@ static hipError_t impl_hipStreamDestroy(void *stream)
 static hipError_t impl_hipStreamSynchronize(void *stream)
 {
     NEED_DEVICE();
-    return stream_ok(stream) ? hipSuccess : hipErrorInvalidHandle;
+    struct dstream *s = stream_get(stream);
+    if (s == NULL)
+        return hipErrorInvalidHandle;
+    stream_run_all(s);
+    return hipSuccess;
+}
+
+/* ---------------- stream-ordered allocation and events ---------------- */
+
+static hipError_t impl_hipMallocAsync(void **ptr, size_t size, void *stream)
+{
+    NEED_DEVICE();
+    struct dstream *s = stream_get(stream);
+    if (ptr == NULL || s == NULL)
+        return hipErrorInvalidValue; /* CLR (hip_mempool.cpp): an invalid stream too */
+    if (size == 0) {
+        *ptr = NULL;
+        return hipSuccess;
+    }
+    int d = stream_device(s); /* the pool of the stream's device */
+    if (size > dev_free(d))
+        stream_reuse_frees(s);
+    struct alloc *a = NULL;
+    void *p = NULL;
+    hipError_t e = device_alloc_on(&p, size, 0, d, &a);
+    if (e != hipSuccess)
+        return e;
+    a->async = 1;
+    e = stream_enqueue(s, OP_ALLOC, NULL, NULL, 0);
+    if (e != hipSuccess) {
+        alloc_release(a);
+        return e;
+    }
+    *ptr = p;
+    return hipSuccess;
+}
+
+static hipError_t impl_hipFreeAsync(void *ptr, void *stream)
+{
+    NEED_DEVICE();
+    struct dstream *s = stream_get(stream);
+    if (ptr == NULL || s == NULL)
+        return hipErrorInvalidValue; /* CLR (hip_mempool.cpp) */
+    struct alloc *a = alloc_find(ptr);
+    /* stricter than CLR (which fails later, in the stream): the base of live device memory */
+    if (a == NULL || a->kind != K_DEVICE || a->base != (uintptr_t)ptr || a->pending)
+        return hipErrorInvalidValue;
+    hipError_t e = stream_enqueue(s, OP_FREE, a, NULL, 0);
+    if (e == hipSuccess)
+        a->pending = 1;
+    return e;
+}
+
+static hipError_t impl_hipEventCreateWithFlags(void **event, unsigned flags)
+{
+    NEED_DEVICE();
+    if (event == NULL || !event_flags_ok(flags))
+        return hipErrorInvalidValue;
+    struct devent *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return hipErrorOutOfMemory;
+    e->handle = e;
+    e->flags = flags;
+    e->device = cur_dev();
+    e->next = g_events;
+    g_events = e;
+    *event = e;
+    return hipSuccess;
+}
+
+static hipError_t impl_hipEventDestroy(void *event)
+{
+    NEED_DEVICE();
+    if (event == NULL)
+        return hipErrorInvalidHandle;
+    struct devent *e = event_find(event);
+    if (e == NULL)
+        return hipErrorContextIsDestroyed; /* CLR: not in its event set */
+    event_unlink(e);
+    return hipSuccess;
+}
+
+static hipError_t impl_hipEventRecord(void *event, void *stream)
+{
+    NEED_DEVICE();
+    struct devent *e = event_find(event);
+    if (e == NULL)
+        return hipErrorInvalidHandle;
+    struct dstream *s = stream_get(stream);
+    if (s == NULL)
+        return hipErrorInvalidHandle;
+    e->stream = s;
+    e->seq = s->submitted;
+    return hipSuccess;
+}
+
+static int event_done(const struct devent *e)
+{
+    return e->stream == NULL || e->stream->completed >= e->seq;
+}
+
+static hipError_t impl_hipEventQuery(void *event)
+{
+    NEED_DEVICE();
+    struct devent *e = event_find(event);
+    if (e == NULL)
+        return hipErrorInvalidHandle;
+    return event_done(e) ? hipSuccess : hipErrorNotReady;
+}
+
+static hipError_t impl_hipEventSynchronize(void *event)
+{
+    NEED_DEVICE();
+    struct devent *e = event_find(event);
+    if (e == NULL)
+        return hipErrorInvalidHandle;
+    if (e->stream != NULL)
+        stream_run(e->stream, e->seq, 0);
+    return hipSuccess;
+}
+
+static hipError_t impl_hipStreamWaitEvent(void *stream, void *event, unsigned flags)
+{
+    NEED_DEVICE();
+    if (event == NULL)
+        return hipErrorInvalidHandle;
+    if (flags != 0)
+        return hipErrorInvalidValue;
+    struct dstream *s = stream_get(stream);
+    if (s == NULL)
+        return hipErrorContextIsDestroyed; /* CLR (hip_stream.cpp) */
+    struct devent *e = event_find(event);
+    if (e == NULL)
+        return hipErrorInvalidHandle;
+    if (event_done(e) || e->stream == s)
+        return hipSuccess; /* nothing to wait for (CLR returns at once too) */
+    return stream_enqueue(s, OP_WAIT, NULL, e->stream, e->seq);
 }
 
 /* ---------------- copies ---------------- */
@@ -1713,7 +2072,8 @@ static hipError_t impl_hipIpcGetMemHandle(hipIpcMemHandle_t *handle, void *ptr)
     if (handle == NULL || ptr == NULL)
         return hipErrorInvalidValue;
     struct alloc *a = alloc_find(ptr);
-    if (a == NULL || a->kind != K_DEVICE || a->base != (uintptr_t)ptr)
+    /* memory of the stream-ordered pool has no IPC handle (CUDA needs an exportable pool) */
+    if (a == NULL || a->kind != K_DEVICE || a->base != (uintptr_t)ptr || a->async || a->pending)
         return hipErrorInvalidValue;
     struct ipc_wire w;
     memset(&w, 0, sizeof w);
@@ -2359,9 +2719,13 @@ static int tracked_flags(const void *p, unsigned *flags)
 
 static void release_all(void) /* lock held */
 {
-    int any = g_allocs || g_vhandles || g_vmaps || g_vres || g_streams;
+    int any = g_allocs || g_vhandles || g_vmaps || g_vres || g_streams || g_events;
     if (any)
         (void)cudaFree(NULL);
+    while (g_events) {
+        (void)cudaEventDestroy((cudaEvent_t)g_events->handle);
+        event_unlink(g_events);
+    }
     while (g_vmaps) {
         struct vmap *m = g_vmaps;
         (void)cuMemUnmap((CUdeviceptr)m->addr, m->size);
@@ -2383,7 +2747,7 @@ static void release_all(void) /* lock held */
         struct alloc *a = g_allocs;
         void *p = (void *)a->base;
         switch (a->kind) {
-        case K_DEVICE:
+        case K_DEVICE: /* cudaFree takes cudaMallocAsync memory too (CUDA 13 cuda_runtime_api.h) */
         case K_MANAGED: (void)cudaFree(p); break;
         case K_HOST: (void)cudaFreeHost(p); break;
         case K_REGISTERED: (void)cudaHostUnregister(p); break;
@@ -2756,6 +3120,129 @@ static hipError_t impl_hipStreamSynchronize(void *stream)
     if (!fw_stream_ok(stream))
         return hipErrorInvalidHandle;
     return CUDART(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
+/* ---------------- stream-ordered allocation and events ---------------- */
+/* hipEvent_t is the cudaEvent_t; the double tracks the events it created and the
+ * hipMallocAsync memory it handed out, so unknown ones are refused before reaching CUDA. */
+
+static hipError_t impl_hipMallocAsync(void **ptr, size_t size, void *stream)
+{
+    if (ptr == NULL || !fw_stream_ok(stream))
+        return hipErrorInvalidValue; /* CLR (hip_mempool.cpp): an invalid stream too */
+    if (size == 0) {
+        *ptr = NULL;
+        return hipSuccess;
+    }
+    hipError_t e = CUDART(cudaMallocAsync(ptr, size, (cudaStream_t)stream));
+    if (e == hipSuccess && *ptr != NULL) {
+        track_alloc(K_DEVICE, *ptr, size, 0, cur_dev());
+        dbl_lock();
+        for (struct alloc *a = g_allocs; a; a = a->next)
+            if (a->base == (uintptr_t)*ptr && a->kind == K_DEVICE)
+                a->async = 1;
+        dbl_unlock();
+    }
+    return e;
+}
+
+static hipError_t impl_hipFreeAsync(void *ptr, void *stream)
+{
+    if (ptr == NULL || !fw_stream_ok(stream))
+        return hipErrorInvalidValue; /* CLR (hip_mempool.cpp) */
+    dbl_lock();
+    struct alloc *a = alloc_find(ptr);
+    int known = a != NULL && a->kind == K_DEVICE && a->base == (uintptr_t)ptr;
+    dbl_unlock();
+    if (!known)
+        return hipErrorInvalidValue; /* as host mode: the base of device memory the double gave */
+    hipError_t e = CUDART(cudaFreeAsync(ptr, (cudaStream_t)stream));
+    if (e == hipSuccess)
+        untrack_alloc(ptr, K_DEVICE);
+    return e;
+}
+
+static int fw_event_known(void *event)
+{
+    dbl_lock();
+    int known = event_find(event) != NULL;
+    dbl_unlock();
+    return known;
+}
+
+static hipError_t impl_hipEventCreateWithFlags(void **event, unsigned flags)
+{
+    if (event == NULL || !event_flags_ok(flags))
+        return hipErrorInvalidValue;
+    /* Default, BlockingSync, DisableTiming and Interprocess have CUDA's numbers (0, 1, 2, 4);
+     * the release flags are no-ops on HIP's NVIDIA platform */
+    cudaEvent_t ev;
+    hipError_t e = CUDART(cudaEventCreateWithFlags(
+        &ev, flags & (hipEventBlockingSync | hipEventDisableTiming | hipEventInterprocess)));
+    if (e != hipSuccess)
+        return e;
+    struct devent *d = calloc(1, sizeof *d);
+    if (d == NULL) {
+        (void)cudaEventDestroy(ev);
+        return hipErrorOutOfMemory;
+    }
+    d->handle = (void *)ev;
+    d->flags = flags;
+    d->device = cur_dev();
+    dbl_lock();
+    d->next = g_events;
+    g_events = d;
+    dbl_unlock();
+    *event = (void *)ev;
+    return hipSuccess;
+}
+
+static hipError_t impl_hipEventDestroy(void *event)
+{
+    if (event == NULL)
+        return hipErrorInvalidHandle;
+    dbl_lock();
+    struct devent *d = event_find(event);
+    if (d != NULL)
+        event_unlink(d);
+    dbl_unlock();
+    if (d == NULL)
+        return hipErrorContextIsDestroyed; /* CLR: not in its event set */
+    return CUDART(cudaEventDestroy((cudaEvent_t)event));
+}
+
+static hipError_t impl_hipEventRecord(void *event, void *stream)
+{
+    if (!fw_event_known(event) || !fw_stream_ok(stream))
+        return hipErrorInvalidHandle;
+    return CUDART(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+}
+
+static hipError_t impl_hipEventQuery(void *event)
+{
+    if (!fw_event_known(event))
+        return hipErrorInvalidHandle;
+    return CUDART(cudaEventQuery((cudaEvent_t)event)); /* cudaErrorNotReady = hipErrorNotReady */
+}
+
+static hipError_t impl_hipEventSynchronize(void *event)
+{
+    if (!fw_event_known(event))
+        return hipErrorInvalidHandle;
+    return CUDART(cudaEventSynchronize((cudaEvent_t)event));
+}
+
+static hipError_t impl_hipStreamWaitEvent(void *stream, void *event, unsigned flags)
+{
+    if (event == NULL)
+        return hipErrorInvalidHandle;
+    if (flags != 0)
+        return hipErrorInvalidValue;
+    if (!fw_stream_ok(stream))
+        return hipErrorContextIsDestroyed; /* CLR (hip_stream.cpp) */
+    if (!fw_event_known(event))
+        return hipErrorInvalidHandle;
+    return CUDART(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
 }
 
 /* ---------------- copies ---------------- */
@@ -3401,6 +3888,61 @@ API hipError_t hipStreamSynchronize(hipStream_t stream)
     BODY(impl_hipStreamSynchronize(stream));
 }
 
+#if !defined(HIPDOUBLE_BUILD_VERSION) || HIPDOUBLE_BUILD_VERSION >= 50100000
+/* exported from 5.1 (Debian's 5.2 library: symbol version hip_5.1): a double built for an
+ * older version does not export them, and aml-hip then lacks the STREAM_ORDERED group */
+API hipError_t hipMallocAsync(void **dev_ptr, size_t size, hipStream_t stream)
+{
+    ENTER(hipMallocAsync, A_P(dev_ptr), A_U(size), A_P(stream));
+    BODY(impl_hipMallocAsync(dev_ptr, size, stream));
+}
+
+API hipError_t hipFreeAsync(void *dev_ptr, hipStream_t stream)
+{
+    ENTER(hipFreeAsync, A_P(dev_ptr), A_P(stream));
+    BODY(impl_hipFreeAsync(dev_ptr, stream));
+}
+#else
+UNUSED static hipError_t (*const g_unused_malloc_async)(void **, size_t, void *) = impl_hipMallocAsync;
+UNUSED static hipError_t (*const g_unused_free_async)(void *, void *) = impl_hipFreeAsync;
+#endif
+
+API hipError_t hipEventCreateWithFlags(hipEvent_t *event, unsigned flags)
+{
+    ENTER(hipEventCreateWithFlags, A_P(event), A_UI(flags));
+    BODY(impl_hipEventCreateWithFlags(event, flags));
+}
+
+API hipError_t hipEventDestroy(hipEvent_t event)
+{
+    ENTER(hipEventDestroy, A_P(event));
+    BODY(impl_hipEventDestroy(event));
+}
+
+API hipError_t hipEventRecord(hipEvent_t event, hipStream_t stream)
+{
+    ENTER(hipEventRecord, A_P(event), A_P(stream));
+    BODY(impl_hipEventRecord(event, stream));
+}
+
+API hipError_t hipEventQuery(hipEvent_t event)
+{
+    ENTER(hipEventQuery, A_P(event));
+    BODY(impl_hipEventQuery(event));
+}
+
+API hipError_t hipEventSynchronize(hipEvent_t event)
+{
+    ENTER(hipEventSynchronize, A_P(event));
+    BODY(impl_hipEventSynchronize(event));
+}
+
+API hipError_t hipStreamWaitEvent(hipStream_t stream, hipEvent_t event, unsigned int flags)
+{
+    ENTER(hipStreamWaitEvent, A_P(stream), A_P(event), A_UI(flags));
+    BODY(impl_hipStreamWaitEvent(stream, event, flags));
+}
+
 API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, int kind)
 {
     ENTER(hipMemcpy, A_P(dst), A_P(src), A_U(sizeBytes), A_I(kind));
@@ -3712,7 +4254,9 @@ API long hipdouble_calls(const char *function)
 }
 
 /* Live objects of a kind: device host managed registered ipc vmm_handle vmm_reservation
- * vmm_mapping stream; -1 for an unknown kind. */
+ * vmm_mapping stream event, async (hipMallocAsync memory not freed yet, also counted as device)
+ * and free_pending (host mode: hipFreeAsync queued on a stream that has not run it); -1 for an
+ * unknown kind. */
 API long hipdouble_live(const char *kind)
 {
     if (kind == NULL)
@@ -3725,7 +4269,16 @@ API long hipdouble_live(const char *kind)
     dbl_lock();
     if (k < K_COUNT) {
         for (struct alloc *a = g_allocs; a; a = a->next)
-            n += a->kind == k;
+            n += a->kind == k && !a->pending; /* a queued hipFreeAsync: freed for the caller */
+    } else if (strcmp(kind, "async") == 0) {
+        for (struct alloc *a = g_allocs; a; a = a->next)
+            n += a->async && !a->pending;
+    } else if (strcmp(kind, "free_pending") == 0) {
+        for (struct alloc *a = g_allocs; a; a = a->next)
+            n += a->pending;
+    } else if (strcmp(kind, "event") == 0) {
+        for (struct devent *e = g_events; e; e = e->next)
+            n++;
     } else if (strcmp(kind, "vmm_handle") == 0) {
         for (struct vhandle *h = g_vhandles; h; h = h->next)
             n++;

@@ -37,6 +37,8 @@ SUCCESS, INVALID_VALUE, OUT_OF_MEMORY = 0, 1, 2
 INVALID_MEMCPY_DIRECTION = 21
 NO_DEVICE, INVALID_DEVICE = 100, 101
 INVALID_HANDLE = 400
+NOT_READY = 600
+CONTEXT_IS_DESTROYED = 709
 ALREADY_REGISTERED, NOT_REGISTERED = 712, 713
 NOT_SUPPORTED = 801
 
@@ -117,6 +119,14 @@ _SIGNATURES: dict[str, list[type]] = {
     "hipStreamCreateWithFlags": [ctypes.POINTER(VOIDP), UINT],
     "hipStreamDestroy": [VOIDP],
     "hipStreamSynchronize": [VOIDP],
+    "hipMallocAsync": [ctypes.POINTER(VOIDP), SIZE, VOIDP],
+    "hipFreeAsync": [VOIDP, VOIDP],
+    "hipEventCreateWithFlags": [ctypes.POINTER(VOIDP), UINT],
+    "hipEventDestroy": [VOIDP],
+    "hipEventRecord": [VOIDP, VOIDP],
+    "hipEventQuery": [VOIDP],
+    "hipEventSynchronize": [VOIDP],
+    "hipStreamWaitEvent": [VOIDP, VOIDP, UINT],
     "hipMemcpy": [VOIDP, VOIDP, SIZE, INT],
     "hipMemset": [VOIDP, INT, SIZE],
     "hipIpcGetMemHandle": [ctypes.POINTER(IpcHandle), VOIDP],
@@ -223,6 +233,9 @@ def assert_no_leaks(ctl: DoubleControl) -> None:
         "vmm_reservation",
         "vmm_mapping",
         "stream",
+        "event",
+        "async",
+        "free_pending",
     ):
         assert ctl.live(kind) == 0, kind
 
@@ -608,6 +621,173 @@ def test_streams(hip: Hip, ctl: DoubleControl) -> None:
     assert ctl.live("stream") == 1  # s2 is released by reset
 
 
+def _stream(hip: Hip, flags: int = 1) -> int:
+    s = VOIDP()
+    assert hip.hipStreamCreateWithFlags(ctypes.byref(s), flags) == SUCCESS
+    assert s.value
+    return s.value
+
+
+def _event(hip: Hip, flags: int = 2) -> int:
+    e = VOIDP()
+    assert hip.hipEventCreateWithFlags(ctypes.byref(e), flags) == SUCCESS
+    assert e.value
+    return e.value
+
+
+def _malloc_async(hip: Hip, size: int, stream: int | None) -> int:
+    p = VOIDP()
+    assert hip.hipMallocAsync(ctypes.byref(p), size, stream) == SUCCESS
+    assert p.value
+    return p.value
+
+
+def test_stream_ordered_frees_are_queued_until_their_stream_runs(hip: Hip, ctl: DoubleControl) -> None:
+    ctl.set_devices(1, 4 * MiB)
+    s1, s2 = _stream(hip), _stream(hip)
+    a = _malloc_async(hip, 3 * MiB, s1)
+    assert ctl.last_args("hipMallocAsync")[1:] == (3 * MiB, s1)  # type: ignore[index]
+    assert (ctl.live("device"), ctl.live("async")) == (1, 1)
+    assert hip.hipMemset(a, 0x11, 16) == SUCCESS  # real memory
+    assert hip.hipFreeAsync(a, s1) == SUCCESS
+    assert (ctl.live("device"), ctl.live("async"), ctl.live("free_pending")) == (0, 0, 1)
+    assert hip.hipFreeAsync(a, s1) == INVALID_VALUE  # freed already (queued)
+    assert hip.hipFree(a) == INVALID_VALUE
+    p = VOIDP()
+    assert hip.hipMallocAsync(ctypes.byref(p), 3 * MiB, s2) == OUT_OF_MEMORY  # s1 has not run the free
+    b = _malloc_async(hip, 3 * MiB, s1)  # s1 reuses what it freed, in stream order
+    assert ctl.live("free_pending") == 0
+    assert hip.hipFreeAsync(b, s1) == SUCCESS
+    assert hip.hipStreamSynchronize(s1) == SUCCESS
+    assert ctl.live("free_pending") == 0
+    c = _malloc_async(hip, 3 * MiB, s2)
+    assert hip.hipFreeAsync(c, None) == SUCCESS  # on the default stream
+    assert hip.hipDeviceSynchronize() == SUCCESS  # runs every queue
+    assert ctl.live("free_pending") == 0
+    d = _malloc_async(hip, MiB, s2)
+    assert hip.hipFreeAsync(d, s2) == SUCCESS
+    assert hip.hipStreamDestroy(s2) == SUCCESS  # a destroyed stream finishes its work
+    assert ctl.live("free_pending") == 0
+    # hipMalloc memory may be freed in stream order too (as CLR and CUDA allow)
+    e = hip.malloc(64)
+    assert hip.hipFreeAsync(e, s1) == SUCCESS
+    assert hip.hipStreamSynchronize(s1) == SUCCESS
+    assert ctl.live("device") == 0
+    # hipFree takes hipMallocAsync memory (CUDA 13's cudaFree does)
+    f = _malloc_async(hip, 64, s1)
+    assert hip.hipFree(f) == SUCCESS
+    assert hip.hipStreamDestroy(s1) == SUCCESS
+    assert_no_leaks(ctl)
+
+
+def test_stream_ordered_argument_checks(hip: Hip, ctl: DoubleControl) -> None:
+    """The codes CLR (hip_mempool.cpp) returns, and the double's stricter frees."""
+    p = VOIDP()
+    assert hip.hipMallocAsync(ctypes.byref(p), 64, 0xBAD0) == INVALID_VALUE  # unknown stream
+    assert hip.hipMallocAsync(ctypes.byref(p), 0, None) == SUCCESS
+    assert p.value is None
+    a = _malloc_async(hip, 4096, 2)  # hipStreamPerThread
+    assert hip.hipFreeAsync(a, 0xBAD0) == INVALID_VALUE
+    assert hip.hipFreeAsync(a + 8, 2) == INVALID_VALUE  # interior
+    assert hip.hipFreeAsync(ctypes.addressof(p), 2) == INVALID_VALUE  # not the double's
+    h = IpcHandle()
+    assert hip.hipIpcGetMemHandle(ctypes.byref(h), a) == INVALID_VALUE  # pool memory: no IPC
+    rc, attrs = hip.attrs(a)
+    assert (rc, attrs.type, attrs.devicePointer) == (SUCCESS, 2, a)  # device memory (6.2 numbering)
+    assert hip.hipFreeAsync(a, 2) == SUCCESS
+    assert hip.hipStreamSynchronize(2) == SUCCESS
+    ctl.set_devices(0, 0)
+    assert hip.hipMallocAsync(ctypes.byref(p), 64, None) == INVALID_DEVICE  # no GPU: as hipMalloc
+    assert_no_leaks(ctl)
+
+
+def test_events_follow_their_streams_queue(hip: Hip, ctl: DoubleControl) -> None:
+    s1, s2 = _stream(hip), _stream(hip)
+    e = _event(hip)
+    assert ctl.live("event") == 1
+    assert hip.hipEventQuery(e) == SUCCESS  # never recorded: done
+    assert hip.hipEventRecord(e, s1) == SUCCESS
+    assert hip.hipEventQuery(e) == SUCCESS  # nothing queued on s1
+    a = _malloc_async(hip, 4096, s1)
+    assert hip.hipFreeAsync(a, s1) == SUCCESS
+    assert hip.hipEventRecord(e, s1) == SUCCESS
+    assert hip.hipEventQuery(e) == NOT_READY
+    assert hip.hipStreamWaitEvent(s2, e, 0) == SUCCESS
+    assert hip.hipEventQuery(e) == NOT_READY  # a wait does not block the host
+    assert hip.hipStreamSynchronize(s2) == SUCCESS  # s2 ran its wait: s1 ran up to the event
+    assert (hip.hipEventQuery(e), ctl.live("free_pending")) == (SUCCESS, 0)
+    b = _malloc_async(hip, 4096, s1)
+    assert hip.hipFreeAsync(b, s1) == SUCCESS
+    assert hip.hipEventRecord(e, s1) == SUCCESS
+    c = _malloc_async(hip, 4096, s1)  # after the event: not waited for by it
+    assert hip.hipFreeAsync(c, s1) == SUCCESS
+    assert hip.hipEventSynchronize(e) == SUCCESS
+    assert (hip.hipEventQuery(e), ctl.live("free_pending")) == (SUCCESS, 1)  # c's free still queued
+    assert hip.hipEventRecord(e, s1) == SUCCESS
+    assert hip.hipStreamDestroy(s1) == SUCCESS  # its work runs; the event is done
+    assert (hip.hipEventQuery(e), ctl.live("free_pending")) == (SUCCESS, 0)
+    assert hip.hipStreamWaitEvent(s2, e, 0) == SUCCESS  # nothing to wait for
+    assert hip.hipEventDestroy(e) == SUCCESS
+    assert hip.hipStreamDestroy(s2) == SUCCESS
+    assert_no_leaks(ctl)
+
+
+def test_event_argument_checks(hip: Hip, ctl: DoubleControl) -> None:
+    """The codes of CLR's hip_event.cpp / hip_stream.cpp."""
+    e = VOIDP()
+    for flags in (0, 1, 2, 3, 6, 0x40000002, 0x80000002, 0x20000002):
+        assert hip.hipEventCreateWithFlags(ctypes.byref(e), flags) == SUCCESS, hex(flags)
+        assert hip.hipEventDestroy(e) == SUCCESS
+    # Interprocess without DisableTiming, unknown bits, two release flags
+    for flags in (4, 8, 0x10, 0xC0000002, 0x60000000):
+        assert hip.hipEventCreateWithFlags(ctypes.byref(e), flags) == INVALID_VALUE, hex(flags)
+    ctl.set_version(V52)  # hipEventDisableSystemFence is new in 5.6
+    assert hip.hipEventCreateWithFlags(ctypes.byref(e), 0x20000002) == INVALID_VALUE
+    ctl.set_version(V62)
+    ev = _event(hip)
+    assert ctl.last_args("hipEventCreateWithFlags")[1] == 2  # type: ignore[index]
+    assert hip.hipEventDestroy(None) == INVALID_HANDLE
+    assert hip.hipEventDestroy(0xBAD0) == CONTEXT_IS_DESTROYED
+    for fn in (hip.hipEventQuery, hip.hipEventSynchronize):
+        assert fn(None) == INVALID_HANDLE
+        assert fn(0xBAD0) == INVALID_HANDLE
+    assert hip.hipEventRecord(None, None) == INVALID_HANDLE
+    assert hip.hipEventRecord(ev, 0xBAD0) == INVALID_HANDLE
+    assert hip.hipStreamWaitEvent(None, None, 0) == INVALID_HANDLE
+    assert hip.hipStreamWaitEvent(None, ev, 1) == INVALID_VALUE
+    assert hip.hipStreamWaitEvent(0xBAD0, ev, 0) == CONTEXT_IS_DESTROYED
+    assert hip.hipStreamWaitEvent(None, 0xBAD0, 0) == INVALID_HANDLE
+    assert hip.hipEventRecord(ev, 2) == SUCCESS  # hipStreamPerThread
+    assert hip.hipEventDestroy(ev) == SUCCESS
+    assert hip.hipEventDestroy(ev) == CONTEXT_IS_DESTROYED
+    assert_no_leaks(ctl)
+
+
+def test_stream_ordered_faults_do_nothing(hip: Hip, ctl: DoubleControl) -> None:
+    s = _stream(hip)
+    p = VOIDP()
+    ctl.inject("hipMallocAsync", OUT_OF_MEMORY)
+    assert hip.hipMallocAsync(ctypes.byref(p), 64, s) == OUT_OF_MEMORY
+    assert ctl.live("device") == 0
+    a = _malloc_async(hip, 64, s)
+    ctl.inject("hipFreeAsync", INVALID_VALUE)
+    assert hip.hipFreeAsync(a, s) == INVALID_VALUE
+    assert (ctl.live("async"), ctl.live("free_pending")) == (1, 0)
+    ctl.inject("hipEventCreateWithFlags", OUT_OF_MEMORY)
+    assert hip.hipEventCreateWithFlags(ctypes.byref(p), 2) == OUT_OF_MEMORY
+    assert ctl.live("event") == 0
+    e = _event(hip)
+    ctl.inject("hipEventQuery", NOT_READY, times=-1)
+    assert hip.hipEventQuery(e) == NOT_READY
+    ctl.inject("hipEventDestroy", 999)
+    assert hip.hipEventDestroy(e) == 999
+    assert ctl.live("event") == 1
+    assert ctl.calls("hipEventQuery") == 1
+    ctl.reset()  # frees the allocation, the event and the stream
+    assert_no_leaks(ctl)
+    assert (ctl.live("async"), ctl.live("event"), ctl.live("free_pending")) == (0, 0, 0)
+
+
 # ------------------------------------------------------------------------------------------
 # IPC between real processes
 # ------------------------------------------------------------------------------------------
@@ -956,6 +1136,9 @@ def test_null_out_pointers_are_invalid_value(hip: Hip, ctl: DoubleControl) -> No
         "hipStreamAttachMemAsync": (None, None, 0, 1),
         "hipStreamCreate": (None,),
         "hipStreamCreateWithFlags": (None, 0),
+        "hipMallocAsync": (None, 64, None),
+        "hipFreeAsync": (None, None),
+        "hipEventCreateWithFlags": (None, 2),
         "hipMemcpy": (None, d, 8, 4),
         "hipMemset": (None, 0, 8),
         "hipIpcGetMemHandle": (None, d),
@@ -1043,6 +1226,10 @@ for n, a in {
     "hipMemRetainAllocationHandle": [ctypes.POINTER(V), V],
     "hipMemGetAllocationPropertiesFromHandle": [ctypes.c_char_p, V],
     "hipMemUnmap": [V, S], "hipMemRelease": [V], "hipMemAddressFree": [V, S],
+    "hipMallocAsync": [ctypes.POINTER(V), S, V], "hipFreeAsync": [V, V],
+    "hipEventCreateWithFlags": [ctypes.POINTER(V), U], "hipEventDestroy": [V], "hipEventRecord": [V, V],
+    "hipEventQuery": [V], "hipEventSynchronize": [V], "hipStreamWaitEvent": [V, V, U],
+    "hipStreamCreateWithFlags": [ctypes.POINTER(V), U],
 }.items():
     getattr(lib, n).argtypes = a
 lib.hipdouble_mode.restype = ctypes.c_char_p
@@ -1087,6 +1274,30 @@ check("stream", lib.hipStreamCreate(ctypes.byref(s)), 0)
 check("sync", lib.hipStreamSynchronize(s), 0)
 check("destroy", lib.hipStreamDestroy(s), 0)
 check("destroy twice", lib.hipStreamDestroy(s), 400)
+s1, s2, ev, ap = V(), V(), V(), V()
+check("stream 1", lib.hipStreamCreateWithFlags(ctypes.byref(s1), 1), 0)
+check("stream 2", lib.hipStreamCreateWithFlags(ctypes.byref(s2), 1), 0)
+check("malloc async", lib.hipMallocAsync(ctypes.byref(ap), 1 << 20, s1), 0)
+check("async live", lib.hipdouble_live(b"async"), 1)
+check("memset async", lib.hipMemset(ap, 0x33, 16), 0)
+check("event", lib.hipEventCreateWithFlags(ctypes.byref(ev), 2), 0)
+check("event bad flags", lib.hipEventCreateWithFlags(ctypes.byref(ev), 4), 1)
+check("record", lib.hipEventRecord(ev, s1), 0)
+check("wait", lib.hipStreamWaitEvent(s2, ev, 0), 0)
+check("wait flags", lib.hipStreamWaitEvent(s2, ev, 1), 1)
+check("free async other stream", lib.hipFreeAsync(ap, s2), 0)
+check("free async twice", lib.hipFreeAsync(ap, s2), 1)
+check("event sync", lib.hipEventSynchronize(ev), 0)
+check("sync s2", lib.hipStreamSynchronize(s2), 0)
+check("query", lib.hipEventQuery(ev), 0)
+check("query unknown", lib.hipEventQuery(ctypes.addressof(n)), 400)
+check("malloc async bad stream", lib.hipMallocAsync(ctypes.byref(ap), 64, ctypes.addressof(n)), 1)
+check("event destroy", lib.hipEventDestroy(ev), 0)
+check("event destroy twice", lib.hipEventDestroy(ev), 709)
+check("async after free", lib.hipdouble_live(b"async"), 0)
+check("event live", lib.hipdouble_live(b"event"), 0)
+check("destroy 1", lib.hipStreamDestroy(s1), 0)
+check("destroy 2", lib.hipStreamDestroy(s2), 0)
 check("attr managed", (lib.hipPointerGetAttributes(ctypes.byref(a), m), a.type, a.managed), (0, 3, 1))
 lib.hipdouble_set_version(50221153)
 check("attr managed 5.2", (lib.hipPointerGetAttributes(ctypes.byref(a), m), a.type, a.managed), (0, 3, 1))
@@ -1125,7 +1336,8 @@ check("release", lib.hipMemRelease(vh), 0)
 check("unmap", lib.hipMemUnmap(va, 2 << 20), 0)
 check("free va", lib.hipMemAddressFree(va, 2 << 20), 0)
 os.close(fd.value)
-for k in (b"device", b"host", b"managed", b"stream", b"vmm_handle", b"vmm_reservation", b"vmm_mapping"):
+for k in (b"device", b"host", b"managed", b"stream", b"vmm_handle", b"vmm_reservation", b"vmm_mapping",
+          b"event", b"async"):
     check(k.decode(), lib.hipdouble_live(k), 0)
 print("\\n".join(out) if out else "ok")
 """

@@ -1,0 +1,330 @@
+"""Allocator hooks: CuPy and PyTorch allocate from an aml GPU area or pool.
+
+Written once for the GPU backends whose device pointers CuPy and PyTorch use as their own:
+aml-cuda, and aml-hip (with the ROCm builds of CuPy and PyTorch, which keep the CUDA names
+``cupy.cuda.set_allocator`` and ``torch.cuda.memory.CUDAPluggableAllocator``; or, in aml's
+tests, with the CUDA builds over the HIP double that forwards to CUDA). Each backend exposes
+them through a thin module that names itself (``aml_cuda.hooks``, ``aml_hip.hooks``)::
+
+    def use_with_cupy(area, *, pinned=None):
+        return aml_core.gpu.hooks.use_with_cupy(area, pinned=pinned, backend="hip")
+
+``use_with_cupy(area, backend=...)`` makes ``cupy.cuda.set_allocator`` take device memory
+from ``area`` (a device or managed area of that backend, or an ``aml_core.pool`` over one):
+each CuPy allocation is an ``area.mmap``, wrapped without a copy in
+``cupy.cuda.UnownedMemory`` whose owner keeps the aml buffer alive and unmaps it when CuPy
+drops the memory. ``pinned=`` does the same for ``cupy.cuda.set_pinned_memory_allocator``
+with a host-kind area::
+
+    pool = aml_core.pool(aml_cuda.create(0))
+    hook = aml_cuda.use_with_cupy(pool)
+    x = cupy.zeros(1 << 20)                 # from the pool
+    del x
+    hook.uninstall()                        # CuPy's previous allocators are back
+
+Rules (errors are aml's, with their codes):
+
+* one CuPy hook at a time, whatever its backend (CuPy has one allocator): installing a
+  second while one is installed is :class:`~aml_core.errors.AMLBusyError` (EBUSY);
+  uninstall the first;
+* ``uninstall()`` while CuPy still holds memory from the hook is EBUSY and leaves the
+  hook installed; ``uninstall(force=True)`` restores CuPy's allocators anyway, and the
+  live arrays keep their buffers, unmapped when CuPy drops them;
+* every buffer the hook hands out counts as a view of it (a DLPack export), so closing
+  the area while CuPy holds memory detaches the buffers instead of freeing them: the
+  memory lives until CuPy drops it;
+* an area that is closed or not an aml area is EINVAL / a TypeError at install, and so is
+  a GPU area (or a pool over one) of another backend than the hook's.
+
+``use_with_torch(area, backend=...)`` does the same for PyTorch through
+``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import threading
+from typing import Any
+
+from ..area import Area
+from ..buffer import Buffer
+from ..errors import AMLBusyError, AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from ..pool import Pool
+from ..specs import Kind
+from .area import GpuArea
+
+__all__ = ["CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"]
+
+#: The memory each backend calls its device memory in messages.
+_LABELS = {"cuda": "CUDA", "hip": "HIP"}
+
+_lock = threading.Lock()
+_installed: CupyHook | None = None
+
+
+class _Owner:
+    """What CuPy's memory object holds: the aml buffer and one export of it. Dropped by
+    CuPy, it releases the export and unmaps the buffer."""
+
+    __slots__ = ("__weakref__", "buf", "capsule", "hook", "ptr", "size")
+
+    def __init__(self, hook: CupyHook, buf: Buffer) -> None:
+        self.hook = hook
+        self.buf = buf
+        self.ptr = buf.ptr
+        self.size = buf.size
+        # An unconsumed DLPack capsule counts as a view: the area refuses to free the
+        # buffer under CuPy and detaches it on close instead.
+        self.capsule: Any = buf.__dlpack__()
+
+    def __del__(self) -> None:
+        self.capsule = None
+        hook = self.hook
+        buf = self.buf
+        with hook._lock:
+            hook._live -= 1
+        if not buf.freed:
+            # A closed area detached the buffer (it was viewed): it is freed with the buffer.
+            with contextlib.suppress(AMLError):
+                buf.area.munmap(buf)
+
+
+class CupyHook:
+    """An installed CuPy allocator hook (see the module doc): made by
+    :func:`use_with_cupy`, with ``area`` (device memory), ``pinned`` (host memory, or None)
+    and ``backend`` (the backend whose hook it is, for messages)."""
+
+    def __init__(self, area: Area, pinned: Area | None, backend: str = "cuda") -> None:
+        # Imported here (not a dependency of aml), untyped: CuPy ships no stubs.
+        self._cupy: Any = importlib.import_module("cupy")
+        cupy = self._cupy
+        self.area = area
+        self.pinned = pinned
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._live = 0
+        self._previous = cupy.cuda.get_allocator()
+        self._previous_pinned: Any = None
+        self.installed = False
+
+    @property
+    def live(self) -> int:
+        """Allocations CuPy still holds from this hook."""
+        return self._live
+
+    def _wrap(self, area: Area, size: int) -> tuple[_Owner, Buffer]:
+        buf = area.mmap(size)
+        try:
+            owner = _Owner(self, buf)
+        except BaseException:
+            area.munmap(buf)
+            raise
+        with self._lock:
+            self._live += 1
+        return owner, buf
+
+    def malloc(self, size: int) -> Any:
+        """The device allocator CuPy calls: a MemoryPointer at the buffer's address."""
+        cuda = self._cupy.cuda
+        if size == 0:
+            return cuda.MemoryPointer(cuda.memory.Memory(0), 0)
+        owner, buf = self._wrap(self.area, size)
+        device = buf.device if buf.device is not None and buf.device >= 0 else cuda.runtime.getDevice()
+        mem = cuda.UnownedMemory(buf.ptr, size, owner, device)
+        return cuda.MemoryPointer(mem, 0)
+
+    def malloc_pinned(self, size: int) -> Any:
+        """The pinned allocator CuPy calls: a PinnedMemoryPointer to host memory."""
+        assert self.pinned is not None
+        cuda = self._cupy.cuda
+        owner, _buf = self._wrap(self.pinned, max(1, size))
+        return cuda.PinnedMemoryPointer(owner, 0)
+
+    def uninstall(self, *, force: bool = False) -> None:
+        """Give CuPy its previous allocators back (see the module doc for ``force``)."""
+        global _installed
+        with _lock:
+            if not self.installed:
+                raise AMLValueError("this CuPy hook is not installed")
+            if self._live and not force:
+                raise AMLBusyError(
+                    f"CuPy still holds {self._live} allocation(s) from this hook; drop them "
+                    "(and free CuPy's caches) first, or uninstall(force=True)"
+                )
+            cuda = self._cupy.cuda
+            cuda.set_allocator(self._previous)
+            if self.pinned is not None:
+                cuda.set_pinned_memory_allocator(self._previous_pinned)
+            self.installed = False
+            _installed = None
+
+    def __enter__(self) -> CupyHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.installed:
+            self.uninstall()
+
+    def __repr__(self) -> str:
+        state = "installed" if self.installed else "uninstalled"
+        return f"<aml CupyHook ({self.backend}) {state} over {self.area!r}, {self._live} live>"
+
+
+def _gpu_backend(area: Area) -> str | None:
+    """The runtime name of the GPU area under ``area`` (through pools), or None."""
+    while isinstance(area, Pool):
+        area = area.area
+    return area.runtime.traits.name if isinstance(area, GpuArea) else None
+
+
+def _check_area(area: object, what: str, backend: str, hook: str) -> Area:
+    if not isinstance(area, Area):
+        raise AMLTypeError(f"{what} must be an aml area or pool, not {type(area).__name__}")
+    area._check_open()
+    other = _gpu_backend(area)
+    if other is not None and other != backend:
+        raise AMLValueError(
+            f"aml_{backend}.{hook} takes a {backend} area or a pool over one; "
+            f"{area!r} is a {other} area (use aml_{other}.{hook})"
+        )
+    return area
+
+
+def use_with_cupy(area: Area, *, pinned: Area | None = None, backend: str) -> CupyHook:
+    """Make CuPy allocate device memory from ``area`` (and pinned host memory from
+    ``pinned``, a host-kind area, if given), for the GPU backend named ``backend``
+    (``"cuda"``, ``"hip"``). Returns the hook; ``hook.uninstall()`` (or leaving it as a
+    context manager) restores CuPy's previous allocators."""
+    global _installed
+    area = _check_area(area, "area", backend, "use_with_cupy")
+    if area.kind is not Kind.DEVICE and area.kind is not Kind.MANAGED:
+        raise AMLValueError(f"CuPy arrays live in device or managed memory, not {area.kind.value} memory")
+    if pinned is not None:
+        pinned = _check_area(pinned, "pinned", backend, "use_with_cupy")
+        if pinned.kind is not Kind.HOST and pinned.kind is not Kind.MAPPED:
+            raise AMLValueError(f"pinned memory comes from a host area, not a {pinned.kind.value} one")
+    with _lock:
+        if _installed is not None:
+            raise AMLBusyError(f"{_installed!r} is installed already; uninstall it first")
+        hook = CupyHook(area, pinned, backend)
+        cuda = hook._cupy.cuda
+        if pinned is not None:
+            # CuPy has no getter for the pinned allocator: restore its default, the
+            # default pinned memory pool.
+            hook._previous_pinned = hook._cupy.get_default_pinned_memory_pool().malloc
+            cuda.set_pinned_memory_allocator(hook.malloc_pinned)
+        cuda.set_allocator(hook.malloc)
+        hook.installed = True
+        _installed = hook
+        return hook
+
+
+# -- PyTorch ----------------------------------------------------------------------------------
+
+#: ``void* malloc(ssize_t size, int device, cudaStream_t stream)`` and
+#: ``void free(void* ptr, ssize_t size, int device, cudaStream_t stream)``: the entry
+#: points torch.cuda.memory.CUDAPluggableAllocator takes (a ROCm build's stream is a
+#: hipStream_t, the same pointer-sized handle).
+_MALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+_torch_hook: TorchHook | None = None
+
+
+class TorchHook:
+    """PyTorch's GPU allocator, replaced by an aml area or pool (see :func:`use_with_torch`,
+    which makes it with ``area`` and the ``backend`` name). ``malloc_fn`` / ``free_fn`` are
+    the C entry points (ctypes callbacks into this object); ``live`` counts the blocks
+    PyTorch holds."""
+
+    def __init__(self, area: Area, backend: str = "cuda") -> None:
+        self.area = area
+        self.backend = backend
+        self._lock = threading.Lock()
+        self._bufs: dict[int, Buffer] = {}
+        self._streams = isinstance(area, (Pool, GpuArea))
+        self.errors: list[BaseException] = []
+        # Kept referenced for as long as PyTorch may call them (the process).
+        self.malloc_fn = _MALLOC_FN(self._malloc)
+        self.free_fn = _FREE_FN(self._free)
+
+    @property
+    def live(self) -> int:
+        return len(self._bufs)
+
+    def _malloc(self, size: int, device: int, stream: int | None) -> int | None:
+        try:
+            if size <= 0:
+                return None
+            buf = self.area.mmap(size, {"stream": stream} if self._streams and stream else None)
+            with self._lock:
+                self._bufs[buf.device_ptr] = buf
+            return buf.device_ptr
+        except BaseException as exc:  # a callback must not raise: NULL is PyTorch's OOM
+            self.errors.append(exc)
+            return None
+
+    def _free(self, ptr: int | None, size: int, device: int, stream: int | None) -> None:
+        try:
+            with self._lock:
+                buf = self._bufs.pop(ptr or 0, None)
+            if buf is None:
+                raise AMLValueError(f"PyTorch freed 0x{ptr or 0:x}, which this hook did not allocate")
+            if buf.freed:
+                return  # the area was closed: the memory went with it
+            area = self.area
+            if stream and isinstance(area, (Pool, GpuArea)):
+                area.munmap_on(buf, stream)
+            else:
+                area.munmap(buf)
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def uninstall(self) -> None:
+        """PyTorch cannot swap its allocator back once it has allocated: always
+        :class:`~aml_core.errors.AMLNotSupported`; the hook stays for the process."""
+        label = _LABELS.get(self.backend, self.backend)
+        raise AMLNotSupported(
+            f"PyTorch cannot change its {label} allocator once it is in use; the aml hook stays installed"
+        )
+
+    def __repr__(self) -> str:
+        return f"<aml TorchHook ({self.backend}) over {self.area!r}, {self.live} live>"
+
+
+def use_with_torch(area: Area, *, backend: str) -> TorchHook:
+    """Make PyTorch allocate GPU memory from ``area`` (a device area of the backend named
+    ``backend``, or a pool over one) through ``torch.cuda.memory.CUDAPluggableAllocator``
+    (the same name in ROCm builds): PyTorch's caching is replaced by the area's (a pool is
+    the right area). Must run before PyTorch allocates any GPU memory (PyTorch's rule:
+    otherwise :class:`~aml_core.errors.AMLBusyError`), and only once per process (EBUSY
+    too); the hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry
+    points are ctypes callbacks: no compiled shim, at the cost of a call into Python per
+    allocation (PyTorch's caching allocator is bypassed, so a pool should be the area)."""
+    global _torch_hook
+    area = _check_area(area, "area", backend, "use_with_torch")
+    if area.kind is not Kind.DEVICE and area.kind is not Kind.MANAGED:
+        raise AMLValueError(f"PyTorch tensors live in device or managed memory, not {area.kind.value} memory")
+    torch: Any = importlib.import_module("torch")
+    with _lock:
+        if _torch_hook is not None:
+            raise AMLBusyError(f"{_torch_hook!r} is installed already (PyTorch takes one allocator)")
+        hook = TorchHook(area, backend)
+        memory = torch.cuda.memory
+        allocator = memory.CUDAPluggableAllocator.__new__(memory.CUDAPluggableAllocator)
+        # What CUDAPluggableAllocator.__init__ does with the symbols of a shared library,
+        # with the addresses of the ctypes entry points instead.
+        allocator._allocator = torch._C._cuda_customAllocator(
+            ctypes.cast(hook.malloc_fn, ctypes.c_void_p).value,
+            ctypes.cast(hook.free_fn, ctypes.c_void_p).value,
+        )
+        try:
+            memory.change_current_allocator(allocator)
+        except RuntimeError as exc:
+            label = _LABELS.get(backend, backend)
+            raise AMLBusyError(
+                f"PyTorch has allocated {label} memory already; call use_with_torch first ({exc})"
+            ) from exc
+        _torch_hook = hook
+        return hook

@@ -1,0 +1,118 @@
+"""Stand-ins for CuPy and PyTorch, for testing the allocator hooks
+(:mod:`aml_core.gpu.hooks`) of a GPU backend on any machine.
+
+Each fake has only the names the hooks use and keeps what it is given, so a test can check
+what was installed; put it in ``sys.modules`` in place of the real library::
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
+    hook = aml_cuda.use_with_cupy(FakeDeviceArea())
+    assert sys.modules["cupy"].state["allocator"] == hook.malloc
+
+:class:`FakeDeviceArea` is host memory that calls itself device memory: what a hook sees of
+a GPU area, with memory a test may touch.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any
+
+from ..host import HostArea
+from ..specs import Kind
+
+__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch"]
+
+
+class FakeDeviceArea(HostArea):
+    """Host memory that calls itself device memory (no arguments: a default host area)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind = Kind.DEVICE
+
+
+def fake_cupy() -> types.ModuleType:
+    """A ``cupy`` module with the names the CuPy hook uses. ``state`` holds the installed
+    ``allocator`` and ``pinned`` allocator; ``defaults`` CuPy's own two."""
+    cupy = types.ModuleType("cupy")
+    cuda = types.ModuleType("cupy.cuda")
+    memory = types.ModuleType("cupy.cuda.memory")
+
+    class Memory:
+        def __init__(self, size: int) -> None:
+            self.ptr = 0
+            self.size = size
+
+    class UnownedMemory:
+        def __init__(self, ptr: int, size: int, owner: Any, device_id: int) -> None:
+            self.ptr, self.size, self.owner, self.device_id = ptr, size, owner, device_id
+
+    class MemoryPointer:
+        def __init__(self, mem: Any, offset: int) -> None:
+            self.mem = mem
+            self.ptr = mem.ptr + offset
+
+    class PinnedMemoryPointer:
+        def __init__(self, mem: Any, offset: int) -> None:
+            self.mem = mem
+            self.ptr = mem.ptr + offset
+            self.size = mem.size - offset
+
+    def default_allocator(size: int) -> Any:
+        return ("default", size)
+
+    def default_pinned(size: int) -> Any:
+        return ("default pinned", size)
+
+    state: dict[str, Any] = {"allocator": default_allocator, "pinned": None}
+    names: dict[types.ModuleType, dict[str, Any]] = {
+        memory: {"Memory": Memory},
+        cuda: {
+            "memory": memory,
+            "UnownedMemory": UnownedMemory,
+            "MemoryPointer": MemoryPointer,
+            "PinnedMemoryPointer": PinnedMemoryPointer,
+            "runtime": types.SimpleNamespace(getDevice=lambda: 0),
+            "get_allocator": lambda: state["allocator"],
+            "set_allocator": lambda f: state.__setitem__("allocator", f),
+            "set_pinned_memory_allocator": lambda f: state.__setitem__("pinned", f),
+        },
+        cupy: {
+            "cuda": cuda,
+            "get_default_pinned_memory_pool": lambda: types.SimpleNamespace(malloc=default_pinned),
+            "state": state,
+            "defaults": (default_allocator, default_pinned),
+        },
+    }
+    for module, attributes in names.items():
+        for name, value in attributes.items():
+            setattr(module, name, value)
+    return cupy
+
+
+def fake_torch() -> types.ModuleType:
+    """A ``torch`` module with the names the PyTorch hook uses. ``state["current"]`` is
+    the installed allocator (``("custom", malloc address, free address)``); set
+    ``state["initialized"]`` to make PyTorch refuse a new allocator."""
+    torch = types.ModuleType("torch")
+    state: dict[str, Any] = {"current": None, "initialized": False}
+
+    class CUDAPluggableAllocator:
+        def __init__(self, *args: Any) -> None:  # the hook bypasses the .so loading
+            raise AssertionError("not called by the hook")
+
+    def custom_allocator(alloc: int, free: int) -> tuple[str, int, int]:
+        return ("custom", alloc, free)
+
+    def change_current_allocator(allocator: Any) -> None:
+        if state["initialized"]:
+            raise RuntimeError("Can't swap an already initialized allocator")
+        state["current"] = allocator._allocator
+
+    memory = types.SimpleNamespace(
+        CUDAPluggableAllocator=CUDAPluggableAllocator, change_current_allocator=change_current_allocator
+    )
+    setattr(torch, "cuda", types.SimpleNamespace(memory=memory))  # noqa: B010  (a module's new attribute)
+    setattr(torch, "_C", types.SimpleNamespace(_cuda_customAllocator=custom_allocator))  # noqa: B010
+    setattr(torch, "state", state)  # noqa: B010
+    return torch
