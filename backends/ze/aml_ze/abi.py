@@ -3,9 +3,10 @@
 This module is the one place the bindings take numbers from, so that the ABI probe
 (``backends/ze/tests/native/abi_probe.c`` + ``test_ze_abi.py``) checks exactly what the
 bindings use against Debian's ``libze-dev`` headers (API 1.4, ``ZE_API_VERSION_CURRENT``
-0x10004). The values used here are the same in the 1.4 and 1.17 headers; the only
-difference that matters, the host allocation flags (1.17 adds ``MEM_READ_ONLY`` 0x10),
-is kept at 1.4's bits (:data:`HOST_MEM_ALLOC_FLAGS`).
+0x10004: ``ze_api.h`` and, for the Sysman values (``ZES_*``, ``zes_*_t``), ``zes_api.h``).
+The values used here are the same in the 1.4 and 1.17 headers; the only difference that
+matters, the host allocation flags (1.17 adds ``MEM_READ_ONLY`` 0x10), is kept at 1.4's
+bits (:data:`HOST_MEM_ALLOC_FLAGS`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ __all__ = [
     "ze_ipc_mem_handle_t",
     "ze_memory_allocation_properties_t",
     "ze_physical_mem_desc_t",
+    "zes_device_properties_t",
+    "zes_mem_properties_t",
+    "zes_mem_state_t",
 ]
 
 # -- ze_result_t (uint32) -----------------------------------------------------------------------
@@ -123,6 +127,14 @@ ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC: Final = 0x16
 ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES: Final = 0x17
 ZE_STRUCTURE_TYPE_PHYSICAL_MEM_DESC: Final = 0x20
 
+# -- Sysman (zes_api.h): zes_structure_type_t, zes_mem_loc_t ----------------------------------
+ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES: Final = 0x1
+ZES_STRUCTURE_TYPE_MEM_PROPERTIES: Final = 0xB
+ZES_STRUCTURE_TYPE_MEM_STATE: Final = 0x1E
+ZES_MEM_LOC_SYSTEM: Final = 0
+ZES_MEM_LOC_DEVICE: Final = 1
+ZES_STRING_PROPERTY_SIZE: Final = 64
+
 # -- constants --------------------------------------------------------------------------------
 ZE_MAX_IPC_HANDLE_SIZE: Final = 64
 ZE_MAX_DEVICE_NAME: Final = 256
@@ -214,6 +226,48 @@ class ze_device_memory_properties_t(ctypes.Structure):
     ]
 
 
+class zes_device_properties_t(ctypes.Structure):
+    """Sysman's device properties: the core properties (their ``uuid`` matches a Sysman
+    device to a core one) and six ``char[ZES_STRING_PROPERTY_SIZE]`` strings."""
+
+    _fields_ = [
+        ("stype", ctypes.c_uint32),
+        ("pNext", ctypes.c_void_p),
+        ("core", ze_device_properties_t),
+        ("numSubdevices", ctypes.c_uint32),
+        ("serialNumber", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+        ("boardNumber", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+        ("brandName", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+        ("modelName", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+        ("vendorName", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+        ("driverVersion", ctypes.c_char * ZES_STRING_PROPERTY_SIZE),
+    ]
+
+
+class zes_mem_properties_t(ctypes.Structure):
+    _fields_ = [
+        ("stype", ctypes.c_uint32),
+        ("pNext", ctypes.c_void_p),
+        ("type", ctypes.c_uint32),  # zes_mem_type_t
+        ("onSubdevice", ctypes.c_uint8),  # ze_bool_t
+        ("subdeviceId", ctypes.c_uint32),
+        ("location", ctypes.c_uint32),  # zes_mem_loc_t
+        ("physicalSize", ctypes.c_uint64),
+        ("busWidth", ctypes.c_int32),
+        ("numChannels", ctypes.c_int32),
+    ]
+
+
+class zes_mem_state_t(ctypes.Structure):
+    _fields_ = [
+        ("stype", ctypes.c_uint32),
+        ("pNext", ctypes.c_void_p),
+        ("health", ctypes.c_uint32),  # zes_mem_health_t
+        ("free", ctypes.c_uint64),
+        ("size", ctypes.c_uint64),
+    ]
+
+
 #: The structs the bindings pass to the loader (the ABI probe checks size and offsets).
 STRUCTS: Final[tuple[type[ctypes.Structure], ...]] = (
     ze_context_desc_t,
@@ -224,13 +278,17 @@ STRUCTS: Final[tuple[type[ctypes.Structure], ...]] = (
     ze_ipc_mem_handle_t,
     ze_device_properties_t,
     ze_device_memory_properties_t,
+    zes_device_properties_t,
+    zes_mem_properties_t,
+    zes_mem_state_t,
 )
 
 
 def constants() -> dict[str, int]:
-    """Every ``ZE_*`` value of this module the ABI probe can compare with the header."""
+    """Every ``ZE_*`` and ``ZES_*`` value of this module the ABI probe can compare with
+    the headers."""
     return {
         name: value
         for name, value in globals().items()
-        if name.startswith("ZE_") and isinstance(value, int) and name != "ZE_API_VERSION_1_4"
+        if name.startswith(("ZE_", "ZES_")) and isinstance(value, int) and name != "ZE_API_VERSION_1_4"
     }

@@ -4,9 +4,12 @@
 double, or a loader elsewhere) through :class:`aml_core.native.NativeLibrary` and
 declares every function aml-ze calls. ``zeMemPutIpcHandle`` (spec 1.6, loader 1.10) is
 optional: Debian's 1.8.12 loader does not export it, and an IPC handle is then released
-when its memory is freed. Nothing is *called* here: :class:`aml_ze.runtime.ZeRuntime`
-calls ``zeInit`` first and nothing else if it fails (the 1.8.12 loader segfaults in
-``zeDriverGet`` after a failed ``zeInit`` when Intel's driver is installed without a GPU).
+when its memory is freed. The Sysman functions (:mod:`aml_ze.sysman`, free memory) are
+optional too: ``zesInit``, ``zesDriverGet`` and ``zesDeviceGet`` came with spec 1.5
+(loader 1.9), and a loader without any of them only leaves free memory unknown. Nothing
+is *called* here: :class:`aml_ze.runtime.ZeRuntime` calls ``zeInit`` first and nothing
+else if it fails (the 1.8.12 loader segfaults in ``zeDriverGet`` after a failed
+``zeInit`` when Intel's driver is installed without a GPU).
 """
 
 from __future__ import annotations
@@ -72,9 +75,18 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "zeVirtualMemGetAccessAttribute": (_res, (_h, c_void_p, c_size_t, POINTER(_u32), POINTER(c_size_t))),
 }
 
-#: Declared when present (spec 1.6+, loader 1.10+).
+#: Declared when present: zeMemPutIpcHandle (spec 1.6+, loader 1.10+); Sysman's
+#: zesInit, zesDriverGet, zesDeviceGet (spec 1.5+, loader 1.9+) and the memory-module
+#: queries (in the 1.8.12 loader, through core device handles: see aml_ze.sysman).
 OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "zeMemPutIpcHandle": (_res, (_h, C.ze_ipc_mem_handle_t)),
+    "zesInit": (_res, (_u32,)),
+    "zesDriverGet": (_res, (POINTER(_u32), _PV)),
+    "zesDeviceGet": (_res, (_h, POINTER(_u32), _PV)),
+    "zesDeviceGetProperties": (_res, (_h, POINTER(C.zes_device_properties_t))),
+    "zesDeviceEnumMemoryModules": (_res, (_h, POINTER(_u32), _PV)),
+    "zesMemoryGetProperties": (_res, (_h, POINTER(C.zes_mem_properties_t))),
+    "zesMemoryGetState": (_res, (_h, POINTER(C.zes_mem_state_t))),
 }
 
 

@@ -29,6 +29,10 @@ Level Zero differs from CUDA and HIP in ways that shape this module:
   range for the whole context: ``set_access`` refuses different accesses for different
   devices (ENOTSUP). Level Zero 1.4 cannot export a physical allocation as a file
   descriptor: ``export_fd`` / ``import_fd`` raise ENOTSUP with the reason.
+* **Free memory.** The core API cannot tell; Sysman can (:mod:`aml_ze.sysman`, found on
+  the first :meth:`~aml_core.gpu.runtime.Runtime.free_memory`): through ``zesInit``, or
+  through the core handles when ``ZES_ENABLE_SYSMAN=1`` was set before ``zeInit`` (read
+  here, just before this runtime's ``zeInit``).
 
 Every "success" with an impossible result (a NULL pointer or handle, page size 0) is
 FAILURE, with the call named.
@@ -63,6 +67,7 @@ from aml_core.specs import Capability, DeviceInfo
 
 from . import abi as C
 from .native import ZeLibrary
+from .sysman import LEGACY_ENV, Sysman
 
 __all__ = ["IPC_HANDLE_SIZE", "IPC_MAGIC", "AllocProperties", "ZeRuntime"]
 
@@ -127,6 +132,8 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
     def __init__(self, library: ZeLibrary) -> None:
         self.lib = library
         self.errors = library.errors
+        # Read before zeInit: the driver reads it there (Sysman's legacy initialisation).
+        sysman_legacy = os.environ.get(LEGACY_ENV, "").strip() == "1"
         rc = library.raw("zeInit", 0)
         if rc != C.ZE_RESULT_SUCCESS:
             # Nothing else is called after a failed zeInit (loader 1.8.12 segfaults in
@@ -174,6 +181,10 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
         #: unmapped address -> the physical allocation its unmap could not destroy
         self._undestroyed: dict[int, int] = {}
         self._ptracer_set = False
+        #: Sysman's view of the devices (free memory); searched on first use.
+        self.sysman = Sysman(
+            library, self.devices, lambda d: bytes(self.properties(d).uuid), legacy=sysman_legacy
+        )
 
     # -- contexts ------------------------------------------------------------------------
     def create_context(self) -> int:
@@ -285,6 +296,12 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
                 "library": self.lib.path,
             },
         )
+
+    def _free_memory(self, device: int) -> int | None:
+        """Sysman's free bytes of the device's own memory modules (:mod:`aml_ze.sysman`);
+        None when Sysman cannot tell."""
+        self.handle(device)
+        return self.sysman.free_memory(device)
 
     # -- pointers ------------------------------------------------------------------------
     def alloc_properties(self, ptr: int) -> AllocProperties:

@@ -85,6 +85,24 @@ def test_null_driver_end_to_end(null_driver: Path) -> None:
     assert report["reserve"]["class"] == "AMLFailure"
     assert report["physical"] is True
     assert report["put"] is False  # loader 1.8.12: no zeMemPutIpcHandle
+    # loader 1.8.12 (API 1.4) has no zesInit: without ZES_ENABLE_SYSMAN, free memory is
+    # not known and no core handle is handed to Sysman
+    assert report["devices"][0]["free"] is None
+    sysman = report["sysman"]
+    assert (sysman["zesInit"], sysman["way"], sysman["handle"]) == (False, "zesInit", False)
+    assert "does not export zesInit" in sysman["reason"]
+
+
+def test_null_driver_legacy_sysman(null_driver: Path) -> None:
+    """With ZES_ENABLE_SYSMAN=1 (the 1.4 way) the core handle goes to Sysman: the null
+    driver answers SUCCESS and no memory module, so free memory is not known."""
+    report = _scenario("probe", ZE_ENABLE_ALT_DRIVERS=str(null_driver), ZES_ENABLE_SYSMAN="1")
+    assert report["available"] is True, report["reason"]
+    assert report["devices"][0]["free"] is None
+    report = _scenario("null", ZE_ENABLE_ALT_DRIVERS=str(null_driver), ZES_ENABLE_SYSMAN="1")
+    sysman = report["sysman"]
+    assert (sysman["way"], sysman["reason"], sysman["handle"]) == ("legacy", None, True)
+    assert sysman["modules"] == [C.ZE_RESULT_SUCCESS, 0]
 
 
 def test_aml_info_lists_the_null_device(null_driver: Path) -> None:

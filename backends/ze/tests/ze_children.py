@@ -96,8 +96,32 @@ def probe() -> dict[str, Any]:
     return {
         "available": result.available,
         "reason": result.reason,
-        "devices": [{"name": d.name, "memory": d.total_memory, **dict(d.details)} for d in result.devices],
+        "devices": [
+            {"name": d.name, "memory": d.total_memory, "free": d.free_memory, **dict(d.details)}
+            for d in result.devices
+        ],
     }
+
+
+def _sysman() -> dict[str, Any]:
+    """How aml-ze found Sysman, and what the driver answers for device 0's memory modules."""
+    import ctypes
+
+    import aml_ze
+
+    rt = aml_ze.get_runtime()
+    handle = rt.sysman.handle(0)
+    report: dict[str, Any] = {
+        "zesInit": rt.lib.has("zesInit"),
+        "way": rt.sysman.way,
+        "reason": rt.sysman.reason,
+        "handle": handle is not None,
+    }
+    if handle is not None:
+        count = ctypes.c_uint32(0)
+        rc = rt.lib.raw("zesDeviceEnumMemoryModules", ctypes.c_void_p(handle), ctypes.byref(count), None)
+        report["modules"] = [rc, count.value]
+    return report
 
 
 def null_driver() -> dict[str, Any]:
@@ -128,6 +152,7 @@ def null_driver() -> dict[str, Any]:
     rt.vmm_release(handle)
     report["physical"] = handle != 0
     report["put"] = rt.lib.has("zeMemPutIpcHandle")
+    report["sysman"] = _sysman()
     aml_ze.BACKEND.reset()
     return report
 

@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #include <level_zero/ze_api.h>
+#include <level_zero/zes_api.h>
 
 #include "double_abi.h"
 
@@ -31,6 +32,29 @@ AT(dev_props_t, ze_device_properties_t, name);
 SAME(mem_props_t, ze_device_memory_properties_t);
 AT(mem_props_t, ze_device_memory_properties_t, totalSize);
 AT(mem_props_t, ze_device_memory_properties_t, name);
+SAME(sys_dev_props_t, zes_device_properties_t);
+AT(sys_dev_props_t, zes_device_properties_t, core);
+AT(sys_dev_props_t, zes_device_properties_t, numSubdevices);
+AT(sys_dev_props_t, zes_device_properties_t, driverVersion);
+AT(dev_props_t, ze_device_properties_t, uuid);
+SAME(sys_mem_props_t, zes_mem_properties_t);
+AT(sys_mem_props_t, zes_mem_properties_t, type);
+AT(sys_mem_props_t, zes_mem_properties_t, onSubdevice);
+AT(sys_mem_props_t, zes_mem_properties_t, subdeviceId);
+AT(sys_mem_props_t, zes_mem_properties_t, location);
+AT(sys_mem_props_t, zes_mem_properties_t, physicalSize);
+AT(sys_mem_props_t, zes_mem_properties_t, numChannels);
+SAME(sys_mem_state_t, zes_mem_state_t);
+AT(sys_mem_state_t, zes_mem_state_t, health);
+AT(sys_mem_state_t, zes_mem_state_t, free);
+AT(sys_mem_state_t, zes_mem_state_t, size);
+_Static_assert(ZES_STYPE_DEVICE_PROPERTIES == ZES_STRUCTURE_TYPE_DEVICE_PROPERTIES, "stype");
+_Static_assert(ZES_STYPE_MEM_PROPERTIES == ZES_STRUCTURE_TYPE_MEM_PROPERTIES, "stype");
+_Static_assert(ZES_STYPE_MEM_STATE == ZES_STRUCTURE_TYPE_MEM_STATE, "stype");
+_Static_assert(MEM_LOC_SYSTEM == ZES_MEM_LOC_SYSTEM && MEM_LOC_DEVICE == ZES_MEM_LOC_DEVICE, "location");
+_Static_assert(MEM_TYPE_HBM == ZES_MEM_TYPE_HBM && MEM_TYPE_DDR == ZES_MEM_TYPE_DDR, "type");
+_Static_assert(MEM_HEALTH_OK == ZES_MEM_HEALTH_OK, "health");
+_Static_assert(E_UNINITIALIZED == ZE_RESULT_ERROR_UNINITIALIZED, "result");
 _Static_assert(E_OUT_OF_DEVICE_MEMORY == ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY, "result");
 _Static_assert(E_INVALID_ARGUMENT == ZE_RESULT_ERROR_INVALID_ARGUMENT, "result");
 _Static_assert(E_HANDLE_OBJECT_IN_USE == ZE_RESULT_ERROR_HANDLE_OBJECT_IN_USE, "result");

@@ -17,9 +17,21 @@
  *   shared -> cuMemAllocManaged, IPC -> cuMem VMM allocations exported as POSIX fds,
  *   virtual memory -> cuMemAddressReserve/cuMemCreate/cuMemMap/cuMemSetAccess.
  *
+ * Sysman (zes*, the free-memory query): each device has two memory modules, the first in
+ *   system memory (the host's RAM: sysconf) and the second on the device (host mode: the
+ *   device's memory less what its device and shared allocations and physical memory hold;
+ *   forward mode: cuMemGetInfo in the device's primary context). Sysman device handles come
+ *   from zesInit + zesDriverGet + zesDeviceGet, listed in the reverse order of zeDeviceGet's
+ *   (as a real loader may: only a match by UUID finds the right one), or, when
+ *   ZES_ENABLE_SYSMAN=1 was set at zeInit (the legacy way), are the core device handles.
+ *   A handle of a way not initialised is ZE_RESULT_ERROR_UNINITIALIZED, as in Intel's driver.
+ *
  * Control (zedouble_*): inject any ze_result_t into any function (after `skip` calls, for
  * `times` calls, -1 forever), count calls, read live objects, emulate devices, reset.
  * -DZEDOUBLE_NO_PUT leaves zeMemPutIpcHandle out (as Debian's 1.8.12 loader, spec < 1.6).
+ * -DZEDOUBLE_SYSMAN_LEGACY leaves zesInit, zesDriverGet and zesDeviceGet out (as Debian's
+ * 1.8.12 loader, spec 1.4: Sysman only through ZES_ENABLE_SYSMAN=1 and core handles);
+ * -DZEDOUBLE_NO_SYSMAN leaves every zes* function out.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -54,7 +66,8 @@
     X(zeMemGetIpcHandle) X(zeMemPutIpcHandle) X(zeMemOpenIpcHandle) X(zeMemCloseIpcHandle) \
     X(zeVirtualMemReserve) X(zeVirtualMemFree) X(zeVirtualMemQueryPageSize) X(zePhysicalMemCreate) \
     X(zePhysicalMemDestroy) X(zeVirtualMemMap) X(zeVirtualMemUnmap) X(zeVirtualMemSetAccessAttribute) \
-    X(zeVirtualMemGetAccessAttribute)
+    X(zeVirtualMemGetAccessAttribute) X(zesInit) X(zesDriverGet) X(zesDeviceGet) X(zesDeviceGetProperties) \
+    X(zesDeviceEnumMemoryModules) X(zesMemoryGetProperties) X(zesMemoryGetState)
 #define ENUM(n) F_##n,
 #define NAME(n) #n,
 enum { FUNCS(ENUM) NFUNCS };
@@ -83,6 +96,15 @@ struct driver { uint32_t magic; };
 struct device { uint32_t magic; int index; };
 static struct driver g_driver = { 0x44524956u };
 static struct device g_devices[MAX_DEVICES];
+
+/* Sysman: its own driver and devices (zesInit), and two memory modules per device. */
+#define MODULES 2 /* module 0: system memory, module 1: the device's own */
+struct sysman_module { uint32_t magic; int device, index; };
+__attribute__((unused)) static struct driver g_sysman_driver = { 0x53594d44u };
+__attribute__((unused)) static struct device g_sysman_devices[MAX_DEVICES];
+static struct sysman_module g_modules[MAX_DEVICES][MODULES];
+static int g_sysman_init;   /* zesInit succeeded */
+static int g_sysman_legacy; /* ZES_ENABLE_SYSMAN=1 at zeInit: core handles are Sysman handles */
 
 #define CTX_MAGIC 0x43545821u
 #define PHYS_MAGIC 0x50485953u
@@ -414,6 +436,8 @@ API ze_result_t zeInit(uint32_t flags)
     const char *none = getenv("ZEDOUBLE_NO_DRIVER");
     if (none && strcmp(none, "1") == 0)
         RETURN(E_UNINITIALIZED);
+    const char *sysman = getenv("ZES_ENABLE_SYSMAN");
+    g_sysman_legacy = sysman && strcmp(sysman, "1") == 0;
 #ifdef ZEDOUBLE_FORWARD_CUDA
     if (cuInit(0) != CUDA_SUCCESS)
         RETURN(E_UNINITIALIZED);
@@ -482,14 +506,9 @@ API ze_result_t zeDeviceGet(void *hDriver, uint32_t *pCount, void **phDevices)
     RETURN(OK);
 }
 
-API ze_result_t zeDeviceGetProperties(void *hDevice, dev_props_t *p)
+/* Device d's core properties (zeDeviceGetProperties, and Sysman's `core`). Lock held. */
+static void fill_properties(int d, dev_props_t *p)
 {
-    BEGIN(zeDeviceGetProperties);
-    int d = dev_index(hDevice);
-    if (d < 0)
-        RETURN(E_INVALID_NULL_HANDLE);
-    if (!p)
-        RETURN(E_INVALID_NULL_POINTER);
     uint32_t stype = p->stype;
     void *next = p->pNext;
     memset(p, 0, sizeof *p);
@@ -508,6 +527,21 @@ API ze_result_t zeDeviceGetProperties(void *hDevice, dev_props_t *p)
 #else
     snprintf(p->name, sizeof p->name, "ze double %d", d);
 #endif
+    /* a UUID per device: Sysman's devices are matched to the core ones by it */
+    memcpy(p->uuid, "ZEDOUBLE-UUID-", 14);
+    p->uuid[14] = 0xd0;
+    p->uuid[15] = (uint8_t)d;
+}
+
+API ze_result_t zeDeviceGetProperties(void *hDevice, dev_props_t *p)
+{
+    BEGIN(zeDeviceGetProperties);
+    int d = dev_index(hDevice);
+    if (d < 0)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!p)
+        RETURN(E_INVALID_NULL_POINTER);
+    fill_properties(d, p);
     RETURN(OK);
 }
 
@@ -1166,6 +1200,201 @@ API ze_result_t zeVirtualMemGetAccessAttribute(void *hContext, const void *ptr, 
     RETURN(E_INVALID_ARGUMENT);
 }
 
+/* -- Sysman ------------------------------------------------------------------------------------ */
+#ifndef ZEDOUBLE_NO_SYSMAN
+/* The device index of a Sysman device handle: -1 not a device, -2 a device of a way that was
+ * not initialised (zesInit's handles before zesInit, core handles without ZES_ENABLE_SYSMAN). */
+static int sysman_index(const void *h)
+{
+    for (int i = 0; i < g_ndev; i++)
+        if (h == &g_sysman_devices[i])
+            return g_sysman_init ? i : -2;
+    int d = dev_index(h);
+    if (d >= 0)
+        return g_sysman_legacy ? d : -2;
+    return -1;
+}
+
+static struct sysman_module *module_of(const void *h)
+{
+    for (int d = 0; d < g_ndev; d++)
+        for (int m = 0; m < MODULES; m++)
+            if (h == &g_modules[d][m])
+                return &g_modules[d][m];
+    return NULL;
+}
+
+#ifdef ZEDOUBLE_FORWARD_CUDA
+/* cuMemGetInfo answers for the current context: device `device`'s primary context, pushed
+   for the question (the double keeps device 0's current otherwise). */
+static int forward_memory_info(int device, uint64_t *free_b, uint64_t *total_b)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    size_t f = 0, t = 0;
+    if (cuDeviceGet(&dev, device) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return -1;
+    int rc = -1;
+    if (cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
+        rc = cuMemGetInfo(&f, &t) == CUDA_SUCCESS ? 0 : -1;
+        cuCtxPopCurrent(&ctx);
+    }
+    cuDevicePrimaryCtxRelease(dev);
+    *free_b = (uint64_t)f;
+    *total_b = (uint64_t)t;
+    return rc;
+}
+#endif
+
+#ifndef ZEDOUBLE_SYSMAN_LEGACY
+API ze_result_t zesInit(uint32_t flags)
+{
+    BEGIN(zesInit);
+    if (flags > 0x1)
+        RETURN(E_INVALID_ENUMERATION);
+    const char *none = getenv("ZEDOUBLE_NO_DRIVER");
+    if (none && strcmp(none, "1") == 0)
+        RETURN(E_UNINITIALIZED);
+    g_sysman_init = 1;
+    RETURN(OK);
+}
+
+API ze_result_t zesDriverGet(uint32_t *pCount, void **phDrivers)
+{
+    BEGIN(zesDriverGet);
+    if (!g_sysman_init)
+        RETURN(E_UNINITIALIZED);
+    if (!pCount)
+        RETURN(E_INVALID_NULL_POINTER);
+    if (phDrivers && *pCount >= 1)
+        phDrivers[0] = &g_sysman_driver;
+    *pCount = 1;
+    RETURN(OK);
+}
+
+API ze_result_t zesDeviceGet(void *hDriver, uint32_t *pCount, void **phDevices)
+{
+    BEGIN(zesDeviceGet);
+    if (!g_sysman_init)
+        RETURN(E_UNINITIALIZED);
+    if (hDriver != &g_sysman_driver)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!pCount)
+        RETURN(E_INVALID_NULL_POINTER);
+    if (phDevices) {
+        uint32_t n = *pCount < (uint32_t)g_ndev ? *pCount : (uint32_t)g_ndev;
+        for (uint32_t i = 0; i < n; i++) { /* the reverse of zeDeviceGet's order */
+            int d = g_ndev - 1 - (int)i;
+            g_sysman_devices[d].magic = 0x53444556u;
+            g_sysman_devices[d].index = d;
+            phDevices[i] = &g_sysman_devices[d];
+        }
+        *pCount = n;
+    } else {
+        *pCount = (uint32_t)g_ndev;
+    }
+    RETURN(OK);
+}
+#endif
+
+API ze_result_t zesDeviceGetProperties(void *hDevice, sys_dev_props_t *p)
+{
+    BEGIN(zesDeviceGetProperties);
+    int d = sysman_index(hDevice);
+    if (d == -2)
+        RETURN(E_UNINITIALIZED);
+    if (d < 0)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!p)
+        RETURN(E_INVALID_NULL_POINTER);
+    uint32_t stype = p->stype;
+    void *next = p->pNext;
+    memset(p, 0, sizeof *p);
+    p->stype = stype;
+    p->pNext = next;
+    fill_properties(d, &p->core);
+    snprintf(p->serialNumber, sizeof p->serialNumber, "unknown");
+    snprintf(p->boardNumber, sizeof p->boardNumber, "unknown");
+    snprintf(p->brandName, sizeof p->brandName, "aml");
+    snprintf(p->modelName, sizeof p->modelName, "ze double");
+    snprintf(p->vendorName, sizeof p->vendorName, "aml");
+    snprintf(p->driverVersion, sizeof p->driverVersion, "1.4");
+    RETURN(OK);
+}
+
+API ze_result_t zesDeviceEnumMemoryModules(void *hDevice, uint32_t *pCount, void **phMemory)
+{
+    BEGIN(zesDeviceEnumMemoryModules);
+    int d = sysman_index(hDevice);
+    if (d == -2)
+        RETURN(E_UNINITIALIZED);
+    if (d < 0)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!pCount)
+        RETURN(E_INVALID_NULL_POINTER);
+    if (phMemory && *pCount > 0) {
+        uint32_t n = *pCount < MODULES ? *pCount : MODULES;
+        for (uint32_t m = 0; m < n; m++) {
+            g_modules[d][m] = (struct sysman_module){ 0x4d454d4fu, d, (int)m };
+            phMemory[m] = &g_modules[d][m];
+        }
+        *pCount = n;
+    } else {
+        *pCount = MODULES;
+    }
+    RETURN(OK);
+}
+
+API ze_result_t zesMemoryGetProperties(void *hMemory, sys_mem_props_t *p)
+{
+    BEGIN(zesMemoryGetProperties);
+    struct sysman_module *m = module_of(hMemory);
+    if (!m || !m->magic)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!p)
+        RETURN(E_INVALID_NULL_POINTER);
+    p->onSubdevice = 0;
+    p->subdeviceId = 0;
+    p->busWidth = -1;
+    p->numChannels = -1;
+    if (m->index == 0) {
+        p->type = MEM_TYPE_DDR;
+        p->location = MEM_LOC_SYSTEM;
+        p->physicalSize = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    } else {
+        p->type = MEM_TYPE_HBM;
+        p->location = MEM_LOC_DEVICE;
+        p->physicalSize = g_budget;
+    }
+    RETURN(OK);
+}
+
+API ze_result_t zesMemoryGetState(void *hMemory, sys_mem_state_t *s)
+{
+    BEGIN(zesMemoryGetState);
+    struct sysman_module *m = module_of(hMemory);
+    if (!m || !m->magic)
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!s)
+        RETURN(E_INVALID_NULL_POINTER);
+    s->health = MEM_HEALTH_OK;
+    if (m->index == 0) {
+        uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+        s->size = (uint64_t)sysconf(_SC_PHYS_PAGES) * page;
+        s->free = (uint64_t)sysconf(_SC_AVPHYS_PAGES) * page;
+        RETURN(OK);
+    }
+#ifdef ZEDOUBLE_FORWARD_CUDA
+    if (forward_memory_info(m->device, &s->free, &s->size) != 0)
+        RETURN(E_UNKNOWN);
+#else
+    s->size = g_budget;
+    s->free = g_used[m->device] >= g_budget ? 0 : g_budget - g_used[m->device];
+#endif
+    RETURN(OK);
+}
+#endif /* ZEDOUBLE_NO_SYSMAN */
+
 /* -- control ------------------------------------------------------------------------------------ */
 API int zedouble_inject(const char *name, uint32_t err, long skip, long times)
 {
@@ -1293,6 +1522,8 @@ API void zedouble_reset(void)
     memset(g_live, 0, sizeof g_live);
     memset(g_calls, 0, sizeof g_calls);
     memset(g_used, 0, sizeof g_used);
+    memset(g_modules, 0, sizeof g_modules);
+    g_sysman_init = 0;
     g_ninject = 0;
 #ifndef ZEDOUBLE_FORWARD_CUDA
     g_ndev = 1;

@@ -47,4 +47,23 @@ typedef struct {
     uint32_t stype; void *pNext; uint32_t flags, maxClockRate, maxBusWidth; uint64_t totalSize; char name[256];
 } mem_props_t;
 
+/* -- Sysman (zes_api.h, API 1.4 layouts; the same in 1.17) ------------------------------- */
+#define ZES_STYPE_DEVICE_PROPERTIES 0x1u
+#define ZES_STYPE_MEM_PROPERTIES 0xBu
+#define ZES_STYPE_MEM_STATE 0x1Eu
+#define MEM_LOC_SYSTEM 0u
+#define MEM_LOC_DEVICE 1u
+#define MEM_TYPE_HBM 0u
+#define MEM_TYPE_DDR 1u
+#define MEM_HEALTH_OK 1u
+typedef struct {
+    uint32_t stype; void *pNext; dev_props_t core; uint32_t numSubdevices;
+    char serialNumber[64], boardNumber[64], brandName[64], modelName[64], vendorName[64], driverVersion[64];
+} sys_dev_props_t;
+typedef struct {
+    uint32_t stype; void *pNext; uint32_t type; uint8_t onSubdevice; uint32_t subdeviceId, location;
+    uint64_t physicalSize; int32_t busWidth, numChannels;
+} sys_mem_props_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t health; uint64_t free, size; } sys_mem_state_t;
+
 #endif

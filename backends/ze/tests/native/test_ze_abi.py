@@ -1,5 +1,6 @@
 """The ABI probe: every constant, enum value, struct size and offset aml_ze.abi uses,
-compared with Debian's libze-dev header (API 1.4) by compiling abi_probe.c."""
+compared with Debian's libze-dev headers (API 1.4: ze_api.h, and zes_api.h for Sysman) by
+compiling abi_probe.c."""
 
 from __future__ import annotations
 

@@ -23,11 +23,12 @@ def _cuda_include() -> Path | None:
     return None
 
 
-def test_forward_mode_compiles(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sysman", sorted(build.SYSMAN_VARIANTS))
+def test_forward_mode_compiles(tmp_path: Path, sysman: str) -> None:
     include = _cuda_include()
     if include is None:
         pytest.skip("no cuda.h (set ZEDOUBLE_CUDA_INCLUDE to CUDA 13's include directory)")
-    build.compile_forward_object(include, tmp_path / "double.o")
+    build.compile_forward_object(include, tmp_path / "double.o", sysman)
     assert (tmp_path / "double.o").stat().st_size > 0
 
 
@@ -61,3 +62,29 @@ def test_checks_like_the_validation_layer(ze: ZeDouble) -> None:
     assert lib.zeMemAllocDevice(None, None, 64, 64, None, ctypes.byref(out)) == (
         C.ZE_RESULT_ERROR_INVALID_NULL_HANDLE
     )
+
+
+def test_sysman_handles_need_their_initialisation(ze: ZeDouble) -> None:
+    """As Intel's driver: a core device handle is a Sysman handle only with
+    ZES_ENABLE_SYSMAN=1 at zeInit (the fixture clears it), Sysman's own only after zesInit."""
+    lib = ctypes.CDLL(str(ze.path))
+    for name in ("zeInit", "zeDriverGet", "zeDeviceGet", "zesInit", "zesDriverGet", "zesDeviceGet"):
+        getattr(lib, name).restype = ctypes.c_uint32
+    lib.zesDeviceEnumMemoryModules.restype = ctypes.c_uint32
+    count = ctypes.c_uint32(1)
+    driver, device = ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.zeInit(0) == C.ZE_RESULT_SUCCESS
+    assert lib.zeDriverGet(ctypes.byref(count), ctypes.byref(driver)) == C.ZE_RESULT_SUCCESS
+    assert lib.zeDeviceGet(driver, ctypes.byref(count), ctypes.byref(device)) == C.ZE_RESULT_SUCCESS
+    modules = ctypes.c_uint32(0)
+    assert lib.zesDeviceEnumMemoryModules(device, ctypes.byref(modules), None) == (
+        C.ZE_RESULT_ERROR_UNINITIALIZED
+    )
+    assert lib.zesDriverGet(ctypes.byref(count), None) == C.ZE_RESULT_ERROR_UNINITIALIZED
+    assert lib.zesInit(0x2) == C.ZE_RESULT_ERROR_INVALID_ENUMERATION
+    assert lib.zesInit(0) == C.ZE_RESULT_SUCCESS
+    count.value = 1
+    assert lib.zesDriverGet(ctypes.byref(count), ctypes.byref(driver)) == C.ZE_RESULT_SUCCESS
+    assert lib.zesDeviceGet(driver, ctypes.byref(count), ctypes.byref(device)) == C.ZE_RESULT_SUCCESS
+    assert lib.zesDeviceEnumMemoryModules(device, ctypes.byref(modules), None) == C.ZE_RESULT_SUCCESS
+    assert modules.value == 2  # system memory, then the device's own

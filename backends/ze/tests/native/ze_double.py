@@ -1,12 +1,14 @@
 """Build the Level Zero driver double (``double.c``) and the vendor's null driver, and drive
 the double's control API via ctypes.
 
-``build_double(mode, put=True)`` compiles ``double.c`` into ``libze_loader.so.1`` in one of
-two modes: ``"host"`` (every ze* symbol over host memory; CPU-only CI) or ``"forward"``
-(every ze* call forwarded to the CUDA driver API; an NVIDIA machine). ``put=False`` leaves
-``zeMemPutIpcHandle`` out, as Debian's 1.8.12 loader. Builds are cached by a hash of the
-source, the command and the toolchain, under ``$AML_ZE_CACHE`` (default
-``~/.cache/aml-ze``).
+``build_double(mode, put=True, sysman="zesinit")`` compiles ``double.c`` into
+``libze_loader.so.1`` in one of two modes: ``"host"`` (every ze* symbol over host memory;
+CPU-only CI) or ``"forward"`` (every ze* call forwarded to the CUDA driver API; an NVIDIA
+machine). ``put=False`` leaves ``zeMemPutIpcHandle`` out, as Debian's 1.8.12 loader;
+``sysman="legacy"`` leaves ``zesInit``, ``zesDriverGet`` and ``zesDeviceGet`` out, as that
+loader too (Sysman only through ``ZES_ENABLE_SYSMAN=1``), and ``sysman="none"`` every zes*
+function. Builds are cached by a hash of the source, the command and the toolchain, under
+``$AML_ZE_CACHE`` (default ``~/.cache/aml-ze``).
 
 ``build_null_driver()`` builds Level Zero's own null driver (``libze_null.so.1``) from
 Debian's ``level-zero`` source package (``apt-get source level-zero``; needs a ``deb-src``
@@ -31,6 +33,7 @@ __all__ = [
     "CFLAGS",
     "LIVE_KINDS",
     "SOURCE",
+    "SYSMAN_VARIANTS",
     "CudaToolkit",
     "DoubleBuildError",
     "DoubleControl",
@@ -72,10 +75,19 @@ def _compiler() -> str:
     return doubles.compiler("the Level Zero double")
 
 
-def _command(cc: str, mode: Mode, put: bool, out: Path) -> list[str]:
+#: ``build_double``'s Sysman variants -> the macro that builds each.
+SYSMAN_VARIANTS: dict[str, tuple[str, ...]] = {
+    "zesinit": (),
+    "legacy": ("-DZEDOUBLE_SYSMAN_LEGACY",),
+    "none": ("-DZEDOUBLE_NO_SYSMAN",),
+}
+
+
+def _command(cc: str, mode: Mode, put: bool, sysman: str, out: Path) -> list[str]:
     cmd = [cc, *CFLAGS, *doubles.extra_cflags("ZEDOUBLE")]
     if not put:
         cmd.append("-DZEDOUBLE_NO_PUT")
+    cmd += SYSMAN_VARIANTS[sysman]
     tk = find_cuda() if mode == "forward" else None
     if tk is not None:
         cmd += ["-DZEDOUBLE_FORWARD_CUDA", f"-I{tk.include_dir}"]
@@ -85,22 +97,26 @@ def _command(cc: str, mode: Mode, put: bool, out: Path) -> list[str]:
     return cmd
 
 
-def build_double(mode: Mode = "host", *, put: bool = True, outdir: Path | None = None) -> Path:
+def build_double(
+    mode: Mode = "host", *, put: bool = True, sysman: str = "zesinit", outdir: Path | None = None
+) -> Path:
     """Compile the double and return the path of its ``libze_loader.so.1``."""
     doubles.check_mode(mode)
+    if sysman not in SYSMAN_VARIANTS:
+        raise ValueError(f"sysman must be one of {sorted(SYSMAN_VARIANTS)}, not {sysman!r}")
     cc = _compiler()
     return doubles.build_cached(
-        lambda out: _command(cc, mode, put, out),
+        lambda out: _command(cc, mode, put, sysman, out),
         what="the Level Zero double",
         name="libze_loader.so.1",
         inputs=[SOURCE, HERE / "double_abi.h"],
         cache=cache_dir() / "double",
-        label=f"{mode}-{'put' if put else 'noput'}",
+        label=f"{mode}-{'put' if put else 'noput'}-{sysman}",
         outdir=outdir,
     )
 
 
-def compile_forward_object(include_dir: Path, out: Path) -> None:
+def compile_forward_object(include_dir: Path, out: Path, sysman: str = "zesinit") -> None:
     """Compile (no link) the forward mode against ``include_dir``/cuda.h, with the same
     warnings as errors: the CPU-side check that forward mode builds (no libcuda needed)."""
     cmd = [
@@ -108,6 +124,7 @@ def compile_forward_object(include_dir: Path, out: Path) -> None:
         *CFLAGS[:-1],
         "-c",
         "-DZEDOUBLE_FORWARD_CUDA",
+        *SYSMAN_VARIANTS[sysman],
         f"-I{include_dir}",
         "-o",
         str(out),
