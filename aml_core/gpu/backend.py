@@ -20,6 +20,7 @@ from .area import GpuArea
 from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
+from .peer import copy_peer
 from .plugin import GPU_KINDS
 from .runtime import Group, PointerAttributes, Runtime
 from .stream import Stream
@@ -152,6 +153,33 @@ class GpuBackend:
         close it when done. No usable driver or device: :class:`AMLNotSupported`, as
         :meth:`create` says it."""
         return Stream(self._usable_runtime(), non_blocking=non_blocking)
+
+    # -- several devices: peer access and copies (docs/aml-contract.md#peer-access) -------
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """``cudaDeviceCanAccessPeer`` / ``hipDeviceCanAccessPeer``: whether ``device``
+        can reach ``peer``'s memory directly once peer access is enabled (False for a
+        device and itself)."""
+        return self._usable_runtime().require(Group.PEER).can_access_peer(device, peer)
+
+    def enable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Let ``device`` (None or negative: the caller's current device, which is
+        restored) reach ``peer``'s memory. Idempotent: True if this call enabled it,
+        False if it was enabled already. A pair without a peer path is ENOTSUP."""
+        return self._usable_runtime().require(Group.PEER).enable_peer_access(peer, device)
+
+    def disable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Stop ``device`` (None or negative: the current device) reaching ``peer``'s
+        memory. Idempotent: True if this call disabled it, False if it was not enabled."""
+        return self._usable_runtime().require(Group.PEER).disable_peer_access(peer, device)
+
+    def copy_peer(
+        self, dst: Buffer, src: Buffer, size: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
+    ) -> None:
+        """Copy ``size`` bytes (default: all of ``src`` after ``src_offset``) between two
+        device buffers, each on its own device (``cudaMemcpyPeer`` / ``hipMemcpyPeer``);
+        returns when the bytes are copied. See :func:`aml_core.gpu.peer.copy_peer`."""
+        ops = self._usable_runtime().require(Group.PEER)
+        copy_peer(ops, dst, src, size, dst_offset=dst_offset, src_offset=src_offset)
 
     def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
         """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a

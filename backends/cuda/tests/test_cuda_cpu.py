@@ -284,7 +284,12 @@ RUNTIME_ROWS = [
     (E.cudaErrorDevicesUnavailable, ErrorCode.EBUSY, AMLBusyError),
     (E.cudaErrorInitializationError, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorNotSupported, ErrorCode.ENOTSUP, AMLNotSupported),
+    (E.cudaErrorPeerAccessUnsupported, ErrorCode.ENOTSUP, AMLNotSupported),
     (E.cudaErrorNotPermitted, ErrorCode.EPERM, AMLPermissionError),
+    # the peer calls' "already enabled" / "not enabled" are answers of the idempotent
+    # enable/disable, not in the table: any other call meeting them is FAILURE
+    (E.cudaErrorPeerAccessAlreadyEnabled, ErrorCode.FAILURE, AMLFailure),
+    (E.cudaErrorPeerAccessNotEnabled, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorUnknown, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorIllegalAddress, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorInvalidResourceHandle, ErrorCode.FAILURE, AMLFailure),
@@ -320,6 +325,7 @@ def test_runtime_table_numbers() -> None:
         46: "EBUSY",
         3: "FAILURE",
         801: "ENOTSUP",
+        217: "ENOTSUP",
         800: "EPERM",
     }
 
@@ -336,6 +342,7 @@ DRIVER_ROWS = [
     (R.CUDA_ERROR_NOT_INITIALIZED, ErrorCode.FAILURE),
     (R.CUDA_ERROR_NOT_SUPPORTED, ErrorCode.ENOTSUP),
     (R.CUDA_ERROR_NOT_PERMITTED, ErrorCode.EPERM),
+    (R.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, ErrorCode.ENOTSUP),
     (R.CUDA_ERROR_NOT_MAPPED, ErrorCode.FAILURE),
     (R.CUDA_ERROR_UNKNOWN, ErrorCode.FAILURE),
 ]

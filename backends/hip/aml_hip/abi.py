@@ -71,6 +71,9 @@ hipErrorNoDevice: Final = 100
 hipErrorInvalidDevice: Final = 101
 #: Only known from Debian's 5.2 hip_runtime_api.h (and by the ABI probe).
 hipErrorContextAlreadyInUse: Final = 216
+hipErrorPeerAccessUnsupported: Final = 217
+hipErrorPeerAccessAlreadyEnabled: Final = 704
+hipErrorPeerAccessNotEnabled: Final = 705
 hipErrorHostMemoryAlreadyRegistered: Final = 712
 hipErrorNotSupported: Final = 801
 hipErrorUnknown: Final = 999
@@ -158,6 +161,9 @@ COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipErrorNoDevice",
     "hipErrorInvalidDevice",
     "hipErrorContextAlreadyInUse",
+    "hipErrorPeerAccessUnsupported",
+    "hipErrorPeerAccessAlreadyEnabled",
+    "hipErrorPeerAccessNotEnabled",
     "hipErrorHostMemoryAlreadyRegistered",
     "hipErrorNotSupported",
     "hipErrorUnknown",

@@ -54,7 +54,6 @@ NOT_CALLED: dict[str, str] = {
     "hipHostGetFlags": "not used by aml (the flags are known from the area)",
     "hipStreamCreate": "aml creates streams with hipStreamCreateWithFlags",
     "hipGetErrorString": "aml names errors with hipGetErrorName",
-    "hipGetLastError": "not called: every hip* call's result is checked directly",
     "hipPeekAtLastError": "not called: every hip* call's result is checked directly",
     "hipIpcOpenMemHandle": "called in the importer's process: test_hip_reliability opens tampered handles",
     "hipIpcCloseMemHandle": "called in the importer's process: test_hip_reliability opens tampered handles",
@@ -216,6 +215,42 @@ def op_vm_steps(made: Made) -> None:
     vm.close()
 
 
+class _PeerAccess:
+    """What op_peer enabled, as an object the caller's retry closes: disables it."""
+
+    def __init__(self, peer: int, device: int) -> None:
+        self.peer, self.device = peer, device
+
+    def close(self) -> None:
+        import aml_hip
+
+        aml_hip.disable_peer_access(self.peer, self.device)
+
+
+def op_peer(made: Made) -> None:
+    """Peer access from device 1 (selected and restored: the caller is on device 0), enabled
+    twice (the second answers False, clearing hipGetLastError) and disabled twice; a copy
+    between the devices."""
+    import aml_hip
+
+    assert aml_hip.can_access_peer(1, 0)
+    made.append(_PeerAccess(0, 1))
+    aml_hip.enable_peer_access(0, device=1)
+    aml_hip.enable_peer_access(0, device=1)
+    first = aml_hip.create(0, 0)
+    made.append(first)
+    second = aml_hip.create(1, 0)
+    made.append(second)
+    a, b = first.mmap(4096), second.mmap(4096)
+    aml_hip.copy_peer(b, a)
+    first.munmap(a)
+    second.munmap(b)
+    second.close()
+    first.close()
+    aml_hip.disable_peer_access(0, device=1)
+    aml_hip.disable_peer_access(0, device=1)
+
+
 OPERATIONS: dict[str, Callable[[Made], None]] = {
     "device": op_device,
     "managed": op_managed,
@@ -228,6 +263,7 @@ OPERATIONS: dict[str, Callable[[Made], None]] = {
     "pointer-memset-info": op_pointer,
     "vm-mmap-growable": op_vm_mmap,
     "vm-steps": op_vm_steps,
+    "peer": op_peer,
 }
 
 
@@ -258,7 +294,7 @@ def run(name: str) -> dict[str, Any]:
 
     def live() -> dict[str, int]:
         kinds = ("device", "host", "managed", "registered", "ipc")
-        kinds += ("vmm_handle", "vmm_reservation", "vmm_mapping", "stream")
+        kinds += ("vmm_handle", "vmm_reservation", "vmm_mapping", "stream", "peer")
         return {k: n for k in kinds if (n := int(ctl.live(k)))}
 
     def fresh() -> None:

@@ -51,6 +51,7 @@ LIVE_KINDS = (
     "vmm_reservation",
     "vmm_mapping",
     "stream",
+    "peer",
 )
 #: Environment variables of the double that must not leak in from the caller.
 DOUBLE_ENV = ("HIPDOUBLE_VERSION", "HIPDOUBLE_FAULTS", "HIPDOUBLE_DEVICES", "HIPDOUBLE_DEVICE_MEMORY")

@@ -35,6 +35,9 @@ int main(void)
     VALUE(hipErrorNoDevice);
     VALUE(hipErrorInvalidDevice);
     VALUE(hipErrorContextAlreadyInUse);
+    VALUE(hipErrorPeerAccessUnsupported);
+    VALUE(hipErrorPeerAccessAlreadyEnabled);
+    VALUE(hipErrorPeerAccessNotEnabled);
     VALUE(hipErrorHostMemoryAlreadyRegistered);
     VALUE(hipErrorNotSupported);
     VALUE(hipErrorUnknown);
