@@ -2,7 +2,7 @@
 ``hipDeviceCanAccessPeer``, the idempotent enable/disable with the caller's device restored,
 the translation of HIP's answers, and ``copy_peer``. Host mode emulates two devices (every
 pair linked unless ``set_peer`` says otherwise); forward mode needs two GPUs for those
-tests and runs the single-device ones on one."""
+tests (marked ``gpu2``) and runs the single-device ones on one."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ def test_copy_peer_refuses_host_memory(hip: HipDouble, areas: Callable[..., aml_
 
 
 # -- two devices ----------------------------------------------------------------------------------
+@pytest.mark.gpu2
 def test_enable_and_disable_are_idempotent(hip: HipDouble) -> None:
     hip.need_devices(2)
     rt = aml_hip.get_runtime()
@@ -88,6 +89,7 @@ def test_enable_and_disable_are_idempotent(hip: HipDouble) -> None:
     assert hip.calls("hipSetDevice") == 1  # rt.set_device(0) above: nothing selected
 
 
+@pytest.mark.gpu2
 def test_another_device_is_selected_and_restored(hip: HipDouble) -> None:
     hip.need_devices(2)
     rt = aml_hip.get_runtime()
@@ -101,6 +103,7 @@ def test_another_device_is_selected_and_restored(hip: HipDouble) -> None:
     assert rt.get_device() == 0
 
 
+@pytest.mark.gpu2
 @pytest.mark.host_double
 @pytest.mark.parametrize("version", [hip_version(6, 2), hip_version(7, 0)], ids=["6.2", "7.0"])
 def test_an_answer_leaves_no_last_error(hip: HipDouble, version: int) -> None:
@@ -118,6 +121,7 @@ def test_an_answer_leaves_no_last_error(hip: HipDouble, version: int) -> None:
     assert hip.calls("hipGetLastError") == 2
 
 
+@pytest.mark.gpu2
 @pytest.mark.host_double
 def test_a_pair_without_a_peer_path(hip: HipDouble) -> None:
     hip.need_devices(2)
@@ -130,6 +134,7 @@ def test_a_pair_without_a_peer_path(hip: HipDouble) -> None:
     assert hip.calls("hipDeviceEnablePeerAccess") == hip.calls("hipDeviceDisablePeerAccess") == 0
 
 
+@pytest.mark.gpu2
 @pytest.mark.host_double
 @pytest.mark.parametrize(
     ("error", "cls"),
@@ -149,6 +154,7 @@ def test_enable_errors_are_translated(hip: HipDouble, error: int, cls: type[AMLE
     assert hip.live()["peer"] == 0
 
 
+@pytest.mark.gpu2
 @pytest.mark.host_double
 def test_raw_peer_calls_follow_clr(hip: HipDouble) -> None:
     """The double answers as CLR's hip_peer.cpp: 0 for a device and itself (even out of
@@ -169,6 +175,7 @@ def test_raw_peer_calls_follow_clr(hip: HipDouble) -> None:
     lib.raw("hipGetLastError")
 
 
+@pytest.mark.gpu2
 def test_copy_peer_between_devices(hip: HipDouble, areas: Callable[..., aml_hip.HipArea]) -> None:
     hip.need_devices(2)
     first, second = areas(0), areas(1)
