@@ -46,12 +46,14 @@ if [ "$what" = gpu2 ]; then
         "$repo/backends/cuda/tests/test_cuda_peer.py" -v -rA -p no:cacheprovider --timeout=150 \
         --junitxml="$OUT/cuda-gpu2-tests.xml" "$@") 2>&1 | tee "$OUT/cuda-gpu2-tests.log"
     rc=${PIPESTATUS[0]}
+    # aml-core is installed above: the forward runs install only their backend (pure Python).
+    $py -m pip install -q --no-deps --no-build-isolation "$repo/backends/hip" "$repo/backends/ze" 2>&1 | tail -2
     # aml-hip on the CUDA-forwarding double: the gpu2 module and the peer tests.
-    (cd "$repo" && OUT="$OUT/hip-forward" PYTHON=$py timeout 300 bash backends/hip/tests/run_forward.sh \
-        -k "gpu2 or peer") || rc=1
+    (cd "$repo" && OUT="$OUT/hip-forward" PYTHON=$py AML_HIP_SKIP_INSTALL=1 timeout 300 \
+        bash backends/hip/tests/run_forward.sh -k "gpu2 or peer") || rc=1
     # aml-ze's second-device IPC test (its forward run also times aml-ze's allocations).
-    (cd "$repo" && OUT="$OUT/ze-forward" PYTHON=$py timeout 300 bash backends/ze/tests/run_forward.sh \
-        -m gpu2) || rc=1
+    (cd "$repo" && OUT="$OUT/ze-forward" PYTHON=$py AML_ZE_SKIP_INSTALL=1 timeout 300 \
+        bash backends/ze/tests/run_forward.sh -m gpu2) || rc=1
     smoke=()
     [ "${GPU2_SMOKE:-0}" = 1 ] && smoke=(--smoke-one-gpu)
     (cd /tmp && timeout 300 $py "$repo/benchmarks/gpu2_bench.py" --out "$OUT" "${smoke[@]}") 2>&1 |
