@@ -67,4 +67,6 @@ def copy_peer(
     dst_device, src_device = d.device, s.device
     assert dst_device is not None  # by _device_buffer
     assert src_device is not None
-    runtime.memcpy_peer(d.device_ptr + d_off, dst_device, s.device_ptr + s_off, src_device, n)
+    # Checked above (live buffers of this backend: their devices exist, their addresses are
+    # not NULL; the range is inside both): the native operation directly, as an area's mmap.
+    runtime._memcpy_peer(d.device_ptr + d_off, dst_device, s.device_ptr + s_off, src_device, n)

@@ -2885,6 +2885,8 @@ static hipError_t impl_hipDeviceEnablePeerAccess(int peer, unsigned flags)
     if (flags != 0)
         return hipErrorInvalidValue;
     int d = cur_dev();
+    if (peer == d) /* CLR: not its own peer -> InvalidDevice (CUDA 13 on an H100 answers 217) */
+        return hipErrorInvalidDevice;
     hipError_t e = CUDART(cudaDeviceEnablePeerAccess(peer, 0));
     if (e == hipSuccess)
         fw_peer_mark(d, peer, 1);
@@ -2894,6 +2896,8 @@ static hipError_t impl_hipDeviceEnablePeerAccess(int peer, unsigned flags)
 static hipError_t impl_hipDeviceDisablePeerAccess(int peer)
 {
     int d = cur_dev();
+    if (peer == d) /* CLR: not its own peer -> InvalidDevice (CUDA 13 on an H100 answers 705) */
+        return hipErrorInvalidDevice;
     hipError_t e = CUDART(cudaDeviceDisablePeerAccess(peer));
     if (e == hipSuccess)
         fw_peer_mark(d, peer, 0);
