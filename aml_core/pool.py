@@ -353,10 +353,13 @@ class Pool(Area):
                 raise AMLValueError(f"limit {limit} is smaller than one block ({granule} bytes)")
         if release_threshold is not None:
             release_threshold = as_size(release_threshold, "release_threshold", allow_zero=True)
+        # One device per pool: an area of the current device binds the pool to one device
+        # (Area._pool_binding), so cached blocks never cross devices.
+        options, device = area._pool_binding(options)
         super().__init__(
             backend=area.backend,
             kind=area.kind,
-            device=area.device,
+            device=device,
             capabilities=area.capabilities & ~_NOT_POOLED,
         )
         self._area = area

@@ -187,6 +187,19 @@ class GpuArea(Area):
         # No driver or device: AMLNotSupported "no usable <backend> device: ..." (.devices).
         return usable_device_count(self.runtime)
 
+    def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
+        """A pool caches the memory of one device (as CuPy's and PyTorch's pools do: one
+        per device): over an area of the current device (negative device), the pool is
+        bound to the device current when it is made, or to ``options.device`` if it names
+        one. Every slab is then allocated there, so a block freed on one device is never
+        handed out as another device's memory."""
+        opts = self._coerce_options(options)
+        device = self.device if opts.device is None else opts.device
+        if device is not None and device >= 0:
+            return options, device
+        device = self.runtime.get_device()
+        return attrs.evolve(opts, device=device), device
+
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
         if options is None:

@@ -20,8 +20,9 @@ from .area import GpuArea
 from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
+from .peer import copy_peer
 from .plugin import GPU_KINDS
-from .runtime import Group, PointerAttributes, Runtime
+from .runtime import Group, PeerOps, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
 
@@ -56,6 +57,7 @@ class GpuBackend:
         self._lock = threading.Lock()
         self._imports: IpcImportArea | None = None
         self._defaults: dict[GpuFlags, GpuArea] = {}
+        self._peer: PeerOps | None = None
 
     @property
     def runtime(self) -> Runtime:
@@ -82,6 +84,7 @@ class GpuBackend:
             self._imports = None
             self._defaults.clear()
             self._runtime = None
+            self._peer = None
 
     # -- AML area API --------------------------------------------------------------------
     def create(self, device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
@@ -152,6 +155,40 @@ class GpuBackend:
         close it when done. No usable driver or device: :class:`AMLNotSupported`, as
         :meth:`create` says it."""
         return Stream(self._usable_runtime(), non_blocking=non_blocking)
+
+    # -- several devices: peer access and copies (docs/aml-contract.md#peer-access) -------
+    def _peer_ops(self) -> PeerOps:
+        """The runtime's PEER group, once a device was found (kept until :meth:`reset`:
+        ``copy_peer`` of small buffers should not count devices every time)."""
+        ops = self._peer
+        if ops is None:
+            ops = self._peer = self._usable_runtime().require(Group.PEER)
+        return ops
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """``cudaDeviceCanAccessPeer`` / ``hipDeviceCanAccessPeer``: whether ``device``
+        can reach ``peer``'s memory directly once peer access is enabled (False for a
+        device and itself)."""
+        return self._peer_ops().can_access_peer(device, peer)
+
+    def enable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Let ``device`` (None or negative: the caller's current device, which is
+        restored) reach ``peer``'s memory. Idempotent: True if this call enabled it,
+        False if it was enabled already. A pair without a peer path is ENOTSUP."""
+        return self._peer_ops().enable_peer_access(peer, device)
+
+    def disable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Stop ``device`` (None or negative: the current device) reaching ``peer``'s
+        memory. Idempotent: True if this call disabled it, False if it was not enabled."""
+        return self._peer_ops().disable_peer_access(peer, device)
+
+    def copy_peer(
+        self, dst: Buffer, src: Buffer, size: int | None = None, *, dst_offset: int = 0, src_offset: int = 0
+    ) -> None:
+        """Copy ``size`` bytes (default: all of ``src`` after ``src_offset``) between two
+        device buffers, each on its own device (``cudaMemcpyPeer`` / ``hipMemcpyPeer``);
+        returns when the bytes are copied. See :func:`aml_core.gpu.peer.copy_peer`."""
+        copy_peer(self._peer_ops(), dst, src, size, dst_offset=dst_offset, src_offset=src_offset)
 
     def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
         """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a

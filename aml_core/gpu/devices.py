@@ -1,4 +1,5 @@
-"""One error for a missing driver or device, wherever a GPU backend meets it.
+"""One error for a missing driver or device, wherever a GPU backend meets it, and the
+selection of a device for one operation (:func:`selected_device`).
 
 Creating an area (``create``, the default areas, ``aml_core.area``), virtual memory and
 streams all start by counting devices through :func:`usable_device_count`. A missing
@@ -12,15 +13,16 @@ other failure to count devices stays FAILURE, as in ``aml_area_hip_create``
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..errors import AMLError, AMLFailure, AMLNotSupported
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["no_usable_device", "usable_device_count", "usable_runtime"]
+__all__ = ["no_usable_device", "selected_device", "usable_device_count", "usable_runtime"]
 
 _T = TypeVar("_T")
 
@@ -59,3 +61,33 @@ def usable_device_count(runtime: Runtime) -> int:
     if count <= 0:
         raise no_usable_device(name, "the runtime reports no device")
     return count
+
+
+class _Selects(Protocol):
+    """What :func:`selected_device` needs of a runtime (a :class:`Runtime` has both)."""
+
+    def get_device(self) -> int: ...
+    def _set_device(self, device: int) -> None: ...
+
+
+@contextlib.contextmanager
+def selected_device(runtime: _Selects, device: int) -> Iterator[int]:
+    """Make ``device`` (a checked index) the calling thread's current device for the block
+    and restore the caller's afterwards, also when the block raises (as
+    ``aml_area_hip_mmap`` does around an allocation). Yields the caller's device. No
+    native call when ``device`` is already current. A failure to restore is raised (the
+    block's own error, if any, stays the one raised, with the restore failure noted)."""
+    current = runtime.get_device()
+    if current == device:
+        yield current
+        return
+    runtime._set_device(device)
+    try:
+        yield current
+    except BaseException as exc:
+        try:
+            runtime._set_device(current)
+        except AMLError as restore:
+            exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
+        raise
+    runtime._set_device(current)

@@ -24,9 +24,13 @@ from aml_core.gpu import VirtualMemory as VirtualMemory
 from aml_core.gpu.backend import GpuBackend
 
 BACKEND: GpuBackend
+can_access_peer = BACKEND.can_access_peer
+copy_peer = BACKEND.copy_peer
 create = BACKEND.create
 default_area = BACKEND.default_area
 destroy = BACKEND.destroy
+disable_peer_access = BACKEND.disable_peer_access
+enable_peer_access = BACKEND.enable_peer_access
 ipc_close = BACKEND.ipc_close
 ipc_open = BACKEND.ipc_open
 pointer_attributes = BACKEND.pointer_attributes

@@ -22,6 +22,7 @@ class Group(enum.Enum):
     IPC = "ipc"
     VIRTUAL_MEMORY = "virtual_memory"
     STREAM_ORDERED = "stream_ordered"
+    PEER = "peer"
 
 
 _GROUP_CAPABILITIES: Mapping[Group, Capability] = {
@@ -31,6 +32,7 @@ _GROUP_CAPABILITIES: Mapping[Group, Capability] = {
     Group.IPC: Capability.IPC,
     Group.VIRTUAL_MEMORY: Capability.VIRTUAL_MEMORY,
     Group.STREAM_ORDERED: Capability.NONE,
+    Group.PEER: Capability.NONE,
 }
 
 

@@ -8,10 +8,13 @@ closed) the export raises, and a new allocation gets a new handle.
 Importer side: ``backend.ipc_open(handle)`` maps the memory into the caller's current
 device, as hipIpcOpenMemHandle does (with lazy peer access: another device's memory is reached by
 peer access), and returns a :class:`~aml_core.buffer.Buffer` of the backend's import
-area whose ``device`` is the exporter's device index. Opening the
-same handle twice in one process maps it once (an importer-side cache, as UMF has): the
-same Buffer comes back and must be closed as many times as it was opened. Importers must
-close before the exporter frees (HIP: freeing first is undefined behaviour).
+area whose ``device`` is the exporter's device index. Opening the same handle twice from
+one device maps it once (an importer-side cache, as UMF has): the same Buffer comes back
+and must be closed as many times as it was opened. The cache is per device, as the
+runtimes map a handle once per device context: opening it from another current device
+maps it again there (another address, another Buffer), and each mapping is closed with
+its device selected. Importers must close before the exporter frees (HIP: freeing first
+is undefined behaviour).
 
 A block of a pool (``pool.ipc_export(buf)``) is shared as its slab's native handle plus
 the block's ``offset``: the importer maps each slab once (runtimes refuse to open one
@@ -34,6 +37,7 @@ from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLVal
 from ..interop import cuda_array_interface
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
 from ..specs import Capability, Kind
+from .devices import selected_device
 from .runtime import Group
 
 if TYPE_CHECKING:
@@ -65,16 +69,22 @@ def export_from(
 
 @attrs.frozen
 class IpcOptions:
-    """mmap options of the import area: the handle to open."""
+    """mmap options of the import area: the handle to open, and the importing device (the
+    current device of the opening thread, in whose context the handle is mapped)."""
 
     handle: IpcHandle | None = None
+    device: int = 0
+
+
+#: (native handle, offset, importing device): one Buffer per key.
+_Key = tuple[bytes, int, int]
 
 
 @attrs.frozen
 class _Imported:
     tag: str
-    #: (native handle, offset, size): one Buffer per key; one mapping per native handle.
-    key: tuple[bytes, int, int]
+    #: one Buffer per key; one mapping per (native handle, importing device).
+    key: _Key
 
 
 def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
@@ -101,15 +111,16 @@ class IpcImportArea(Area):
         )
         self._runtime = runtime
         self._ops = runtime.require(Group.IPC)
-        self._by_key: dict[tuple[bytes, int], Buffer] = {}
+        self._by_key: dict[_Key, Buffer] = {}
         self._opens: dict[int, int] = {}
         self._open_lock = threading.Lock()
-        #: native handle -> [mapped base, buffers using the mapping]
-        self._mappings: dict[bytes, list[int]] = {}
+        #: (native handle, importing device) -> [mapped base, buffers using the mapping]
+        self._mappings: dict[tuple[bytes, int], list[int]] = {}
         self._map_lock = threading.Lock()
 
     def open(self, handle: IpcHandle) -> Buffer:
-        """Map a handle exported by another process (cached: one mapping per handle)."""
+        """Map a handle exported by another process into the current device (cached: one
+        mapping per handle and importing device)."""
         if not isinstance(handle, IpcHandle):
             raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
         revalidate(handle)
@@ -124,10 +135,11 @@ class IpcImportArea(Area):
             raise AMLValueError(
                 f"the IPC handle's device {handle.device} does not exist here ({count} devices)"
             )
-        # One Buffer per (native handle, offset): a handle that names an open one with
-        # another size or device is tampered (mapping it again would give a second buffer
-        # at a live address).
-        key = (handle.data, handle.offset)
+        # One Buffer per (native handle, offset, importing device): a handle that names an
+        # open one with another size or device is tampered (mapping it again would give a
+        # second buffer at a live address).
+        importer = self._runtime.get_device()
+        key = (handle.data, handle.offset, importer)
         with self._open_lock:
             self._check_open()
             buf = self._by_key.get(key)
@@ -139,7 +151,7 @@ class IpcImportArea(Area):
                     )
                 self._opens[buf.ptr] += 1
                 return buf
-            buf = self.mmap(handle.size, IpcOptions(handle))
+            buf = self.mmap(handle.size, IpcOptions(handle, importer))
             self._by_key[key] = buf
             self._opens[buf.ptr] = 1
             return buf
@@ -174,8 +186,9 @@ class IpcImportArea(Area):
         handle = options.handle
         if handle is None:
             raise AMLValueError("the IPC import area maps handles: use ipc_open(handle)")
+        where = (handle.data, options.device)
         with self._map_lock:
-            mapping = self._mappings.get(handle.data)
+            mapping = self._mappings.get(where)
             if mapping is None:
                 end = handle.offset + handle.size
                 base = self._ops.ipc_open_handle(handle.data, end)
@@ -195,7 +208,7 @@ class IpcImportArea(Area):
                 except BaseException as exc:
                     _close_noting(self._ops, base, exc)
                     raise
-                mapping = self._mappings[handle.data] = [base, 0]
+                mapping = self._mappings[where] = [base, 0]
             mapping[1] += 1
         try:
             ptr = mapping[0] + handle.offset
@@ -208,14 +221,14 @@ class IpcImportArea(Area):
                 size,
                 host_accessible=False,
                 dl_device=(self._runtime.traits.dl_device, handle.device),
-                native=_Imported("ipc", (handle.data, handle.offset, handle.size)),
+                native=_Imported("ipc", (handle.data, handle.offset, options.device)),
                 device=handle.device,
             )
         except BaseException as exc:  # never keep a mapping that no buffer tracks
             with self._map_lock:
                 mapping[1] -= 1
                 if mapping[1] == 0:
-                    del self._mappings[handle.data]
+                    del self._mappings[where]
                     _close_noting(self._ops, mapping[0], exc)
             raise
 
@@ -230,17 +243,19 @@ class IpcImportArea(Area):
                 return
             super().munmap(buf)
             self._opens.pop(buf.ptr, None)
-            self._by_key.pop(native_as(buf, _Imported).key[:2], None)
+            self._by_key.pop(native_as(buf, _Imported).key, None)
 
     def _free(self, buffer: Buffer) -> None:
-        data = native_as(buffer, _Imported).key[0]
+        data, _, device = native_as(buffer, _Imported).key
         with self._map_lock:
-            mapping = self._mappings[data]
+            mapping = self._mappings[(data, device)]
             if mapping[1] > 1:
                 mapping[1] -= 1
                 return
-            self._ops.ipc_close_handle(mapping[0])  # raises: the mapping stays, and counted
-            del self._mappings[data]
+            # Closed in the context it was opened in; raises: the mapping stays, and counted.
+            with selected_device(self._runtime, device):
+                self._ops.ipc_close_handle(mapping[0])
+            del self._mappings[(data, device)]
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)

@@ -26,6 +26,7 @@ __all__ = [
     "GPU_INTERFACES",
     "GPU_KINDS",
     "GPU_METHODS",
+    "GPU_PEER_METHODS",
     "GPU_PRIORITY",
     "GPU_TYPES",
     "GPU_VMM_TYPES",
@@ -86,11 +87,18 @@ GPU_VMM_TYPES = (
     "Reservation",
     "VirtualMemory",
 )
+#: Of :data:`GPU_METHODS`, those of the ``PEER`` group (several devices: peer access and
+#: copies), which CUDA and HIP have and aml-ze does not.
+GPU_PEER_METHODS = ("can_access_peer", "copy_peer", "disable_peer_access", "enable_peer_access")
 #: The methods of ``BACKEND`` a GPU backend package exports as functions.
 GPU_METHODS = (
+    "can_access_peer",
+    "copy_peer",
     "create",
     "default_area",
     "destroy",
+    "disable_peer_access",
+    "enable_peer_access",
     "ipc_close",
     "ipc_open",
     "pointer_attributes",

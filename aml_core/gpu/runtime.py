@@ -18,6 +18,9 @@ group                  class (its public methods)                  capability it
                        map, access, export/import an fd, retain)
 ``STREAM_ORDERED``     :class:`StreamOrderedOps` (allocate and free  (none)
                        in stream order, events)
+``PEER``               :class:`PeerOps` (whether a device can reach  (none)
+                       another's memory, enable and disable peer
+                       access, copy between devices)
 =====================  ==========================================  ======================
 
 A runtime provides a group wholly or not at all: each group class declares its native
@@ -51,6 +54,7 @@ from .._buffer import NativeAllocator
 from ..buffer import DLDeviceType
 from ..errors import AMLError, AMLNotSupported, AMLValueError, ErrorTable
 from ..specs import Capability, DeviceInfo
+from .devices import selected_device
 from .groups import Group, capabilities
 
 __all__ = [
@@ -62,6 +66,7 @@ __all__ = [
     "Group",
     "IpcOps",
     "ManagedOps",
+    "PeerOps",
     "PointerAttributes",
     "Runtime",
     "RuntimeTraits",
@@ -246,6 +251,8 @@ class Runtime(abc.ABC):
     def require(self, group: Literal[Group.VIRTUAL_MEMORY]) -> VirtualMemoryOps: ...
     @overload
     def require(self, group: Literal[Group.STREAM_ORDERED]) -> StreamOrderedOps: ...
+    @overload
+    def require(self, group: Literal[Group.PEER]) -> PeerOps: ...
     def require(self, group: Group) -> object:
         """This runtime as the group's operations; :class:`AMLNotSupported` with the
         reason when it does not provide the group."""
@@ -584,6 +591,118 @@ class StreamOrderedOps(abc.ABC):
     def _stream_wait_event(self, stream: int, event: int) -> None: ...
 
 
+class PeerOps(abc.ABC):
+    """``PEER``: one device reaching another's memory directly (peer access) and copies
+    between devices (``cudaDeviceCanAccessPeer`` / ``hipDeviceCanAccessPeer``,
+    ``...EnablePeerAccess``, ``...DisablePeerAccess``, ``cudaMemcpyPeer`` /
+    ``hipMemcpyPeer``; docs/aml-contract.md#peer-access).
+
+    Peer access is one-way, from a device to a peer's memory, and process-wide: it is the
+    runtime's state, shared with every library of the process. So:
+
+    * :meth:`can_access_peer` answers False for a device and itself (a device is not its
+      own peer: HIP documents it, CUDA answers it) without a native call;
+    * :meth:`enable_peer_access` and :meth:`disable_peer_access` are idempotent: True when
+      the call changed the state, False when it already was so (the runtime's "already
+      enabled" / "not enabled" errors, which another library of the process may cause,
+      are answers here, not errors; the runtime's last error is cleared);
+    * they act for ``device`` (None or negative: the caller's current device), selecting it for
+      the native call and restoring the caller's current device afterwards, also when
+      the call fails (:func:`~aml_core.gpu.devices.selected_device`);
+    * enabling a pair the hardware cannot link is ENOTSUP (asked first, with
+      :meth:`can_access_peer`), a device as its own peer or an index past the device
+      count EINVAL, before any native call.
+
+    The runtime provides ``device_count``, ``get_device`` and ``_set_device``
+    (:class:`Runtime`)."""
+
+    traits: RuntimeTraits
+
+    @abc.abstractmethod
+    def device_count(self) -> int: ...
+    @abc.abstractmethod
+    def get_device(self) -> int: ...
+    @abc.abstractmethod
+    def _set_device(self, device: int) -> None: ...
+
+    def _peer_device(self, device: object, what: str, count: int) -> int:
+        d = checks.device(device, what=what)
+        if d >= count:
+            raise AMLValueError(f"{what} {d} is not in 0..{count - 1} ({count} devices)")
+        return d
+
+    def _peer_pair(self, device: int | None, peer: int) -> tuple[int, int]:
+        """(device, peer) checked against the device count, distinct; ``device`` None or
+        negative is the caller's current device (as an area's device)."""
+        count = self.device_count()
+        if device is not None and checks.c_int(device, "device") >= 0:
+            d = self._peer_device(device, "device", count)
+        else:
+            d = self.get_device()
+        p = self._peer_device(peer, "peer", count)
+        if d == p:
+            raise AMLValueError(
+                f"device {d} is not its own peer: it reaches its own memory without peer access"
+            )
+        return d, p
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        """Whether ``device`` can reach ``peer``'s memory directly (once enabled)."""
+        count = self.device_count()
+        d = self._peer_device(device, "device", count)
+        p = self._peer_device(peer, "peer", count)
+        return d != p and self._can_access_peer(d, p)
+
+    def enable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Let ``device`` (None or negative: the current device) reach ``peer``'s memory; True if
+        this call enabled it, False if it was enabled already."""
+        d, p = self._peer_pair(device, peer)
+        if not self._can_access_peer(d, p):
+            raise AMLNotSupported(
+                f"{self.traits.name} device {d} cannot access device {p}'s memory directly "
+                f"({self.traits.name} reports no peer path between them)"
+            )
+        with selected_device(self, d):
+            return self._enable_peer_access(p)
+
+    def disable_peer_access(self, peer: int, device: int | None = None) -> bool:
+        """Stop ``device`` (None or negative: the current device) reaching ``peer``'s memory; True
+        if this call disabled it, False if it was not enabled (also: a pair that cannot
+        be linked)."""
+        d, p = self._peer_pair(device, peer)
+        if not self._can_access_peer(d, p):
+            return False
+        with selected_device(self, d):
+            return self._disable_peer_access(p)
+
+    def memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
+        """Copy ``size`` bytes from ``src`` on ``src_device`` to ``dst`` on ``dst_device``
+        (peer access not needed: the runtime stages the copy when there is none). Returns
+        when the bytes are copied."""
+        count = self.device_count()
+        self._memcpy_peer(
+            checks.pointer(dst, "dst"),
+            self._peer_device(dst_device, "dst_device", count),
+            checks.pointer(src, "src"),
+            self._peer_device(src_device, "src_device", count),
+            checks.size(size),
+        )
+
+    @abc.abstractmethod
+    def _can_access_peer(self, device: int, peer: int) -> bool: ...
+    @abc.abstractmethod
+    def _enable_peer_access(self, peer: int) -> bool:
+        """Enable access from the current device to ``peer``; False on "already enabled"."""
+
+    @abc.abstractmethod
+    def _disable_peer_access(self, peer: int) -> bool:
+        """Disable access from the current device to ``peer``; False on "not enabled"."""
+
+    @abc.abstractmethod
+    def _memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
+        """The copy, synchronous (the bytes are at ``dst`` when it returns)."""
+
+
 #: Each group and the class whose methods make it up.
 GROUP_OPS: Mapping[Group, type] = {
     Group.ALLOCATION: AllocationOps,
@@ -592,6 +711,7 @@ GROUP_OPS: Mapping[Group, type] = {
     Group.IPC: IpcOps,
     Group.VIRTUAL_MEMORY: VirtualMemoryOps,
     Group.STREAM_ORDERED: StreamOrderedOps,
+    Group.PEER: PeerOps,
 }
 
 

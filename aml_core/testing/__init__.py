@@ -26,6 +26,7 @@ __all__ = [
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "gpu: needs a real GPU and its driver")
+    config.addinivalue_line("markers", "gpu2: needs two devices (two GPUs, or a double emulating them)")
     config.addinivalue_line("markers", "numa: needs several NUMA nodes")
 
 

@@ -44,6 +44,7 @@ from .doubles import Mode
 __all__ = [
     "DoubleSuite",
     "DriverDouble",
+    "GPU2_MARKER",
     "add_double_markers",
     "double_mode",
     "load_module",
@@ -51,6 +52,13 @@ __all__ = [
 ]
 
 D = TypeVar("D", bound="DriverDouble")
+
+#: The ``gpu2`` marker (issue 13): a test of two devices. A double's host mode emulates
+#: them; on real GPUs the test skips with "needs 2 GPUs, this machine has 1".
+GPU2_MARKER = (
+    "gpu2: needs two devices: two GPUs, or a driver double's host mode emulating them "
+    "(skipped elsewhere with the reason)"
+)
 
 
 def double_mode(variable: str) -> Mode:
@@ -246,6 +254,7 @@ def add_double_markers(config: pytest.Config, double: str, host_double: str) -> 
     against) and ``host_double`` (``host_double`` says what of the host mode they need)."""
     gpu = "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
     config.addinivalue_line("markers", gpu)
+    config.addinivalue_line("markers", GPU2_MARKER)
     config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
 

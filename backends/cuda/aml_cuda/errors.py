@@ -11,13 +11,17 @@ cudaErrorInvalidValue, cudaErrorInvalidDevice          EINVAL
 cudaErrorDeviceAlreadyInUse, cudaErrorDevicesUnavailable  EBUSY
 cudaErrorInitializationError                           FAILURE
 cudaErrorNotSupported (extension)                      ENOTSUP
+cudaErrorPeerAccessUnsupported (extension)             ENOTSUP
 cudaErrorNotPermitted (extension)                      EPERM
 anything else                                          FAILURE
 =====================================================  ==========
 
-The two extensions are not in AML's area: its C library folds them into FAILURE, but a
-caller can act on "not supported here" and "not permitted" differently, so they get the
-AML codes of the same name.
+The extensions are not in AML's area: its C library folds them into FAILURE, but a
+caller can act on "not supported here" (also: "no peer path between these devices")
+and "not permitted" differently, so they get the AML codes of the same name. The peer
+calls' "already enabled" and "not enabled" (704, 705) are answers of the idempotent
+``enable_peer_access`` / ``disable_peer_access``, never raised
+(docs/aml-contract.md#peer-access).
 
 Driver API (``CUresult``, used for virtual memory) follows the same rules:
 CUDA_ERROR_NO_DEVICE, and the driver's "no usable driver" codes CUDA_ERROR_STUB_LIBRARY
@@ -26,7 +30,8 @@ and CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (its equivalents of cudaErrorInsufficientD
 CUDA_ERROR_INVALID_DEVICE → EINVAL; CUDA_ERROR_CONTEXT_ALREADY_IN_USE and
 CUDA_ERROR_DEVICE_UNAVAILABLE (the same numbers as the runtime's device-in-use codes)
 → EBUSY; CUDA_ERROR_NOT_INITIALIZED → FAILURE; CUDA_ERROR_NOT_SUPPORTED → ENOTSUP;
-CUDA_ERROR_NOT_PERMITTED → EPERM; anything else → FAILURE.
+CUDA_ERROR_NOT_PERMITTED → EPERM; CUDA_ERROR_PEER_ACCESS_UNSUPPORTED → ENOTSUP (as the
+runtime's); anything else → FAILURE.
 
 Names come from ``cudaGetErrorName`` / ``cuGetErrorName``; a name lookup never raises
 (with no driver, ``cuGetErrorName`` cannot be called: the enum's name is used).
@@ -63,6 +68,7 @@ RUNTIME_MAPPING: dict[int, ErrorCode] = {
     int(_E.cudaErrorDevicesUnavailable): ErrorCode.EBUSY,
     int(_E.cudaErrorInitializationError): ErrorCode.FAILURE,
     int(_E.cudaErrorNotSupported): ErrorCode.ENOTSUP,
+    int(_E.cudaErrorPeerAccessUnsupported): ErrorCode.ENOTSUP,
     int(_E.cudaErrorNotPermitted): ErrorCode.EPERM,
 }
 
@@ -79,6 +85,7 @@ DRIVER_MAPPING: dict[int, ErrorCode] = {
     int(_R.CUDA_ERROR_NOT_INITIALIZED): ErrorCode.FAILURE,
     int(_R.CUDA_ERROR_NOT_SUPPORTED): ErrorCode.ENOTSUP,
     int(_R.CUDA_ERROR_NOT_PERMITTED): ErrorCode.EPERM,
+    int(_R.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED): ErrorCode.ENOTSUP,
 }
 
 

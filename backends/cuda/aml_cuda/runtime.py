@@ -80,6 +80,8 @@ _cudaFreeAsync = _rt.cudaFreeAsync
 _cudaEventRecord = _rt.cudaEventRecord
 _cudaEventQuery = _rt.cudaEventQuery
 _ERR_NOT_READY = int(_E.cudaErrorNotReady)
+_ERR_PEER_ENABLED = int(_E.cudaErrorPeerAccessAlreadyEnabled)
+_ERR_PEER_NOT_ENABLED = int(_E.cudaErrorPeerAccessNotEnabled)
 _EVENT_DISABLE_TIMING = int(_rt.cudaEventDisableTiming)
 
 _HOST_PORTABLE = int(_rt.cudaHostAllocPortable)
@@ -141,6 +143,7 @@ class CudaRuntime(
     core.IpcOps,
     core.VirtualMemoryOps,
     core.StreamOrderedOps,
+    core.PeerOps,
 ):
     """Every capability group over ``cuda-bindings``."""
 
@@ -584,6 +587,48 @@ class CudaRuntime(
         (err,) = _rt.cudaStreamWaitEvent(stream, event, 0)
         if err:
             self._fail("cudaStreamWaitEvent", err)
+
+    # -- peer access (docs/aml-contract.md#peer-access) --------------------------------------
+    def _can_access_peer(self, device: int, peer: int) -> bool:
+        err, can = _rt.cudaDeviceCanAccessPeer(device, peer)
+        if err:
+            self._fail("cudaDeviceCanAccessPeer", err)
+        return bool(can)
+
+    def _enable_peer_access(self, peer: int) -> bool:
+        (err,) = _rt.cudaDeviceEnablePeerAccess(peer, 0)
+        if not err:
+            return True
+        if int(err) == _ERR_PEER_ENABLED:
+            # An answer, not an error (idempotent enable): clear it so that it does not
+            # surface in a later cudaGetLastError (CUDA records it like any failure).
+            _cudaGetLastError()
+            return False
+        self._fail("cudaDeviceEnablePeerAccess", err, f"could not enable access to CUDA device {peer}")
+
+    def _disable_peer_access(self, peer: int) -> bool:
+        (err,) = _rt.cudaDeviceDisablePeerAccess(peer)
+        if not err:
+            return True
+        if int(err) == _ERR_PEER_NOT_ENABLED:
+            _cudaGetLastError()
+            return False
+        self._fail("cudaDeviceDisablePeerAccess", err, f"could not disable access to CUDA device {peer}")
+
+    def _memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
+        """``cudaMemcpyPeer``, then a synchronization of the default stream: CUDA queues a
+        device-to-device copy on the current device's default stream and returns before
+        it is done, and aml's returns when the bytes are there."""
+        (err,) = _rt.cudaMemcpyPeer(dst, dst_device, src, src_device, size)
+        if err:
+            self._fail(
+                "cudaMemcpyPeer",
+                err,
+                f"cudaMemcpyPeer of {size} bytes from device {src_device} to device {dst_device} failed",
+            )
+        (err,) = _rt.cudaStreamSynchronize(0)
+        if err:
+            self._fail("cudaStreamSynchronize", err)
 
     # -- IPC -------------------------------------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:

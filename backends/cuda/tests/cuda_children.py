@@ -1,5 +1,5 @@
-"""Child processes of the IPC and virtual-memory tests (and of the benchmark): run as
-``python cuda_children.py ipc|vmm|ipc-raw ...``; each prints one JSON line."""
+"""Child processes of the IPC and virtual-memory tests (and of the benchmarks): run as
+``python cuda_children.py ipc|ipc-devices|vmm|ipc-raw ...``; each prints one JSON line."""
 
 from __future__ import annotations
 
@@ -74,14 +74,59 @@ def ipc(handle_hex: str, seed: int, reply_seed: int, opens: int) -> dict[str, An
     }
 
 
-def ipc_raw(handle_hex: str) -> dict[str, Any]:
-    """cudaIpcOpenMemHandle directly, for the benchmark's reference."""
+def ipc_devices(handle_hex: str, device: int, seed: int, reply_seed: int) -> dict[str, Any]:
+    """Current on ``device``, open a handle exported on another device (lazy peer access)
+    twice (one mapping: the importer's cache, timed cold and cached), check the
+    exporter's bytes and write a reply; current on the other device, open it again (its
+    own mapping in that device's context) and read the reply through it; close everything
+    from ``device`` (each mapping closed with its own device selected)."""
+    import aml_cuda
+
+    handle = pickle.loads(bytes.fromhex(handle_hex))
+    n = min(handle.size, 1 << 20)
+    rt = aml_cuda.get_runtime()
+    other = 1 - device
+    for d in (other, device):  # both contexts exist before the clock starts
+        rt.set_device(d)
+        rt.synchronize()
+    t0 = time.perf_counter_ns()
+    buf = aml_cuda.ipc_open(handle)
+    cold = time.perf_counter_ns() - t0
+    t0 = time.perf_counter_ns()
+    same = aml_cuda.ipc_open(handle) is buf
+    cached = time.perf_counter_ns() - t0
+    ok = read_device(rt, buf.ptr, n) == pattern(seed, n)
+    write_device(rt, buf.ptr, pattern(reply_seed, n))
+    rt.synchronize()
+    rt.set_device(other)
+    again = aml_cuda.ipc_open(handle)
+    second = again is not buf and again.ptr != buf.ptr
+    reply = read_device(rt, again.ptr, n) == pattern(reply_seed, n)
+    rt.set_device(device)
+    for b in (buf, buf, again):
+        aml_cuda.ipc_close(b)
+    return {
+        "ok": ok,
+        "same_buffer": same,
+        "second_mapping": second,
+        "reply_through_second": reply,
+        "devices": [buf.device, again.device],
+        "current_after_close": rt.get_device(),
+        "closed": buf.freed and again.freed,
+        "cold_us": cold / 1000,
+        "cached_us": cached / 1000,
+    }
+
+
+def ipc_raw(handle_hex: str, device: int | None = None) -> dict[str, Any]:
+    """cudaIpcOpenMemHandle directly, for the benchmarks' reference, current on ``device``
+    (default: the exporter's)."""
     import aml_cuda
     from cuda.bindings import runtime as rt_
 
     handle = pickle.loads(bytes.fromhex(handle_hex))
     rt = aml_cuda.get_runtime()
-    rt.set_device(handle.device)
+    rt.set_device(handle.device if device is None else device)
     rt.synchronize()
     raw = ctypes.create_string_buffer(handle.data, 64)
     native = rt_.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
@@ -105,14 +150,16 @@ def vmm(sock_fd: int) -> dict[str, Any]:
     info = json.loads(msg)
     (fd,) = fds
     size, seed, reply_seed = info["size"], info["seed"], info["reply_seed"]
+    device = int(info.get("device", 0))
     rt = aml_cuda.get_runtime()
-    with aml_cuda.virtual_memory(0) as vm:
+    rt.set_device(device)
+    with aml_cuda.virtual_memory(device) as vm:
         phys = vm.import_fd(fd, size)
         os.close(fd)
         props = vm.properties(phys)
         res = vm.reserve(size)
         vm.map(res.ptr, size, phys)
-        vm.set_access(res.ptr, size, Access.READWRITE)
+        vm.set_access(res.ptr, size, {device: Access.READWRITE})
         ok = read_device(rt, res.ptr, size) == pattern(seed, size)
         write_device(rt, res.ptr, pattern(reply_seed, size))
         rt.synchronize()
@@ -133,8 +180,10 @@ def main(argv: list[str]) -> None:
     cmd = argv[1]
     if cmd == "ipc":
         out = ipc(argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
+    elif cmd == "ipc-devices":
+        out = ipc_devices(argv[2], int(argv[3]), int(argv[4]), int(argv[5]))
     elif cmd == "ipc-raw":
-        out = ipc_raw(argv[2])
+        out = ipc_raw(argv[2], int(argv[3]) if len(argv) > 3 else None)
     elif cmd == "vmm":
         out = vmm(int(argv[2]))
     else:

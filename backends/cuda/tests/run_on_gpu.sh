@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # Install aml-core and aml-cuda, run the CUDA tests (GPU tests included) and the
 # benchmark on a GPU machine. Logs and results go to $OUT (default /tmp/aml-cuda-out).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
 # benchmarks/soak_pool.py, 10**5 pool operations and device memory back to its baseline.)
+# ("gpu2": issue 13 on a machine with two GPUs, in one call: the gpu2 and peer tests of
+# aml-cuda (cuda-gpu2-tests.log/.xml), of aml-hip through the CUDA-forwarding double
+# ($OUT/hip-forward/) and aml-ze's ($OUT/ze-forward/), the GPU topology
+# (gpu2-topology.txt) and benchmarks/gpu2_bench.py (gpu2_bench.json/.md/_*.png,
+# gpu2-bench.log). On one GPU the two-GPU tests skip with "needs 2 GPUs, this machine has
+# 1", the single-GPU ones run, and the benchmark writes nothing (exit 77, not a failure);
+# GPU2_SMOKE=1 then runs it with --smoke-one-gpu, its files named as a smoke test.)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -36,5 +43,30 @@ if [ "$what" = alloc ]; then
 fi
 if [ "$what" = soak ]; then
     (cd /tmp && timeout 300 $py "$repo/benchmarks/soak_pool.py" --out "$OUT") || rc=1
+fi
+if [ "$what" = gpu2 ]; then
+    nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
+    (cd /tmp && timeout 300 $py -m pytest "$repo/backends/cuda/tests/test_cuda_gpu2.py" \
+        "$repo/backends/cuda/tests/test_cuda_peer.py" -v -rA -p no:cacheprovider --timeout=150 \
+        --junitxml="$OUT/cuda-gpu2-tests.xml" "$@") 2>&1 | tee "$OUT/cuda-gpu2-tests.log"
+    rc=${PIPESTATUS[0]}
+    # aml-core is installed above: the forward runs install only their backend (pure Python).
+    $py -m pip install -q --no-deps --no-build-isolation "$repo/backends/hip" "$repo/backends/ze" 2>&1 | tail -2
+    # aml-hip on the CUDA-forwarding double: the gpu2 module and the peer tests.
+    (cd "$repo" && OUT="$OUT/hip-forward" PYTHON=$py AML_HIP_SKIP_INSTALL=1 timeout 300 \
+        bash backends/hip/tests/run_forward.sh -k "gpu2 or peer") || rc=1
+    # aml-ze's second-device IPC test (its forward run also times aml-ze's allocations).
+    (cd "$repo" && OUT="$OUT/ze-forward" PYTHON=$py AML_ZE_SKIP_INSTALL=1 timeout 300 \
+        bash backends/ze/tests/run_forward.sh -m gpu2) || rc=1
+    smoke=()
+    [ "${GPU2_SMOKE:-0}" = 1 ] && smoke=(--smoke-one-gpu)
+    (cd /tmp && timeout 300 $py "$repo/benchmarks/gpu2_bench.py" --out "$OUT" "${smoke[@]}") 2>&1 |
+        tee "$OUT/gpu2-bench.log"
+    bench=${PIPESTATUS[0]}
+    if [ "$bench" = 77 ]; then
+        echo "gpu2_bench: fewer than 2 GPUs, nothing measured" | tee -a "$OUT/gpu2-bench.log"
+    elif [ "$bench" != 0 ]; then
+        rc=1
+    fi
 fi
 exit "$rc"

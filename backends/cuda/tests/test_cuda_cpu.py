@@ -284,7 +284,12 @@ RUNTIME_ROWS = [
     (E.cudaErrorDevicesUnavailable, ErrorCode.EBUSY, AMLBusyError),
     (E.cudaErrorInitializationError, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorNotSupported, ErrorCode.ENOTSUP, AMLNotSupported),
+    (E.cudaErrorPeerAccessUnsupported, ErrorCode.ENOTSUP, AMLNotSupported),
     (E.cudaErrorNotPermitted, ErrorCode.EPERM, AMLPermissionError),
+    # the peer calls' "already enabled" / "not enabled" are answers of the idempotent
+    # enable/disable, not in the table: any other call meeting them is FAILURE
+    (E.cudaErrorPeerAccessAlreadyEnabled, ErrorCode.FAILURE, AMLFailure),
+    (E.cudaErrorPeerAccessNotEnabled, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorUnknown, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorIllegalAddress, ErrorCode.FAILURE, AMLFailure),
     (E.cudaErrorInvalidResourceHandle, ErrorCode.FAILURE, AMLFailure),
@@ -320,6 +325,7 @@ def test_runtime_table_numbers() -> None:
         46: "EBUSY",
         3: "FAILURE",
         801: "ENOTSUP",
+        217: "ENOTSUP",
         800: "EPERM",
     }
 
@@ -336,6 +342,7 @@ DRIVER_ROWS = [
     (R.CUDA_ERROR_NOT_INITIALIZED, ErrorCode.FAILURE),
     (R.CUDA_ERROR_NOT_SUPPORTED, ErrorCode.ENOTSUP),
     (R.CUDA_ERROR_NOT_PERMITTED, ErrorCode.EPERM),
+    (R.CUDA_ERROR_PEER_ACCESS_UNSUPPORTED, ErrorCode.ENOTSUP),
     (R.CUDA_ERROR_NOT_MAPPED, ErrorCode.FAILURE),
     (R.CUDA_ERROR_UNKNOWN, ErrorCode.FAILURE),
 ]
@@ -542,3 +549,135 @@ def test_free_memory_checks_what_nvml_says(
     monkeypatch.setattr(nvml, "_nvml", fake)
     assert nvml.free_memory("0000:19:00.0") == expected
     assert fake.asked == ["0000:19:00.0"]
+
+
+# -- peer access: the translation of CUDA's answers (docs/aml-contract.md#peer-access) ----------
+class _PeerRuntime:
+    """cuda.bindings.runtime's peer calls, answering as CUDA does, recorded."""
+
+    def __init__(self, enable: Any = 0, disable: Any = 0, can: int = 1, copy: Any = 0) -> None:
+        self.answers = {"enable": enable, "disable": disable, "copy": copy}
+        self.can = can
+        self.calls: list[tuple[Any, ...]] = []
+
+    def cudaDeviceCanAccessPeer(self, device: int, peer: int) -> tuple[Any, int]:
+        self.calls.append(("cudaDeviceCanAccessPeer", device, peer))
+        return E.cudaSuccess, self.can
+
+    def cudaDeviceEnablePeerAccess(self, peer: int, flags: int) -> tuple[Any]:
+        self.calls.append(("cudaDeviceEnablePeerAccess", peer, flags))
+        return (E(self.answers["enable"]),)
+
+    def cudaDeviceDisablePeerAccess(self, peer: int) -> tuple[Any]:
+        self.calls.append(("cudaDeviceDisablePeerAccess", peer))
+        return (E(self.answers["disable"]),)
+
+    def cudaMemcpyPeer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> tuple[Any]:
+        self.calls.append(("cudaMemcpyPeer", dst, dst_device, src, src_device, size))
+        return (E(self.answers["copy"]),)
+
+    def cudaStreamSynchronize(self, stream: int) -> tuple[Any]:
+        self.calls.append(("cudaStreamSynchronize", stream))
+        return (E.cudaSuccess,)
+
+
+def _peer_runtime(monkeypatch: pytest.MonkeyPatch, fake: _PeerRuntime) -> Any:
+    from aml_cuda import runtime as runtime_mod
+
+    cleared: list[int] = []
+    monkeypatch.setattr(
+        runtime_mod,
+        "_rt",
+        _Proxy(
+            rt_mod,
+            **{
+                name: getattr(fake, name)
+                for name in (
+                    "cudaDeviceCanAccessPeer",
+                    "cudaDeviceEnablePeerAccess",
+                    "cudaDeviceDisablePeerAccess",
+                    "cudaMemcpyPeer",
+                    "cudaStreamSynchronize",
+                )
+            },
+        ),
+    )
+    monkeypatch.setattr(runtime_mod, "_cudaGetLastError", lambda: cleared.append(1) or (E.cudaSuccess,))
+    rec = _recorder(False)  # two devices, the caller on device 1
+    rec.cleared = cleared
+    return rec
+
+
+@pytest.mark.parametrize(
+    ("answer", "result"),
+    [(E.cudaSuccess, True), (E.cudaErrorPeerAccessAlreadyEnabled, False)],
+    ids=["enabled", "already"],
+)
+def test_enable_peer_access_is_idempotent(monkeypatch: pytest.MonkeyPatch, answer: Any, result: bool) -> None:
+    fake = _PeerRuntime(enable=answer)
+    rec = _peer_runtime(monkeypatch, fake)
+    assert rec.enable_peer_access(1, device=0) is result
+    assert fake.calls == [("cudaDeviceCanAccessPeer", 0, 1), ("cudaDeviceEnablePeerAccess", 1, 0)]
+    assert rec.calls == [("set_device", 0), ("set_device", 1)]  # device 0 selected, 1 restored
+    assert rec.cleared == ([] if result else [1])  # "already enabled" leaves no last error
+
+
+@pytest.mark.parametrize(
+    ("answer", "result"),
+    [(E.cudaSuccess, True), (E.cudaErrorPeerAccessNotEnabled, False)],
+    ids=["disabled", "not-enabled"],
+)
+def test_disable_peer_access_is_idempotent(
+    monkeypatch: pytest.MonkeyPatch, answer: Any, result: bool
+) -> None:
+    fake = _PeerRuntime(disable=answer)
+    rec = _peer_runtime(monkeypatch, fake)
+    assert rec.disable_peer_access(0) is result  # from the current device, 1
+    assert fake.calls[-1] == ("cudaDeviceDisablePeerAccess", 0)
+    assert rec.calls == []
+    assert rec.cleared == ([] if result else [1])
+
+
+@pytest.mark.parametrize(
+    ("answer", "cls"),
+    [
+        (E.cudaErrorInvalidDevice, AMLValueError),
+        (E.cudaErrorPeerAccessUnsupported, AMLNotSupported),
+        (E.cudaErrorTooManyPeers, AMLFailure),
+        (E.cudaErrorPeerAccessNotEnabled, AMLFailure),  # not an answer of enable
+    ],
+)
+def test_enable_peer_access_errors(
+    monkeypatch: pytest.MonkeyPatch, answer: Any, cls: type[Exception]
+) -> None:
+    rec = _peer_runtime(monkeypatch, _PeerRuntime(enable=answer))
+    with pytest.raises(cls) as info:
+        rec.enable_peer_access(1, device=0)
+    assert info.value.native.function == "cudaDeviceEnablePeerAccess"  # type: ignore[attr-defined]
+    assert info.value.native.code == int(answer)  # type: ignore[attr-defined]
+    assert rec.current == 1  # restored after the failure
+    assert rec.cleared == [1]  # _fail clears the runtime's last error
+
+
+def test_enable_without_a_peer_path_makes_no_enable_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _PeerRuntime(can=0)
+    rec = _peer_runtime(monkeypatch, fake)
+    with pytest.raises(AMLNotSupported, match="cannot access device 0's memory directly"):
+        rec.enable_peer_access(0)
+    assert rec.disable_peer_access(0) is False
+    assert [c[0] for c in fake.calls] == ["cudaDeviceCanAccessPeer", "cudaDeviceCanAccessPeer"]
+    assert rec.can_access_peer(1, 1) is False  # not its own peer: no call
+    assert len(fake.calls) == 2
+
+
+def test_memcpy_peer_waits_for_the_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _PeerRuntime()
+    rec = _peer_runtime(monkeypatch, fake)
+    rec.memcpy_peer(0x1000, 1, 0x2000, 0, 64)
+    assert fake.calls == [("cudaMemcpyPeer", 0x1000, 1, 0x2000, 0, 64), ("cudaStreamSynchronize", 0)]
+    fake.answers["copy"] = E.cudaErrorInvalidValue
+    with pytest.raises(AMLValueError, match="from device 0 to device 1") as info:
+        rec.memcpy_peer(0x1000, 1, 0x2000, 0, 64)
+    assert info.value.native is not None
+    assert info.value.native.name == "cudaErrorInvalidValue"
+    assert fake.calls[-1][0] == "cudaMemcpyPeer"  # no synchronization after a failed copy

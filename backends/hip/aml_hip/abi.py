@@ -73,6 +73,9 @@ hipErrorInvalidDevice: Final = 101
 hipErrorContextAlreadyInUse: Final = 216
 #: hipEventQuery's "the recorded work is not done yet" (a state, not an error).
 hipErrorNotReady: Final = 600
+hipErrorPeerAccessUnsupported: Final = 217
+hipErrorPeerAccessAlreadyEnabled: Final = 704
+hipErrorPeerAccessNotEnabled: Final = 705
 hipErrorHostMemoryAlreadyRegistered: Final = 712
 hipErrorNotSupported: Final = 801
 hipErrorUnknown: Final = 999
@@ -164,6 +167,9 @@ COMMON_NAMES: Final[tuple[str, ...]] = (
     "hipErrorInvalidDevice",
     "hipErrorContextAlreadyInUse",
     "hipErrorNotReady",
+    "hipErrorPeerAccessUnsupported",
+    "hipErrorPeerAccessAlreadyEnabled",
+    "hipErrorPeerAccessNotEnabled",
     "hipErrorHostMemoryAlreadyRegistered",
     "hipErrorNotSupported",
     "hipErrorUnknown",

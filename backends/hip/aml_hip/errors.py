@@ -15,10 +15,18 @@ hipErrorContextAlreadyInUse (216)                      EBUSY      aml_area_hip_m
 hipErrorNotInitialized = hipErrorInitializationError   FAILURE    aml_area_hip_mmap
 (3)
 hipErrorNotSupported (801)                             ENOTSUP    documented extension
+hipErrorPeerAccessUnsupported (217)                    ENOTSUP    documented extension (no
+                                                                  peer path between the
+                                                                  devices)
 hipErrorHostMemoryAlreadyRegistered (712)              EBUSY      documented extension (as
                                                                   AML's C hip area)
 anything else                                          FAILURE    never success
 =====================================================  =========  ==========================
+
+The peer calls' ``hipErrorPeerAccessAlreadyEnabled`` (704) and
+``hipErrorPeerAccessNotEnabled`` (705) are answers of the idempotent
+``enable_peer_access`` / ``disable_peer_access``, never raised
+(docs/aml-contract.md#peer-access).
 
 Names come from ``hipGetErrorName`` of the loaded library; the lookup never raises and
 falls back to a built-in name (or ``hipError <n>``) when no library is loaded or the
@@ -48,6 +56,7 @@ HIP_ERROR_CODES: Final[dict[int, ErrorCode]] = {
     C.hipErrorContextAlreadyInUse: ErrorCode.EBUSY,
     C.hipErrorInitializationError: ErrorCode.FAILURE,
     C.hipErrorNotSupported: ErrorCode.ENOTSUP,
+    C.hipErrorPeerAccessUnsupported: ErrorCode.ENOTSUP,
     C.hipErrorHostMemoryAlreadyRegistered: ErrorCode.EBUSY,
 }
 
@@ -60,6 +69,9 @@ _KNOWN_NAMES: Final[dict[int, str]] = {
     C.hipErrorNoDevice: "hipErrorNoDevice",
     C.hipErrorInvalidDevice: "hipErrorInvalidDevice",
     C.hipErrorContextAlreadyInUse: "hipErrorContextAlreadyInUse",
+    C.hipErrorPeerAccessUnsupported: "hipErrorPeerAccessUnsupported",
+    C.hipErrorPeerAccessAlreadyEnabled: "hipErrorPeerAccessAlreadyEnabled",
+    C.hipErrorPeerAccessNotEnabled: "hipErrorPeerAccessNotEnabled",
     C.hipErrorHostMemoryAlreadyRegistered: "hipErrorHostMemoryAlreadyRegistered",
     C.hipErrorNotSupported: "hipErrorNotSupported",
     C.hipErrorUnknown: "hipErrorUnknown",

@@ -72,6 +72,12 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hipIpcCloseMemHandle": (_err, (c_void_p,)),
     "hipPointerGetAttributes": (_err, (POINTER(C.hipPointerAttribute_t), c_void_p)),
     "hipGetErrorName": (c_char_p, (c_int,)),
+    "hipGetLastError": (_err, ()),
+    # peer access and copies between devices (docs/native-abi.md#hip-peer-access)
+    "hipDeviceCanAccessPeer": (_err, (POINTER(c_int), c_int, c_int)),
+    "hipDeviceEnablePeerAccess": (_err, (c_int, c_uint)),
+    "hipDeviceDisablePeerAccess": (_err, (c_int,)),
+    "hipMemcpyPeer": (_err, (c_void_p, c_int, c_void_p, c_int, c_size_t)),
 }
 
 #: Declared when present: newer host calls, virtual memory (exported since 5.1: native-abi.md#hip)

@@ -72,6 +72,7 @@ class HipRuntime(
     core.IpcOps,
     core.VirtualMemoryOps,
     core.StreamOrderedOps,
+    core.PeerOps,
 ):
     """HIP's native calls for the shared GPU logic (:mod:`aml_core.gpu`)."""
 
@@ -405,6 +406,37 @@ class HipRuntime(
 
     def _stream_wait_event(self, stream: int, event: int) -> None:
         self.lib.call("hipStreamWaitEvent", _vp(stream), _vp(event), 0)
+
+    # -- peer access (docs/aml-contract.md#peer-access) -----------------------------------------
+    def _can_access_peer(self, device: int, peer: int) -> bool:
+        can = c_int(0)
+        self.lib.call("hipDeviceCanAccessPeer", byref(can), device, peer)
+        return bool(can.value)
+
+    def _peer_call(self, name: str, answered: int, *args: int) -> bool:
+        """A peer enable/disable: True on success, False on ``answered`` (704 "already
+        enabled" / 705 "not enabled": an answer of the idempotent call, cleared from
+        hipGetLastError, which HIP 7 keeps until read), else the translated error."""
+        rc = self.lib.raw(name, *args)
+        if rc == C.hipSuccess:
+            return True
+        if rc == answered:
+            self.lib.raw("hipGetLastError")
+            return False
+        raise self.errors.error(name, rc, None)
+
+    def _enable_peer_access(self, peer: int) -> bool:
+        return self._peer_call("hipDeviceEnablePeerAccess", C.hipErrorPeerAccessAlreadyEnabled, peer, 0)
+
+    def _disable_peer_access(self, peer: int) -> bool:
+        return self._peer_call("hipDeviceDisablePeerAccess", C.hipErrorPeerAccessNotEnabled, peer)
+
+    def _memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
+        """``hipMemcpyPeer``, then a synchronization of the null stream: CLR queues the
+        device-to-device copy on the current device's null stream without waiting for it
+        (as CUDA does), and aml's returns when the bytes are there."""
+        self.lib.call("hipMemcpyPeer", _vp(dst), dst_device, _vp(src), src_device, size)
+        self.lib.call("hipStreamSynchronize", None)
 
     # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:

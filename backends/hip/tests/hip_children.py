@@ -1,5 +1,6 @@
-"""Child processes of the aml-hip tests: run as ``python hip_children.py ipc|vmm`` with a
-JSON request on stdin; each prints one JSON line (docs/aml-contract.md#hip-ipc)."""
+"""Child processes of the aml-hip tests: run as ``python hip_children.py
+ipc|ipc-devices|vmm`` with a JSON request on stdin; each prints one JSON line
+(docs/aml-contract.md#hip-ipc)."""
 
 from __future__ import annotations
 
@@ -76,26 +77,83 @@ def ipc() -> int:
     return 0
 
 
+def _read(rt: Any, ptr: int, n: int) -> str:
+    out = (ctypes.c_char * n)()
+    rt.memcpy(ctypes.addressof(out), ptr, n)
+    return bytes(out).hex()
+
+
+def _write(rt: Any, ptr: int, data: bytes) -> None:
+    src = ctypes.create_string_buffer(data, len(data))
+    rt.memcpy(ptr, ctypes.addressof(src), len(data))
+    rt.synchronize()
+
+
+def ipc_devices() -> int:
+    """The importer of the IPC-across-devices test: reads ``{"handle": base64 pickle,
+    "device": d, "read": n, "write": hex}`` on stdin. With ``d`` current it opens the
+    handle twice (one mapping: the cache), reads the exporter's bytes and writes a reply;
+    then, current on the other device, opens it again (a second mapping, in that device's
+    context) and reads the reply through it; closes everything from device ``d`` (each
+    mapping closed with its own device selected) and reports the double's counts."""
+    import aml_hip
+
+    request = json.loads(sys.stdin.read())
+    handle = pickle.loads(base64.b64decode(request["handle"]))
+    device, n = int(request["device"]), int(request["read"])
+    other = 1 - device
+    ctl = _control()
+    rt = aml_hip.get_runtime()
+    report: dict[str, Any] = {"pid": os.getpid()}
+    rt.set_device(device)
+    buf = aml_hip.ipc_open(handle)
+    report["same_buffer"] = aml_hip.ipc_open(handle) is buf
+    report["open_calls_one_device"] = ctl.calls("hipIpcOpenMemHandle")
+    report["read"] = _read(rt, buf.device_ptr, n)
+    _write(rt, buf.device_ptr, bytes.fromhex(request["write"]))
+    rt.set_device(other)
+    again = aml_hip.ipc_open(handle)
+    report["second_mapping"] = again is not buf and again.ptr != buf.ptr
+    report["open_calls_two_devices"] = ctl.calls("hipIpcOpenMemHandle")
+    report["read_other"] = _read(rt, again.device_ptr, n)
+    report["buffer_devices"] = [buf.device, again.device]
+    rt.set_device(device)
+    for b in (buf, buf, again):
+        aml_hip.ipc_close(b)
+    report["current_after_close"] = rt.get_device()
+    report["closed"] = buf.freed and again.freed
+    report["close_calls"] = ctl.calls("hipIpcCloseMemHandle")
+    aml_hip.BACKEND.reset()
+    report["live_ipc"] = ctl.live("ipc")
+    print(json.dumps(report))
+    return 0
+
+
 def vmm() -> int:
-    """The importer of the VMM sharing test: reads ``{"fd": n, "size": bytes, "read": n}`` on
-    stdin (the fd is inherited), imports the physical allocation, maps it, reads ``read`` bytes
-    and prints a JSON report."""
+    """The importer of the VMM sharing tests: reads ``{"fd": n, "size": bytes, "read": n,
+    "device": d, "write": hex}`` on stdin (the fd is inherited; ``device`` default 0,
+    ``write`` optional), imports the physical allocation into device ``d``'s virtual memory
+    with ``d`` current, maps it, grants ``d`` read-write access, reads ``read`` bytes,
+    writes ``write`` and prints a JSON report."""
     import aml_hip
 
     from aml_core.errors import AMLError
 
     request = json.loads(sys.stdin.read())
     fd, size, n = int(request["fd"]), int(request["size"]), int(request["read"])
+    device = int(request.get("device", 0))
     report: dict[str, object] = {"pid": os.getpid()}
-    vm = aml_hip.virtual_memory(0)
+    rt = aml_hip.get_runtime()
+    rt.set_device(device)
+    vm = aml_hip.virtual_memory(device)
     try:
         phys = vm.import_fd(fd, size)
         res = vm.reserve(size)
         vm.map(res.ptr, size, phys)
-        vm.set_access(res.ptr, size, aml_hip.Access.READWRITE)
-        out = (ctypes.c_char * n)()
-        aml_hip.get_runtime().memcpy(ctypes.addressof(out), res.ptr, n)
-        report["read"] = bytes(out).hex()
+        vm.set_access(res.ptr, size, {device: aml_hip.Access.READWRITE})
+        report["read"] = _read(rt, res.ptr, n)
+        if request.get("write"):
+            _write(rt, res.ptr, bytes.fromhex(request["write"]))
         report["properties"] = [vm.properties(phys).type, vm.properties(phys).location_device]
         vm.unmap(res.ptr, size)
         vm.release(phys)
@@ -109,7 +167,7 @@ def vmm() -> int:
     return 0
 
 
-CHILDREN = {"ipc": ipc, "vmm": vmm}
+CHILDREN = {"ipc": ipc, "ipc-devices": ipc_devices, "vmm": vmm}
 
 if __name__ == "__main__":
     sys.exit(CHILDREN[sys.argv[1]]())

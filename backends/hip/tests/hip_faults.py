@@ -47,7 +47,6 @@ NOT_CALLED: dict[str, str] = {
     "hipHostGetFlags": "not used by aml (the flags are known from the area)",
     "hipStreamCreate": "aml creates streams with hipStreamCreateWithFlags",
     "hipGetErrorString": "aml names errors with hipGetErrorName",
-    "hipGetLastError": "not called: every hip* call's result is checked directly",
     "hipPeekAtLastError": "not called: every hip* call's result is checked directly",
 }
 
@@ -292,6 +291,38 @@ def op_events(made: Made) -> None:
     s1.close()
 
 
+class _PeerAccess:
+    """What op_peer enabled, as an object the caller's retry closes: disables it."""
+
+    def __init__(self, peer: int, device: int) -> None:
+        self.peer, self.device = peer, device
+
+    def close(self) -> None:
+        aml_hip.disable_peer_access(self.peer, self.device)
+
+
+def op_peer(made: Made) -> None:
+    """Peer access from device 1 (selected and restored: the caller is on device 0), enabled
+    twice (the second answers False, clearing hipGetLastError) and disabled twice; a copy
+    between the devices."""
+    assert aml_hip.can_access_peer(1, 0)
+    made.append(_PeerAccess(0, 1))
+    aml_hip.enable_peer_access(0, device=1)
+    aml_hip.enable_peer_access(0, device=1)
+    first = aml_hip.create(0, 0)
+    made.append(first)
+    second = aml_hip.create(1, 0)
+    made.append(second)
+    a, b = first.mmap(4096), second.mmap(4096)
+    aml_hip.copy_peer(b, a)
+    first.munmap(a)
+    second.munmap(b)
+    second.close()
+    first.close()
+    aml_hip.disable_peer_access(0, device=1)
+    aml_hip.disable_peer_access(0, device=1)
+
+
 OPERATIONS: dict[str, Operation] = {
     "device": op_device,
     "managed": op_managed,
@@ -310,6 +341,7 @@ OPERATIONS: dict[str, Operation] = {
     "stream-ordered": op_stream_ordered,
     "pool-streams": op_pool_streams,
     "events": op_events,
+    "peer": op_peer,
 }
 
 
@@ -325,6 +357,8 @@ TABLE = FaultTable(
         # free memory is a report: a failed query is "not known" (Runtime.free_memory)
         "hipGetDevice@device-info": "the free-memory query's, which reads a failure as not known",
         "hipSetDevice@device-info": "the free-memory query selects the device and back: not known",
+        "hipGetLastError": "read only to clear a peer call's 'already enabled' / 'not enabled' "
+        "answer: what it returns is that answer, not a failure",
         "hipMemGetInfo": "free memory is a report: a failed query is 'not known' (None)",
         "hipMallocAsync": "out of memory is retried once after the device synchronizes (frees may "
         "still be queued on streams); the other codes raise",

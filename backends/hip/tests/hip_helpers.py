@@ -56,6 +56,7 @@ LIVE_KINDS = (
     "vmm_mapping",
     "stream",
     "event",
+    "peer",
 )
 #: Environment variables of the double that must not leak in from the caller.
 DOUBLE_ENV = ("HIPDOUBLE_VERSION", "HIPDOUBLE_FAULTS", "HIPDOUBLE_DEVICES", "HIPDOUBLE_DEVICE_MEMORY")

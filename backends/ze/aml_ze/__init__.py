@@ -17,7 +17,8 @@ loader when the runtime is first needed (``AML_ZE_LIBRARY`` names another file).
 names shared with the other GPU backends (those of :data:`aml_core.gpu.plugin.GPU_TYPES` and of
 :data:`~aml_core.gpu.plugin.GPU_FUNCTIONS` those Level Zero has: ``BACKEND``,
 ``destroy``, ``get_runtime``, ``ipc_close``, ``ipc_open``, ``load_runtime``,
-``pointer_attributes``, ``probe``, ``virtual_memory``) mean the same things; AML's own
+``pointer_attributes``, ``probe``, ``virtual_memory``) mean the same things (aml-ze
+provides no ``PEER`` group, so none of the peer-access functions); AML's own
 Level Zero names are ``device_area``, ``host_area``, ``default_device_area``,
 ``default_host_area``, ``ZeArea``, ``ZeFlags``, ``ZeDeviceFlags``, ``ZeHostFlags``, plus
 ``alloc_properties`` (``zeMemGetAllocProperties``). There is no ``create``,
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_VMM_TYPES
+from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_PEER_METHODS, GPU_VMM_TYPES
 from aml_core.lazy import lazy_exports
 
 if TYPE_CHECKING:
@@ -99,7 +100,11 @@ if TYPE_CHECKING:
 #: The types of :mod:`aml_core.gpu` that Level Zero has (of GPU_TYPES: no managed advice or streams).
 _TYPES = (*GPU_VMM_TYPES, "PointerAttributes")
 #: Of GPU_FUNCTIONS, those Level Zero has (see the module doc).
-_FUNCTIONS = tuple(n for n in GPU_FUNCTIONS if n not in ("create", "default_area", "unified_area", "stream"))
+_FUNCTIONS = tuple(
+    n
+    for n in GPU_FUNCTIONS
+    if n not in ("create", "default_area", "unified_area", "stream", *GPU_PEER_METHODS)
+)
 _OWN = (
     "AllocProperties",
     "ZeArea",

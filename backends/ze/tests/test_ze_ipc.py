@@ -66,6 +66,32 @@ def test_share_between_processes(ze: ZeDouble, areas: Callable[..., aml_ze.ZeAre
     assert export.closed
 
 
+@pytest.mark.gpu2
+def test_share_memory_of_the_second_device(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:
+    """Device 1's memory shared with another process (issue 13). Level Zero has no current
+    device, so aml-ze's importer maps a handle for the exporter's device
+    (``zeMemOpenIpcHandle`` with that device's handle): the import is device 1's memory, and
+    the forward double grants device 1 access to the CUDA allocation it made there."""
+    ze.need_devices(2)
+    area = areas("device", device=1)
+    buf = area.mmap(1 << 16)
+    ze.ctl.write(buf.ptr, b"on the second device")
+    handle = area.ipc_export(buf).handle
+    assert handle.device == 1
+    request: dict[str, Any] = {"read": 20, "write": b"the importer's reply".hex(), "opens": 2}
+    if ze.mode == "host":
+        request["devices"] = 2
+    report = run_child(ze, handle, **request)
+    assert "error" not in report, report
+    assert bytes.fromhex(report["read"]) == b"on the second device"
+    assert (report["device"], report["dlpack"]) == (1, [14, 1])
+    assert report["same_buffer"] is True
+    assert report["open_calls"] == 1
+    assert not any(report["live"].values()), report["live"]
+    assert ze.ctl.read(buf.ptr, 20) == b"the importer's reply"
+    area.munmap(buf)
+
+
 def test_without_put(ze_noput: ZeDouble) -> None:
     """Debian's 1.8.12 loader has no zeMemPutIpcHandle: the handle lives until zeMemFree."""
     rt = aml_ze.get_runtime()

@@ -22,9 +22,10 @@ from typing import Any
 
 def ipc() -> int:
     """The importer of the IPC tests: reads ``{"handle": <base64 pickle of an IpcHandle>,
-    "opens": n, "read": n, "write": <hex>, "inject": [function, ze_result_t]}`` on stdin and
-    prints a JSON report (what it read, the native calls the double saw, whether the
-    importer cache returned one buffer, the error if the open failed)."""
+    "opens": n, "read": n, "write": <hex>, "inject": [function, ze_result_t], "devices": n}``
+    on stdin and prints a JSON report (what it read, the native calls the double saw,
+    whether the importer cache returned one buffer, the error if the open failed).
+    ``devices``: host mode, emulate that many devices (as the exporter does)."""
     import aml_ze
     from ze_helpers import build
 
@@ -34,6 +35,8 @@ def ipc() -> int:
     handle = pickle.loads(base64.b64decode(request["handle"]))
     ctl = build.DoubleControl(os.environ["AML_ZE_LIBRARY"])
     report: dict[str, Any] = {"pid": os.getpid()}
+    if request.get("devices"):
+        ctl.set_devices(int(request["devices"]), 1 << 30)
     if request.get("inject"):
         function, error = request["inject"]
         ctl.inject(function, int(error))

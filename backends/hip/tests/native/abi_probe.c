@@ -36,6 +36,9 @@ int main(void)
     VALUE(hipErrorInvalidDevice);
     VALUE(hipErrorContextAlreadyInUse);
     VALUE(hipErrorNotReady);
+    VALUE(hipErrorPeerAccessUnsupported);
+    VALUE(hipErrorPeerAccessAlreadyEnabled);
+    VALUE(hipErrorPeerAccessNotEnabled);
     VALUE(hipErrorHostMemoryAlreadyRegistered);
     VALUE(hipErrorNotSupported);
     VALUE(hipErrorUnknown);

@@ -19,7 +19,7 @@
  * Control API (exported, used through ctypes by the tests): hipdouble_inject, hipdouble_reset,
  * hipdouble_set_version, hipdouble_get_version, hipdouble_set_devices, hipdouble_set_attribute,
  * hipdouble_calls, hipdouble_live, hipdouble_last_call_arg, hipdouble_last_call_nargs,
- * hipdouble_mode.
+ * hipdouble_mode, hipdouble_set_peer.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -127,10 +127,13 @@ enum {
     hipErrorInvalidDevice = 101,
     hipErrorInvalidContext = 201,
     hipErrorMapFailed = 205,
+    hipErrorPeerAccessUnsupported = 217,
     hipErrorInvalidHandle = 400,
     hipErrorNotFound = 500,
     hipErrorNotReady = 600,
     hipErrorContextIsDestroyed = 709,
+    hipErrorPeerAccessAlreadyEnabled = 704,
+    hipErrorPeerAccessNotEnabled = 705,
     hipErrorHostMemoryAlreadyRegistered = 712,
     hipErrorHostMemoryNotRegistered = 713,
     hipErrorNotSupported = 801,
@@ -285,6 +288,10 @@ enum {
     X(hipEventSynchronize)                                                                         \
     X(hipStreamWaitEvent)                                                                          \
     X(hipMemcpy)                                                                                   \
+    X(hipMemcpyPeer)                                                                               \
+    X(hipDeviceCanAccessPeer)                                                                      \
+    X(hipDeviceEnablePeerAccess)                                                                   \
+    X(hipDeviceDisablePeerAccess)                                                                  \
     X(hipMemset)                                                                                   \
     X(hipIpcGetMemHandle)                                                                          \
     X(hipIpcOpenMemHandle)                                                                         \
@@ -352,6 +359,11 @@ struct attr_override {
 };
 static struct attr_override g_attr_over[64];
 static int g_nattr_over;
+
+/* Peer access: pairs (device, peer) enabled through the double (the "peer" live count; reset
+ * disables them), and, host mode, pairs without a peer path (hipdouble_set_peer). */
+static unsigned char g_peer_on[HIPDOUBLE_MAX_DEVICES][HIPDOUBLE_MAX_DEVICES];
+UNUSED static unsigned char g_peer_off[HIPDOUBLE_MAX_DEVICES][HIPDOUBLE_MAX_DEVICES];
 
 UNUSED static __thread int t_dev;
 UNUSED static __thread unsigned t_dev_gen;
@@ -1268,6 +1280,7 @@ static void release_all(void)
     while (g_streams)
         stream_unlink(g_streams);
     memset(g_dev_used, 0, sizeof g_dev_used);
+    memset(g_peer_on, 0, sizeof g_peer_on);
 }
 
 /* ---------------- device management ---------------- */
@@ -2051,6 +2064,64 @@ static hipError_t impl_hipMemset(void *dst, int value, size_t n)
     return hipSuccess;
 }
 
+/* ---------------- peer access and copies between devices ---------------- */
+
+/* CLR's canAccessPeer: a device is not its own peer (0, even before the range check). */
+static hipError_t can_peer(int *can, int device, int peer)
+{
+    if (can == NULL)
+        return hipErrorInvalidValue;
+    if (device == peer) {
+        *can = 0;
+        return hipSuccess;
+    }
+    if (!devid_ok(device) || !devid_ok(peer))
+        return hipErrorInvalidDevice;
+    *can = !g_peer_off[device][peer];
+    return hipSuccess;
+}
+
+static hipError_t impl_hipDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    NEED_DEVICE();
+    return can_peer(can, device, peer);
+}
+
+static hipError_t impl_hipDeviceEnablePeerAccess(int peer, unsigned flags)
+{
+    NEED_DEVICE();
+    int d = cur_dev(), can = 0;
+    if (flags != 0)
+        return hipErrorInvalidValue;
+    if (can_peer(&can, d, peer) != hipSuccess || !can)
+        return hipErrorInvalidDevice;
+    if (g_peer_on[d][peer])
+        return hipErrorPeerAccessAlreadyEnabled;
+    g_peer_on[d][peer] = 1;
+    return hipSuccess;
+}
+
+static hipError_t impl_hipDeviceDisablePeerAccess(int peer)
+{
+    NEED_DEVICE();
+    int d = cur_dev(), can = 0;
+    if (can_peer(&can, d, peer) != hipSuccess || !can)
+        return hipErrorInvalidDevice;
+    if (!g_peer_on[d][peer])
+        return hipErrorPeerAccessNotEnabled;
+    g_peer_on[d][peer] = 0;
+    return hipSuccess;
+}
+
+/* CLR: both devices in range, then a device-to-device hipMemcpy (no peer access needed). */
+static hipError_t impl_hipMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t n)
+{
+    NEED_DEVICE();
+    if (!devid_ok(dst_device) || !devid_ok(src_device))
+        return hipErrorInvalidDevice;
+    return impl_hipMemcpy(dst, src, n, 3 /* hipMemcpyDeviceToDevice */);
+}
+
 /* ---------------- IPC ---------------- */
 
 struct ipc_wire {
@@ -2101,8 +2172,10 @@ static hipError_t impl_hipIpcOpenMemHandle(void **ptr, hipIpcMemHandle_t handle,
      * (cudaErrorDeviceUninitialized, the number of hipErrorInvalidContext). */
     if (w.pid == (int32_t)getpid())
         return hipErrorInvalidContext;
+    /* One mapping per (handle, current device), as CUDA maps a handle once per device
+     * context; opening it again from the same device counts a reference. */
     for (struct alloc *a = g_allocs; a; a = a->next)
-        if (a->kind == K_IPC && a->ipc_pid == w.pid && a->ipc_id == w.id) {
+        if (a->kind == K_IPC && a->ipc_pid == w.pid && a->ipc_id == w.id && a->device == cur_dev()) {
             a->refs++;
             *ptr = (void *)a->base;
             return hipSuccess;
@@ -2720,6 +2793,19 @@ static int tracked_flags(const void *p, unsigned *flags)
 static void release_all(void) /* lock held */
 {
     int any = g_allocs || g_vhandles || g_vmaps || g_vres || g_streams || g_events;
+    int caller = -1;
+    for (int d = 0; d < HIPDOUBLE_MAX_DEVICES; d++)
+        for (int p = 0; p < HIPDOUBLE_MAX_DEVICES; p++)
+            if (g_peer_on[d][p]) { /* peer access enabled through the double: disable it */
+                if (caller < 0 && cudaGetDevice(&caller) != cudaSuccess)
+                    caller = 0;
+                if (cudaSetDevice(d) == cudaSuccess)
+                    (void)cudaDeviceDisablePeerAccess(p);
+                g_peer_on[d][p] = 0;
+                any = 1;
+            }
+    if (caller >= 0)
+        (void)cudaSetDevice(caller);
     if (any)
         (void)cudaFree(NULL);
     while (g_events) {
@@ -3257,6 +3343,59 @@ static hipError_t impl_hipMemcpy(void *dst, const void *src, size_t n, int kind)
 static hipError_t impl_hipMemset(void *dst, int value, size_t n)
 {
     return CUDART(cudaMemset(dst, value, n));
+}
+
+/* ---------------- peer access and copies between devices ---------------- */
+
+static hipError_t impl_hipDeviceCanAccessPeer(int *can, int device, int peer)
+{
+    if (can == NULL)
+        return hipErrorInvalidValue;
+    if (device == peer) { /* HIP: a device is not its own peer (CLR answers 0 first) */
+        *can = 0;
+        return hipSuccess;
+    }
+    return CUDART(cudaDeviceCanAccessPeer(can, device, peer));
+}
+
+static void fw_peer_mark(int device, int peer, unsigned char on)
+{
+    if (devid_ok(device) && devid_ok(peer)) {
+        dbl_lock();
+        g_peer_on[device][peer] = on;
+        dbl_unlock();
+    }
+}
+
+static hipError_t impl_hipDeviceEnablePeerAccess(int peer, unsigned flags)
+{
+    if (flags != 0)
+        return hipErrorInvalidValue;
+    int d = cur_dev();
+    if (peer == d) /* CLR: not its own peer -> InvalidDevice (CUDA 13 on an H100 answers 217) */
+        return hipErrorInvalidDevice;
+    hipError_t e = CUDART(cudaDeviceEnablePeerAccess(peer, 0));
+    if (e == hipSuccess)
+        fw_peer_mark(d, peer, 1);
+    return e;
+}
+
+static hipError_t impl_hipDeviceDisablePeerAccess(int peer)
+{
+    int d = cur_dev();
+    if (peer == d) /* CLR: not its own peer -> InvalidDevice (CUDA 13 on an H100 answers 705) */
+        return hipErrorInvalidDevice;
+    hipError_t e = CUDART(cudaDeviceDisablePeerAccess(peer));
+    if (e == hipSuccess)
+        fw_peer_mark(d, peer, 0);
+    return e;
+}
+
+static hipError_t impl_hipMemcpyPeer(void *dst, int dst_device, const void *src, int src_device, size_t n)
+{
+    if (!devid_ok(dst_device) || !devid_ok(src_device))
+        return hipErrorInvalidDevice; /* CLR checks the range first */
+    return CUDART(cudaMemcpyPeer(dst, dst_device, src, src_device, n));
 }
 
 /* ---------------- IPC ---------------- */
@@ -3949,6 +4088,30 @@ API hipError_t hipMemcpy(void *dst, const void *src, size_t sizeBytes, int kind)
     BODY(impl_hipMemcpy(dst, src, sizeBytes, kind));
 }
 
+API hipError_t hipMemcpyPeer(void *dst, int dstDeviceId, const void *src, int srcDeviceId, size_t sizeBytes)
+{
+    ENTER(hipMemcpyPeer, A_P(dst), A_I(dstDeviceId), A_P(src), A_I(srcDeviceId), A_U(sizeBytes));
+    BODY(impl_hipMemcpyPeer(dst, dstDeviceId, src, srcDeviceId, sizeBytes));
+}
+
+API hipError_t hipDeviceCanAccessPeer(int *canAccessPeer, int deviceId, int peerDeviceId)
+{
+    ENTER(hipDeviceCanAccessPeer, A_P(canAccessPeer), A_I(deviceId), A_I(peerDeviceId));
+    BODY(impl_hipDeviceCanAccessPeer(canAccessPeer, deviceId, peerDeviceId));
+}
+
+API hipError_t hipDeviceEnablePeerAccess(int peerDeviceId, unsigned int flags)
+{
+    ENTER(hipDeviceEnablePeerAccess, A_I(peerDeviceId), A_UI(flags));
+    BODY(impl_hipDeviceEnablePeerAccess(peerDeviceId, flags));
+}
+
+API hipError_t hipDeviceDisablePeerAccess(int peerDeviceId)
+{
+    ENTER(hipDeviceDisablePeerAccess, A_I(peerDeviceId));
+    BODY(impl_hipDeviceDisablePeerAccess(peerDeviceId));
+}
+
 API hipError_t hipMemset(void *dst, int value, size_t sizeBytes)
 {
     ENTER(hipMemset, A_P(dst), A_I(value), A_U(sizeBytes));
@@ -4171,6 +4334,7 @@ static void config_from_env(void) /* lock held or at load */
     g_devmem = m < 0 ? 0 : (size_t)m;
     g_gen++;
     g_nattr_over = 0;
+    memset(g_peer_off, 0, sizeof g_peer_off);
     memset(g_inj, 0, sizeof g_inj);
     for (int i = 0; i < FN_COUNT; i++) {
         g_stats[i].calls = 0;
@@ -4241,6 +4405,19 @@ API int hipdouble_set_attribute(int attr, int value)
     return r;
 }
 
+/* Host mode: whether device `device` has a peer path to `peer` (hipDeviceCanAccessPeer; every
+ * pair of distinct devices has one until this says otherwise; reset restores that).  Forward
+ * mode: ignored (CUDA answers).  Returns 0, or -1 for an index out of 0..31. */
+API int hipdouble_set_peer(int device, int peer, int can_access)
+{
+    if (device < 0 || device >= HIPDOUBLE_MAX_DEVICES || peer < 0 || peer >= HIPDOUBLE_MAX_DEVICES)
+        return -1;
+    dbl_lock();
+    g_peer_off[device][peer] = can_access ? 0 : 1;
+    dbl_unlock();
+    return 0;
+}
+
 /* Number of calls of a hip* symbol since load/reset; -1 for an unknown name. */
 API long hipdouble_calls(const char *function)
 {
@@ -4254,7 +4431,7 @@ API long hipdouble_calls(const char *function)
 }
 
 /* Live objects of a kind: device host managed registered ipc vmm_handle vmm_reservation
- * vmm_mapping stream event, async (hipMallocAsync memory not freed yet, also counted as device)
+ * vmm_mapping stream event, peer (pairs with peer access enabled through the double), async (hipMallocAsync memory not freed yet, also counted as device)
  * and free_pending (host mode: hipFreeAsync queued on a stream that has not run it); -1 for an
  * unknown kind. */
 API long hipdouble_live(const char *kind)
@@ -4291,6 +4468,10 @@ API long hipdouble_live(const char *kind)
     } else if (strcmp(kind, "stream") == 0) {
         for (struct dstream *s = g_streams; s; s = s->next)
             n++;
+    } else if (strcmp(kind, "peer") == 0) {
+        for (int d = 0; d < HIPDOUBLE_MAX_DEVICES; d++)
+            for (int p = 0; p < HIPDOUBLE_MAX_DEVICES; p++)
+                n += g_peer_on[d][p];
     } else {
         n = -1;
     }

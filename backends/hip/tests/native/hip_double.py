@@ -113,6 +113,8 @@ class DoubleControl(doubles.DoubleControl):
         lib.hipdouble_set_devices.restype = None
         lib.hipdouble_set_attribute.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.hipdouble_set_attribute.restype = ctypes.c_int
+        lib.hipdouble_set_peer.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int]
+        lib.hipdouble_set_peer.restype = ctypes.c_int
 
     @property
     def version(self) -> int:
@@ -126,6 +128,12 @@ class DoubleControl(doubles.DoubleControl):
     def set_devices(self, count: int, memory_per_device: int = 1 << 30) -> None:
         """Host mode: emulate ``count`` devices with ``memory_per_device`` bytes each."""
         self._lib.hipdouble_set_devices(count, memory_per_device)
+
+    def set_peer(self, device: int, peer: int, can_access: bool) -> None:
+        """Host mode: whether ``device`` has a peer path to ``peer`` (every pair of distinct
+        devices has one until this says otherwise; reset restores that)."""
+        if self._lib.hipdouble_set_peer(device, peer, int(bool(can_access))) != 0:
+            raise ValueError(f"devices must be in 0..31, not {device} and {peer}")
 
     def set_attribute(self, attr: int, value: int) -> None:
         """Make hipDeviceGetAttribute(attr) answer ``value`` on every device."""
