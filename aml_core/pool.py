@@ -405,6 +405,9 @@ class Pool(Area):
             raise AMLValueError("capacity is for expandable pools (expandable=True)")
         # The compiled fast path (see "Fast path" in the module doc).
         self._set_pool(self._cache)
+        # A GC-driven free of a pooled buffer may release a slab: it waits while someone
+        # is inside the area too (see aml_core.area, "Garbage collection").
+        self._set_below(area)
 
     # -- the area being pooled --------------------------------------------------------------
     @property
@@ -462,11 +465,14 @@ class Pool(Area):
         """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
         by requests on ``stream``, elsewhere after an event (see the module doc). A plain
         munmap frees a buffer on the stream it was allocated on, if any."""
-        self._tls.stream = self._stream_handle(stream)
-        try:
-            self._munmap_slow(buffer, size)  # the compiled path knows no stream
-        finally:
-            self._tls.stream = None
+        handle = self._stream_handle(stream)
+        # Inside the area: a GC-driven free run meanwhile must not take this stream.
+        with self._inside_area:
+            self._tls.stream = handle
+            try:
+                self._munmap_slow(buffer, size)  # the compiled path knows no stream
+            finally:
+                self._tls.stream = None
 
     def _coerce_options(self, options: Any) -> Any:
         if options is None:
@@ -1055,7 +1061,7 @@ class Pool(Area):
             raise error
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{self._stats()[2]} live"
         return (
             f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
             f"{self._reserved} bytes reserved>"
