@@ -100,12 +100,21 @@ Threads
     counts the lock's holder after acquiring and uncounts before releasing, so locked
     Python code never interleaves with a fast operation.) The buffer bookkeeping is the
     area base class's, with its own rules. So every public method may be called from
-    any thread. Re-entrant, because a finalizer can free a pooled buffer in a thread
-    that is inside the pool already (the garbage collector, run by an allocation under
-    the lock, collecting a CuPy array that holds a block); such a free takes the Python
-    path (the lock is held) and only pushes the block on its stack, which no locked path
-    has half-done. The fast path changes its state only after every read and check, and
-    before it makes the buffer (an allocation that may run such a finalizer).
+    any thread. Re-entrant, because code a finalizer runs may use the pool from a
+    thread that is inside it already (a CuPy hook's munmap, run by the garbage collector
+    at an allocation under the lock). A pooled buffer that is itself dropped is freed by
+    its finalizer through munmap's path (see aml_core.area, "Garbage collection"): in C
+    when nobody holds the lock, else it waits until the lock's last holder leaves, and
+    so does one whose free would release a slab while someone is inside the area below.
+    The fast path changes its state only after every read and check, and before it makes
+    the buffer (an allocation that may run a finalizer that frees another block in C).
+
+Garbage collection
+    A pooled buffer dropped without munmap goes back to the pool when collected, as
+    munmap would take it: onto its size's stack (compiled), a stream-ordered block onto
+    its stream's free list, with ``release_threshold`` or after close its slab to the
+    area. A pool dropped unclosed goes with its buffers, and its slabs (Buffers of the
+    area) are freed by the area in turn.
 """
 
 from __future__ import annotations
