@@ -41,16 +41,20 @@ The live table and garbage collection
     do.
 
     A finalizer runs at any allocation, in any thread, possibly inside the area's own
-    code. So a GC-driven free that would run Python code waits (``_pending``) while
-    anyone is *inside* the area (``_inside``: mmap's _allocate, a _free, close(), an
-    :class:`AreaLock` section of a subclass, a pool's lock, an area a pool takes
-    memory from) or while a view still holds the buffer (a reference cycle collected
-    with its view); the last one out of the area frees it (``_leave``), never the
-    finalizer by waiting on a lock. A GC-driven free that fails is reported through
-    ``sys.unraisablehook`` (as any exception in ``__del__``) and the buffer stays
-    tracked, held by the area, for munmap or close() to retry. At interpreter exit
-    (``sys.is_finalizing()``) a dropped buffer is only untracked: the process's exit
-    returns its memory.
+    code. A free munmap would do in C (the pool cache, the NativeAllocator) runs at
+    once: atomic under the GIL, it never re-enters Python code or waits. Any other
+    (``_free``) waits in ``_pending`` while anyone, in any thread, is *inside* the area
+    (``_inside``: mmap's _allocate, a _free, close(), an :class:`AreaLock` section of a
+    subclass, a pool's lock) or an area a pool takes memory from, and while a view still
+    holds the buffer (a reference cycle collected with its view): a finalizer never
+    re-enters an area or waits on its lock. The first thread that leaves the area and is
+    then outside it (a per-thread count in thread-local storage) frees what waited
+    (``_leave``, ``_drain_pending``) as any munmap would, even while other threads are
+    inside: a busy area does not pile up dropped buffers. A GC-driven free that fails is
+    reported through ``sys.unraisablehook`` (as any exception in ``__del__``) and the
+    buffer stays tracked, held by the area, for munmap or close() to retry. At
+    interpreter exit (``sys.is_finalizing()``) a dropped buffer is only untracked: the
+    process's exit returns its memory.
 
 ``NativeAllocator`` is a compiled ops table (after UMF's memory-provider ops): the C
 addresses of a GPU runtime's allocation calls, whose CUDA and HIP signatures are the
@@ -138,6 +142,58 @@ cdef extern from *:
     """
     int aml_is_finalizing() noexcept
     void *aml_tp_finalize(object t) noexcept
+
+# Which areas this thread is inside (AreaBase._enter/_leave), and how deep: a small
+# array in thread-local storage (no allocation; freed with the thread). An area is a key
+# only, never dereferenced. Past AML_INSIDE_MAX distinct areas the thread counts as
+# inside every area (conservative: its drains wait).
+cdef extern from *:
+    """
+    #define AML_INSIDE_MAX 16
+    typedef struct { void *area[AML_INSIDE_MAX]; int depth[AML_INSIDE_MAX]; int n; int overflow; } aml_inside_t;
+    static __thread aml_inside_t aml_inside;
+    static void aml_inside_enter(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) { t->depth[i]++; return; }
+        if (t->n < AML_INSIDE_MAX) { t->area[t->n] = a; t->depth[t->n] = 1; t->n++; }
+        else t->overflow++;
+    }
+    static void aml_inside_leave(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) {
+                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
+                return;
+            }
+        if (t->overflow > 0) t->overflow--;
+    }
+    static void aml_inside_forget(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) {
+                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
+                return;
+            }
+    }
+    static int aml_inside_here(void *a) {
+        aml_inside_t *t = &aml_inside;
+        if (t->overflow) return 1;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) return 1;
+        return 0;
+    }
+    """
+    void aml_inside_enter(void *a) noexcept nogil
+    void aml_inside_leave(void *a) noexcept nogil
+    void aml_inside_forget(void *a) noexcept nogil
+    int aml_inside_here(void *a) noexcept nogil
+
+# How a dropped buffer is freed (AreaBase._reclaim).
+cdef enum:
+    M_FINALIZER = 0  # from its finalizer: never under anyone inside the area, never waiting
+    M_DRAIN = 1  # from a drain: this thread is outside the area (others may be inside)
+    M_NOW = 2  # the caller says this is a safe point (_settle)
 
 # What AreaBase._add did.
 cdef enum:
@@ -698,6 +754,7 @@ cdef class PoolCache:
     cdef AreaBase _area  # the pooled area (a closed one: the Python path raises)
     cdef Py_ssize_t _mask
     cdef object _owner  # a weak reference to the pool that installed it (AreaBase._set_pool)
+    cdef void *_owner_key  # the pool's address: its key in the thread's inside-table
 
     def __init__(self, area, Py_ssize_t granule, lock):
         if not isinstance(area, AreaBase):
@@ -715,7 +772,7 @@ cdef class PoolCache:
     def __enter__(self):
         cdef AreaBase owner = self._owner_area()
         if owner is not None:
-            owner._inside += 1  # counted before waiting: see AreaLock
+            owner._enter()  # counted before waiting: see AreaLock
         try:
             self._acquire()
         except BaseException:
@@ -731,6 +788,8 @@ cdef class PoolCache:
         cdef AreaBase owner = self._owner_area()
         if owner is not None:
             owner._leave()
+        elif self._owner_key != NULL:
+            aml_inside_forget(self._owner_key)  # the pool is gone: forget it in this thread
         return False
 
     cdef AreaBase _owner_area(self):
@@ -761,6 +820,7 @@ cdef class AreaLock:
     It holds the area weakly (no reference cycle)."""
 
     cdef object _ref
+    cdef void *_key  # the area's address: its key in the thread's inside-table
     cdef object _acquire
     cdef object _release
     #: The lock (None: a section that only counts).
@@ -770,6 +830,7 @@ cdef class AreaLock:
         if not isinstance(area, AreaBase):
             raise TypeError(f"an AreaLock is over an aml area, not {type(area).__name__}")
         self._ref = PyWeakref_NewRef(area, None)
+        self._key = <void *>area
         self.lock = lock
         if lock is not None:
             self._acquire = lock.acquire
@@ -786,7 +847,7 @@ cdef class AreaLock:
         if area is not None:
             # Counted before waiting for the lock: a finalizer that sees nobody inside
             # can take it without waiting.
-            area._inside += 1
+            area._enter()
         if self._acquire is not None:
             try:
                 self._acquire()
@@ -801,7 +862,9 @@ cdef class AreaLock:
             self._release()
         cdef AreaBase area = self._area()
         if area is not None:
-            area._leave()  # the last one out frees what waited
+            area._leave()  # frees what waited, unless this thread is still inside
+        else:
+            aml_inside_forget(self._key)  # the area is gone: forget it in this thread
         return False
 
 
@@ -1193,8 +1256,30 @@ cdef class AreaBase:
         self._below = area
 
     # -- garbage collection: dropped buffers ---------------------------------------------
+    cdef inline void _enter(self) noexcept:
+        """Enter the area (mmap's _allocate, a _free, close(), an AreaLock section): a
+        GC-driven free that would run Python code waits until this thread leaves."""
+        self._inside += 1
+        aml_inside_enter(<void *>self)
+
+    cdef inline void _leave(self) noexcept:
+        """Leave the area; once this thread is out of it (and of the areas below), it
+        frees what waited."""
+        self._inside -= 1
+        aml_inside_leave(<void *>self)
+        if (self._pending or self._waiting) and not self._here(self):
+            self._drain_pending()
+
+    cdef bint _here(self, AreaBase area) noexcept:
+        """Whether this thread is inside ``area`` or an area below it."""
+        while area is not None:
+            if aml_inside_here(<void *>area):
+                return True
+            area = area._below
+        return False
+
     cdef AreaBase _blocker(self):
-        """The area (this one or one below) someone is inside now, or None."""
+        """The area (this one or one below) someone, in any thread, is inside now, or None."""
         cdef AreaBase a = self
         while a is not None:
             if a._inside > 0:
@@ -1202,14 +1287,8 @@ cdef class AreaBase:
             a = a._below
         return None
 
-    cdef inline void _leave(self) noexcept:
-        """Leave the area; the last one out frees what waited."""
-        self._inside -= 1
-        if self._inside == 0 and (self._pending or self._waiting):
-            self._drain_pending()
-
     cdef void _defer(self, BufferBase buf, AreaBase blocker) noexcept:
-        """Hold a dropped buffer until the area is free (_pending), and ask ``blocker``
+        """Hold a dropped buffer until its free can run (_pending), and ask ``blocker``
         (an area below, if it is the one busy) to drain this one when it is free."""
         if not (buf.flags & F_PENDING):
             try:
@@ -1238,33 +1317,35 @@ cdef class AreaBase:
                     self._unmaps += 1
                 return
             if buf.flags & F_TRACKED:
-                self._reclaim(buf, False)
+                self._reclaim(buf, M_FINALIZER)
             elif buf.flags & F_ORPHAN:
-                self._reclaim_orphan(buf, False)
+                self._reclaim_orphan(buf, M_FINALIZER)
         except BaseException as exc:
             self._report(exc, buf, None)
 
-    cdef int _reclaim(self, BufferBase buf, bint now) except -1:
+    cdef int _reclaim(self, BufferBase buf, int mode) except -1:
         """Free a tracked buffer that nothing references any more, as munmap would (the
         compiled pool or native path, else _free, counted inside the area), or hold it in
-        _pending while that cannot run now: a view holds it (a reference cycle collected
-        with its view), or (``now`` False) someone is inside the area or an area below. A
-        failed free keeps it tracked and held (_restore) and is reported."""
+        _pending while that cannot run now: while a view holds it (a reference cycle
+        collected with its view); from a finalizer (M_FINALIZER), while anyone is inside
+        the area or an area below, unless munmap would free it in C (which never
+        re-enters or waits); from a drain (M_DRAIN), while this thread is. A failed free
+        keeps it tracked and held (_restore) and is reported."""
         if not self._tracks(buf):
             return 0  # munmap or close() freed it meanwhile
         cdef AreaBase blocker = None
         if buf.exports > 0:
             self._defer(buf, None)
             return 0
-        if not now:
-            if self._inside > 0:
-                self._defer(buf, self)
-                return 0
-            if not self._fast_free_ok(buf):
+        if mode != M_NOW and not self._fast_free_ok(buf):
+            if mode == M_FINALIZER:
                 blocker = self._blocker()
                 if blocker is not None:
                     self._defer(buf, blocker)
                     return 0
+            elif self._here(self):
+                self._defer(buf, None)
+                return 0
         if self._closed:
             return 0  # only a failed free stays tracked in a closed area: close() retries it
         buf.flags |= F_RELEASED
@@ -1278,8 +1359,8 @@ cdef class AreaBase:
         return 0
 
     cdef bint _fast_free_ok(self, BufferBase buf) noexcept:
-        """Whether munmap would free ``buf`` in C (the pool cache or the NativeAllocator),
-        which never touches an area below."""
+        """Whether munmap would free ``buf`` in C (the pool cache or the NativeAllocator):
+        atomic under the GIL, it never runs Python code, waits, or touches an area below."""
         cdef PoolCache c = self._pool
         if c is not None and c.busy == 0 and c.keep_fast:
             blk = buf.native
@@ -1291,7 +1372,7 @@ cdef class AreaBase:
                 return False
         return bool(buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow))
 
-    cdef int _reclaim_orphan(self, BufferBase buf, bint now) except -1:
+    cdef int _reclaim_orphan(self, BufferBase buf, int mode) except -1:
         """Free a buffer detached while viewed once it is unreachable (_free_orphan,
         counted inside the area), or hold it as _reclaim does."""
         if not (buf.flags & F_ORPHAN) or buf.flags & (F_TRACKED | F_RELEASED):
@@ -1300,13 +1381,16 @@ cdef class AreaBase:
         if buf.exports > 0:
             self._defer(buf, None)
             return 0
-        if not now:
+        if mode == M_FINALIZER:
             blocker = self._blocker()
             if blocker is not None:
                 self._defer(buf, blocker)
                 return 0
+        elif mode == M_DRAIN and self._here(self):
+            self._defer(buf, None)
+            return 0
         buf.flags = (buf.flags & ~F_ORPHAN) | F_RELEASED
-        self._inside += 1
+        self._enter()
         try:
             self._free_orphan(buf)
         except BaseException as exc:
@@ -1320,8 +1404,9 @@ cdef class AreaBase:
         return 0
 
     cdef void _drain_pending(self) noexcept:
-        """Free the dropped buffers that waited (see _reclaim), then let the areas above
-        that waited for this one drain theirs."""
+        """Free the dropped buffers that waited (see _reclaim), in this thread, which is
+        outside the area and the areas below (others may be inside: the frees run as any
+        munmap would), then let the areas above that waited for this one drain theirs."""
         cdef BufferBase buf
         cdef bint again = True
         cdef bint progress
@@ -1332,7 +1417,7 @@ cdef class AreaBase:
             again = False
             self._draining = True
             try:
-                while self._pending and self._blocker() is None:
+                while self._pending and not self._here(self):
                     fresh = []  # made before the swap: a finalizer it runs sees a whole list
                     items = self._pending
                     self._pending = fresh
@@ -1344,9 +1429,9 @@ cdef class AreaBase:
                             continue
                         progress = True
                         if buf.flags & F_TRACKED:
-                            self._reclaim(buf, False)
+                            self._reclaim(buf, M_DRAIN)
                         elif buf.flags & F_ORPHAN:
-                            self._reclaim_orphan(buf, False)
+                            self._reclaim_orphan(buf, M_DRAIN)
                     items = None  # the freed buffers go now (their finalizers ran already)
                     if not progress:
                         break  # only viewed buffers are left
@@ -1357,8 +1442,8 @@ cdef class AreaBase:
                 self._draining = False
             # Code run meanwhile (a weakref callback, a collection) may have deferred more
             # while the drain ran and refused to start another: take it too.
-            again = again and bool(self._pending) and self._blocker() is None
-        if self._waiting is not None and self._inside == 0:
+            again = again and bool(self._pending) and not self._here(self)
+        if self._waiting is not None and not self._here(self):
             waiting = self._waiting
             self._waiting = None
             for ref in waiting:
@@ -1367,8 +1452,8 @@ cdef class AreaBase:
                     (<AreaBase>above)._drain_pending()
 
     cdef void _views_gone(self) noexcept:
-        """The last view of a pending buffer went: free it if the area is free."""
-        if self._inside == 0 and self._pending:
+        """The last view of a pending buffer went: free it, unless this thread is inside."""
+        if self._pending and not self._here(self):
             self._drain_pending()
 
     def _settle(self, BufferBase buf not None):
@@ -1384,9 +1469,9 @@ cdef class AreaBase:
             pass
         buf.flags &= ~F_PENDING
         if buf.flags & F_TRACKED:
-            self._reclaim(buf, True)
+            self._reclaim(buf, M_NOW)
         elif buf.flags & F_ORPHAN:
-            self._reclaim_orphan(buf, True)
+            self._reclaim_orphan(buf, M_NOW)
         return True
 
     cdef void _report(self, object exc, object obj, str note) noexcept:
@@ -1597,7 +1682,7 @@ cdef class AreaBase:
                 f"the {self.backend} {self.kind.value} allocation ({during}) reported success "
                 f"but returned {what}"
             )
-        self._inside += 1
+        self._enter()
         try:
             self._free(buf)
         finally:
@@ -1673,7 +1758,7 @@ cdef class AreaBase:
             elif self._pool is not None:
                 buf = self._pool_take(n_obj)
         if buf is None:
-            self._inside += 1  # a finalizer run by the subclass's code defers its free
+            self._enter()  # a finalizer run by the subclass's code defers its free
             try:
                 buf = self._allocate(n_obj, self._coerce_options(options))
             finally:
@@ -1711,7 +1796,7 @@ cdef class AreaBase:
                 self._restore(buf)  # the memory is still there: keep tracking it
                 raise
             return 0
-        self._inside += 1
+        self._enter()
         try:
             self._free(buf)
         except BaseException:
@@ -1732,6 +1817,7 @@ cdef class AreaBase:
             raise ValueError("this area runs a NativeAllocator already")
         if cache is not None:
             cache._owner = PyWeakref_NewRef(self, None)  # its holders count as inside
+            cache._owner_key = <void *>self
         self._pool = cache
 
     @property

@@ -38,9 +38,11 @@ unreachable without munmap (no reference, no view, no DLPack consumer) is freed 
 is garbage collected, as cuda.core's Buffer and RMM's DeviceBuffer are: through the path
 munmap takes (the same ``_free``, statistics and pool cache). If nothing else
 references it, ``area.mmap(n).ptr`` is freed at once: keep the Buffer while you use its
-memory. Such a free never runs under someone who is inside the area (its ``_allocate``
-or ``_free``, close(), a section under one of its :class:`~aml_core._buffer.AreaLock`
-locks, a pool's lock): it waits and the last one out frees it. A GC-driven free that
+memory. A free that runs the backend's Python code never runs while someone is inside
+the area (its ``_allocate`` or ``_free``, close(), a section under one of its
+:class:`~aml_core._buffer.AreaLock` locks, a pool's lock): it waits, and the next thread
+that leaves the area frees it (a compiled free, the pool cache's or a NativeAllocator's,
+runs at once: it never re-enters or waits). A GC-driven free that
 fails is reported through ``sys.unraisablehook`` (as an exception in ``__del__``) and
 the mapping stays tracked, and held by the area, for munmap or close() to retry. At
 interpreter exit dropped buffers are only untracked: the process's exit returns the

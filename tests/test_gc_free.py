@@ -302,6 +302,34 @@ def test_a_detached_buffer_dropped_inside_close_waits_for_it(area: RecordingArea
     assert other.freed
 
 
+def test_frees_do_not_wait_for_another_thread_to_leave(area: RecordingArea) -> None:
+    """A drop while another thread is inside the area waits (a finalizer never waits on
+    the area's lock), but only until some thread that is outside leaves an operation of
+    the area: a busy area does not pile up dropped buffers."""
+    entered, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with area._lock:
+            entered.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(60)
+        buf = area.mmap(100)
+        ptr = buf.ptr
+        del buf  # the other thread is inside: held
+        assert area.freed == []
+        assert area.stats.live_mappings == 1
+        area.munmap(area.mmap(10))  # this thread enters and leaves the area: it frees it
+        assert ptr in area.freed
+        assert area.stats.live_mappings == 0
+    finally:
+        release.set()
+        holder.join()
+
+
 def test_the_collector_running_at_every_allocation(area: RecordingArea) -> None:
     with collect_often(1):
         for i in range(200):

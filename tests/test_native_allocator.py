@@ -453,6 +453,24 @@ def test_a_dropped_buffer_is_freed_in_c() -> None:
     area.close()
 
 
+def test_a_compiled_free_does_not_wait_for_the_area() -> None:
+    """Inside the area's own section a dropped compiled-path buffer is still freed at once
+    (in C: it never re-enters or waits); a Python-path one waits for the section's end."""
+    area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    before = live()
+    compiled = area.mmap(64)
+    python = area.mmap(64, {"device": 1})
+    with area._lock:
+        del compiled
+        assert live() == before + 1
+        del python
+        assert live() == before + 1
+        assert area.python_calls == ["allocate"]
+    assert live() == before
+    assert area.python_calls == ["allocate", "free"]
+    area.close()
+
+
 def test_a_dropped_python_path_buffer_is_freed_by_free() -> None:
     area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
     before = live()
