@@ -159,23 +159,20 @@ cdef extern from *:
         if (t->n < AML_INSIDE_MAX) { t->area[t->n] = a; t->depth[t->n] = 1; t->n++; }
         else t->overflow++;
     }
+    /* One level less of ``a`` if the thread is inside it: 1, else 0. */
+    static int aml_inside_forget_one(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) {
+                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
+                return 1;
+            }
+        return 0;
+    }
     static void aml_inside_leave(void *a) {
-        aml_inside_t *t = &aml_inside;
-        for (int i = 0; i < t->n; i++)
-            if (t->area[i] == a) {
-                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
-                return;
-            }
-        if (t->overflow > 0) t->overflow--;
+        if (!aml_inside_forget_one(a) && aml_inside.overflow > 0) aml_inside.overflow--;
     }
-    static void aml_inside_forget(void *a) {
-        aml_inside_t *t = &aml_inside;
-        for (int i = 0; i < t->n; i++)
-            if (t->area[i] == a) {
-                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
-                return;
-            }
-    }
+    static void aml_inside_forget(void *a) { (void)aml_inside_forget_one(a); }
     static int aml_inside_here(void *a) {
         aml_inside_t *t = &aml_inside;
         if (t->overflow) return 1;
@@ -812,7 +809,8 @@ cdef class AreaLock:
     """A re-entrant lock of an area's own state, or (``lock`` None) a section without a
     lock, whose holders and waiters count as *inside* the area: a buffer of the area that
     becomes unreachable meanwhile (its finalizer may run at any allocation, in this thread
-    too) is not freed under them but when the last one leaves (see the module doc).
+    too) is not freed by Python code under them, but by the next thread that leaves the
+    area and is outside it (see the module doc).
 
     ``AreaLock(area, threading.RLock())`` is what ``Area._lock`` is; a subclass whose
     ``_free`` uses state of its own guards that state with an AreaLock of the area (never
