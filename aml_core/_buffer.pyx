@@ -17,15 +17,44 @@ and closed flag, checks munmap's target (_lookup), makes buffers (_new_buffer) a
 mmap and munmap. Its bookkeeping follows one rule:
 
     Every change to an area's live mappings happens inside one of AreaBase's
-    bookkeeping methods (_add, _detach, _restore, _resized, _drain), each of which runs
-    under the GIL without releasing it, so each change is atomic; the backend's native
-    _allocate and _free calls happen outside them.
+    bookkeeping methods (_add, _detach, _restore, _resized, _drain, _untrack_viewed and
+    the finalizer's _reclaim), each of which runs under the GIL without releasing it, so
+    each change is atomic; the backend's native _allocate and _free calls happen outside
+    them.
 
 "Without releasing it" means those methods run no Python code while they change
-state: they use a dict keyed by exact ints, the buffers' C fields and C counters, they
+state: they use the live table below, the buffers' C fields and C counters, they
 allocate no object the garbage collector tracks between reading and writing, and
-every buffer they drop from the table is still referenced by the caller. Errors are
-raised before anything changes.
+every buffer they drop from the table (or from ``_kept``) is still referenced by the
+caller. Errors are raised before anything changes.
+
+The live table and garbage collection
+    The live table maps a buffer's address to the buffer *without a reference*: an area
+    does not keep its buffers alive (a buffer keeps its area alive). A buffer that
+    becomes unreachable while it is live is freed by its finalizer (``__del__``,
+    tp_finalize), through the path munmap takes (``_reclaim``): the compiled pool or
+    native free, else the area's ``_free``, with the same bookkeeping. Every entry is
+    therefore either a buffer whose finalizer has not run yet (it removes the entry), or
+    one the area holds strongly: ``_kept`` (a native free failed: munmap or close()
+    retries it) or ``_pending`` (a GC-driven free that had to wait). A tracked buffer
+    carries F_TRACKED, so a finalizer finds out in one test whether it has anything to
+    do.
+
+    A finalizer runs at any allocation, in any thread, possibly inside the area's own
+    code. A free munmap would do in C (the pool cache, the NativeAllocator) runs at
+    once: atomic under the GIL, it never re-enters Python code or waits. Any other
+    (``_free``) waits in ``_pending`` while anyone, in any thread, is *inside* the area
+    (``_inside``: mmap's _allocate, a _free, close(), an :class:`AreaLock` section of a
+    subclass, a pool's lock) or an area a pool takes memory from, and while a view still
+    holds the buffer (a reference cycle collected with its view): a finalizer never
+    re-enters an area or waits on its lock. The first thread that leaves the area and is
+    then outside it (a per-thread count in thread-local storage) frees what waited
+    (``_leave``, ``_drain_pending``) as any munmap would, even while other threads are
+    inside: a busy area does not pile up dropped buffers. A GC-driven free that fails is
+    reported through ``sys.unraisablehook`` (as any exception in ``__del__``) and the
+    buffer stays tracked, held by the area, for munmap or close() to retry. At
+    interpreter exit (``sys.is_finalizing()``) a dropped buffer is only untracked: the
+    process's exit returns its memory.
 
 ``NativeAllocator`` is a compiled ops table (after UMF's memory-provider ops): the C
 addresses of a GPU runtime's allocation calls, whose CUDA and HIP signatures are the
@@ -47,7 +76,9 @@ cimport cython
 from cpython.mem cimport PyMem_RawCalloc, PyMem_RawFree, PyMem_RawMalloc
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from libc.stdint cimport int64_t, uintptr_t
+from libc.string cimport memset
 
 from ._dlpack cimport (
     DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -59,19 +90,23 @@ from ._dlpack cimport (
     kDLUInt,
 )
 
-from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLTypeError, AMLValueError
+from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
 from .specs import as_size
 
 cdef extern from "Python.h":
     # Declared here without exception checks: the callers test and clear errors.
     Py_ssize_t _as_ssize "PyLong_AsSsize_t"(object) noexcept
+    unsigned long long _as_ull "PyLong_AsUnsignedLongLong"(object) noexcept
+    void *PyMem_Calloc(size_t nelem, size_t elsize) noexcept
+    void PyMem_Free(void *p) noexcept
+    void _set_error "PyErr_SetObject"(object type, object value) noexcept
+    void _write_unraisable "PyErr_WriteUnraisable"(object obj) noexcept
     PyObject *PyErr_Occurred() noexcept
     void PyErr_Clear() noexcept
     int Py_IsInitialized() noexcept nogil
     int PyType_IsSubtype(PyTypeObject *a, PyTypeObject *b) noexcept
     PyObject *_PyType_Lookup(PyTypeObject *type, object name) noexcept  # borrowed, no error
     PyTypeObject *Py_TYPE(object o) noexcept
-    object PyDict_Values(object d)
     ctypedef void (*PyCapsule_Destructor)(object) noexcept
     object PyCapsule_New(void *pointer, const char *name, PyCapsule_Destructor destructor)
     int PyCapsule_IsValid(object capsule, const char *name) noexcept
@@ -96,6 +131,67 @@ cdef extern from "<limits.h>":
 cdef extern from "Python.h":
     const Py_ssize_t PY_SSIZE_T_MAX
 
+cdef extern from *:
+    """
+    #define aml_tp_finalize(t) ((void *)((PyTypeObject *)(t))->tp_finalize)
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define aml_is_finalizing() Py_IsFinalizing()
+    #else
+    #define aml_is_finalizing() _Py_IsFinalizing()
+    #endif
+    """
+    int aml_is_finalizing() noexcept
+    void *aml_tp_finalize(object t) noexcept
+
+# Which areas this thread is inside (AreaBase._enter/_leave), and how deep: a small
+# array in thread-local storage (no allocation; freed with the thread). An area is a key
+# only, never dereferenced. Past AML_INSIDE_MAX distinct areas the thread counts as
+# inside every area (conservative: its drains wait).
+cdef extern from *:
+    """
+    #define AML_INSIDE_MAX 16
+    typedef struct { void *area[AML_INSIDE_MAX]; int depth[AML_INSIDE_MAX]; int n; int overflow; } aml_inside_t;
+    static __thread aml_inside_t aml_inside;
+    static void aml_inside_enter(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) { t->depth[i]++; return; }
+        if (t->n < AML_INSIDE_MAX) { t->area[t->n] = a; t->depth[t->n] = 1; t->n++; }
+        else t->overflow++;
+    }
+    /* One level less of ``a`` if the thread is inside it: 1, else 0. */
+    static int aml_inside_forget_one(void *a) {
+        aml_inside_t *t = &aml_inside;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) {
+                if (--t->depth[i] == 0) { t->n--; t->area[i] = t->area[t->n]; t->depth[i] = t->depth[t->n]; }
+                return 1;
+            }
+        return 0;
+    }
+    static void aml_inside_leave(void *a) {
+        if (!aml_inside_forget_one(a) && aml_inside.overflow > 0) aml_inside.overflow--;
+    }
+    static void aml_inside_forget(void *a) { (void)aml_inside_forget_one(a); }
+    static int aml_inside_here(void *a) {
+        aml_inside_t *t = &aml_inside;
+        if (t->overflow) return 1;
+        for (int i = 0; i < t->n; i++)
+            if (t->area[i] == a) return 1;
+        return 0;
+    }
+    """
+    void aml_inside_enter(void *a) noexcept nogil
+    void aml_inside_leave(void *a) noexcept nogil
+    void aml_inside_forget(void *a) noexcept nogil
+    int aml_inside_here(void *a) noexcept nogil
+
+# How a dropped buffer is freed (AreaBase._reclaim).
+cdef enum:
+    M_FINALIZER = 0  # from its finalizer: never under anyone inside the area, never waiting
+    M_DRAIN = 1  # from a drain: this thread is outside the area (others may be inside)
+    M_NOW = 2  # the caller says this is a safe point (_settle)
+
 # What AreaBase._add did.
 cdef enum:
     ADDED = 0
@@ -103,12 +199,17 @@ cdef enum:
     FULL = 2
     NULL_PTR = 3  # the native allocation "succeeded" with NULL
     DUPLICATE = 4  # ... or with an address that is already live here
+    NOMEM = 5  # the live table could not grow
 
 cdef enum:
     F_HOST = 1
     F_READONLY = 2
     F_RELEASED = 4  # freed: no new export
     F_NATIVE = 8  # made by the area's NativeAllocator: munmap may free it in C
+    F_TRACKED = 16  # in its area's live table
+    F_ORPHAN = 32  # detached while viewed (close, a with block): its finalizer frees it
+    F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
+    F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
 
 cdef str RELEASED_MSG = "this aml buffer was freed: its memory can no longer be viewed"
 cdef tuple NO_DL_DEVICE = (0, 0)
@@ -131,6 +232,7 @@ cdef inline object exact_int(object given, unsigned long long value):
 
 
 # ---- buffers ---------------------------------------------------------------------------
+@cython.auto_pickle(False)  # a copy would be a second handle to one mapping (a double free)
 cdef class BufferBase:
     """Base of aml buffers: an address range with counted zero-copy exports.
 
@@ -157,6 +259,7 @@ cdef class BufferBase:
     #: Backend-specific data the area needs to free the mapping.
     cdef readonly object native
     cdef object __weakref__
+    cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
 
     @property
     def ptr(self):
@@ -194,6 +297,8 @@ cdef class BufferBase:
         cdef unsigned long long p = ptr
         if self.exports != 0 and (p != self._ptr or size < self.size):
             raise BufferError("an exported buffer can only grow in place")
+        if self.flags & F_TRACKED and p != self._ptr:
+            raise ValueError("a live buffer cannot move (its area tracks it by address)")
         if size < 0:
             raise ValueError("size must be >= 0")
         if self._key is None or p != self._ptr:
@@ -215,6 +320,12 @@ cdef class BufferBase:
     def _revive(self):
         """Undo _release() (the native free failed and the memory is still there)."""
         self.flags &= ~F_RELEASED
+
+    def __del__(self):
+        # tp_finalize: a buffer that is still live (or detached while viewed) when it
+        # becomes unreachable is freed by its area (AreaBase._dropped, which never raises).
+        if self.flags & (F_TRACKED | F_ORPHAN):
+            (<AreaBase>self._area)._dropped(self)
 
     def __dlpack_device__(self):
         """The DLPack (device_type, device_id) of this buffer."""
@@ -247,6 +358,8 @@ cdef class BufferBase:
 
     def __releasebuffer__(self, Py_buffer *view):
         self.exports -= 1
+        if self.exports == 0 and self.flags & F_PENDING:
+            (<AreaBase>self._area)._views_gone()
 
     def _dlpack_capsule(self, versioned, readonly, /):
         """A DLPack capsule of the bytes, as uint8[size]: versioned ("dltensor_versioned",
@@ -308,7 +421,10 @@ cdef class BufferBase:
 
 # ---- DLPack: deleters ---------------------------------------------------------------------
 cdef void give_back(PyObject *owner) noexcept:
-    (<BufferBase><object>owner).exports -= 1
+    cdef BufferBase buf = <BufferBase><object>owner
+    buf.exports -= 1
+    if buf.exports == 0 and buf.flags & F_PENDING:
+        (<AreaBase>buf._area)._views_gone()
     Py_DECREF(<object>owner)
 
 
@@ -380,6 +496,7 @@ cdef inline size_t address(object value, str what) except? 0:
     return <size_t>a
 
 
+@cython.auto_pickle(False)
 cdef class NativeAllocator:
     """A GPU runtime's allocation calls as C function pointers (integer addresses), with
     the signatures CUDA and HIP share:
@@ -591,6 +708,7 @@ def _noop_control(fail_code=0, fail_count=0, skip=0):
 
 
 # ---- the compiled pool cache (PoolCache) --------------------------------------------------
+@cython.auto_pickle(False)
 cdef class PoolCache:
     """The state of an aml_core.pool.Pool that its compiled fast path shares with the
     Python pool code, and the pool's one lock.
@@ -602,7 +720,9 @@ cdef class PoolCache:
     stack (False with a release_threshold and once the pool is closing).
 
     Entering the cache (``with cache:``) takes the pool's re-entrant lock and counts the
-    holder in ``busy`` (left: uncounted, then released). A pool installs its cache
+    holder in ``busy`` (left: uncounted, then released); the pool that installed it
+    counts its holders and waiters as inside it (AreaBase._inside), so that a GC-driven
+    free of a pooled buffer waits for them (see the module doc). A pool installs its cache
     (``AreaBase._set_pool``); then ``mmap(size)`` without options pops a block of the
     rounded size from its stack, and ``munmap`` of a block allocated in host order pushes
     it, in C with no Python frame, only while ``busy`` is 0 and without releasing the
@@ -630,6 +750,8 @@ cdef class PoolCache:
     cdef object _release
     cdef AreaBase _area  # the pooled area (a closed one: the Python path raises)
     cdef Py_ssize_t _mask
+    cdef object _owner  # a weak reference to the pool that installed it (AreaBase._set_pool)
+    cdef void *_owner_key  # the pool's address: its key in the thread's inside-table
 
     def __init__(self, area, Py_ssize_t granule, lock):
         if not isinstance(area, AreaBase):
@@ -645,45 +767,173 @@ cdef class PoolCache:
         self._release = lock.release
 
     def __enter__(self):
-        self._acquire()
+        cdef AreaBase owner = self._owner_area()
+        if owner is not None:
+            owner._enter()  # counted before waiting: see AreaLock
+        try:
+            self._acquire()
+        except BaseException:
+            if owner is not None:
+                owner._leave()
+            raise
         self.busy += 1
         return self
 
     def __exit__(self, *exc):
         self.busy -= 1
         self._release()
+        cdef AreaBase owner = self._owner_area()
+        if owner is not None:
+            owner._leave()
+        elif self._owner_key != NULL:
+            aml_inside_forget(self._owner_key)  # the pool is gone: forget it in this thread
         return False
+
+    cdef AreaBase _owner_area(self):
+        if self._owner is None:
+            return None
+        cdef PyObject *o = PyWeakref_GetObject(self._owner)
+        if o == <PyObject *>None:
+            return None
+        return <AreaBase>o
 
     @property
     def granule(self):
         return self._mask + 1
 
 
+# ---- sections of an area ------------------------------------------------------------------
+@cython.final
+@cython.auto_pickle(False)
+cdef class AreaLock:
+    """A re-entrant lock of an area's own state, or (``lock`` None) a section without a
+    lock, whose holders and waiters count as *inside* the area: a buffer of the area that
+    becomes unreachable meanwhile (its finalizer may run at any allocation, in this thread
+    too) is not freed by Python code under them, but by the next thread that leaves the
+    area and is outside it (see the module doc).
+
+    ``AreaLock(area, threading.RLock())`` is what ``Area._lock`` is; a subclass whose
+    ``_free`` uses state of its own guards that state with an AreaLock of the area (never
+    a bare ``threading.Lock``: a finalizer would wait on it, or enter half-done state).
+    It holds the area weakly (no reference cycle)."""
+
+    cdef object _ref
+    cdef void *_key  # the area's address: its key in the thread's inside-table
+    cdef object _acquire
+    cdef object _release
+    #: The lock (None: a section that only counts).
+    cdef readonly object lock
+
+    def __init__(self, area, lock=None):
+        if not isinstance(area, AreaBase):
+            raise TypeError(f"an AreaLock is over an aml area, not {type(area).__name__}")
+        self._ref = PyWeakref_NewRef(area, None)
+        self._key = <void *>area
+        self.lock = lock
+        if lock is not None:
+            self._acquire = lock.acquire
+            self._release = lock.release
+
+    cdef AreaBase _area(self):
+        cdef PyObject *o = PyWeakref_GetObject(self._ref)
+        if o == <PyObject *>None:
+            return None
+        return <AreaBase>o
+
+    def __enter__(self):
+        cdef AreaBase area = self._area()
+        if area is not None:
+            # Counted before waiting for the lock: a finalizer that sees nobody inside
+            # can take it without waiting.
+            area._enter()
+        if self._acquire is not None:
+            try:
+                self._acquire()
+            except BaseException:
+                if area is not None:
+                    area._leave()
+                raise
+        return self
+
+    def __exit__(self, *exc):
+        if self._release is not None:
+            self._release()
+        cdef AreaBase area = self._area()
+        if area is not None:
+            area._leave()  # frees what waited, unless this thread is still inside
+        else:
+            aml_inside_forget(self._key)  # the area is gone: forget it in this thread
+        return False
+
+
 # ---- areas -------------------------------------------------------------------------------
+# The live table: open addressing on the buffer's address, linear probing, deletion by
+# backward shift (no tombstones). The buffer pointer is borrowed (see the module doc).
+cdef struct LiveSlot:
+    unsigned long long key  # the buffer's address; 0: empty (NULL is never tracked)
+    PyObject *buf
+
+
+cdef inline size_t slot_hash(unsigned long long key) noexcept nogil:
+    # Addresses are aligned: mix the high bits into the low ones.
+    cdef unsigned long long h = key * 0x9E3779B97F4A7C15ULL
+    return <size_t>(h ^ (h >> 29))
+
+
+cdef object _seq_of(BufferBase buf):
+    return buf._seq
+
+
+cdef object SEQ_KEY = _seq_of  # buffers() and _drain() sort by it: oldest first
+cdef str KEPT_NOTE = (
+    "the buffer was unreachable; its memory stays tracked (and held) by its area: "
+    "munmap(ptr) or close() retries the free"
+)
+cdef str ORPHAN_NOTE = (
+    "the buffer was detached while viewed and is now unreachable; its memory stays tracked "
+    "(and held) by its area: close() retries the free"
+)
+
+
 @cython.no_gc_clear  # finalizers that run after a collection may still use the table
+@cython.auto_pickle(False)
 cdef class AreaBase:
     """The compiled part of aml_core.area.Area: its live mappings, counters and closed
     flag, mmap, munmap, the checks of munmap's target (_lookup) and _new_buffer.
 
     Every change to the live mappings happens inside one of the bookkeeping methods
-    (_add, _detach, _restore, _resized, _drain), each of which runs under the GIL without
-    releasing it, so each change is atomic; the subclass's _allocate and _free run
-    outside them."""
+    (_add, _detach, _restore, _resized, _drain, _untrack_viewed, _reclaim), each of
+    which runs under the GIL without releasing it, so each change is atomic; the
+    subclass's _allocate and _free run outside them. The live table does not keep buffers
+    alive: a live buffer that becomes unreachable is freed by its finalizer (see the
+    module doc)."""
 
     #: The kind of memory this area allocates.
     cdef public object kind
     #: The area's device index, or None.
     cdef public object device
-    #: The live mappings, base address (exact int) -> buffer, oldest first. Read it; only
-    #: this class changes it.
-    cdef readonly dict _live
     cdef bint _closed
+    # The live table (see the module doc): _cap slots (a power of two, or 0), _count used.
+    cdef LiveSlot *_slots
+    cdef Py_ssize_t _cap
+    cdef Py_ssize_t _count
     # C counters. Live mappings are disjoint address ranges, so their total fits in 64
     # bits: _add refuses a mapping that would pass it (only fake pointers can).
     cdef unsigned long long _bytes
     cdef unsigned long long _peak
     cdef unsigned long long _maps
     cdef unsigned long long _unmaps
+    cdef unsigned long long _next_seq  # the order of tracking: buffers() is oldest first
+    # Garbage collection (see the module doc): who is inside the area now, the buffers
+    # whose GC-driven free waits for them, the tracked buffers whose native free failed,
+    # whether a drain runs, the area a pool takes its memory from, and the areas above
+    # (weak references) whose frees wait for this one.
+    cdef int _inside
+    cdef list _pending
+    cdef dict _kept
+    cdef bint _draining
+    cdef AreaBase _below
+    cdef list _waiting
     # The compiled path (_set_native): the allocator, the mode and what it needs.
     cdef NativeAllocator _native
     cdef int _nmode
@@ -695,12 +945,131 @@ cdef class AreaBase:
     cdef bint _ndl_current  # DLPack device id: the current device (else 0)
     cdef dict _nrecords  # allocated size -> native record
     cdef object _nrecord  # allocated size -> a new native record (on a miss)
+    cdef bint _nrecord_self  # _nrecord is the function of a method of this area: pass self
     cdef dict _nslow  # buffers whose key is here are freed by _free (IPC exports)
     # The compiled pool path (_set_pool): the pool's cache.
     cdef PoolCache _pool
+    cdef object __weakref__
 
     def __cinit__(self, *args, **kwargs):
-        self._live = {}
+        self._pending = []
+        self._kept = {}
+
+    def __dealloc__(self):
+        # Tracked buffers keep the area alive: none is left but those held by _kept and
+        # _pending, which are released after this.
+        PyMem_Free(self._slots)
+        self._slots = NULL
+
+    # -- the live table (C only: no Python code, no tracked allocation) -----------------
+    cdef inline Py_ssize_t _find(self, unsigned long long key) noexcept:
+        """The slot of ``key``, or -1."""
+        if self._cap == 0 or key == 0:
+            return -1
+        cdef size_t mask = <size_t>self._cap - 1
+        cdef size_t i = slot_hash(key) & mask
+        cdef unsigned long long k
+        while True:
+            k = self._slots[i].key
+            if k == key:
+                return <Py_ssize_t>i
+            if k == 0:
+                return -1
+            i = (i + 1) & mask
+
+    cdef int _reserve(self) noexcept:
+        """Make room for one more entry: 0, or -1 (nothing changed) without memory."""
+        if (self._count + 1) * 4 <= self._cap * 3:
+            return 0
+        cdef Py_ssize_t cap = 64 if self._cap == 0 else self._cap * 2
+        cdef LiveSlot *slots = <LiveSlot *>PyMem_Calloc(<size_t>cap, sizeof(LiveSlot))
+        if slots == NULL:
+            return -1
+        cdef size_t mask = <size_t>cap - 1
+        cdef size_t j
+        cdef Py_ssize_t i
+        for i in range(self._cap):
+            if self._slots[i].key != 0:
+                j = slot_hash(self._slots[i].key) & mask
+                while slots[j].key != 0:
+                    j = (j + 1) & mask
+                slots[j] = self._slots[i]
+        PyMem_Free(self._slots)
+        self._slots = slots
+        self._cap = cap
+        return 0
+
+    cdef inline void _put(self, BufferBase buf) noexcept:
+        """Enter ``buf`` (its address absent; _reserve made room) and mark it tracked."""
+        cdef size_t mask = <size_t>self._cap - 1
+        cdef size_t i = slot_hash(buf._ptr) & mask
+        while self._slots[i].key != 0:
+            i = (i + 1) & mask
+        self._slots[i].key = buf._ptr
+        self._slots[i].buf = <PyObject *>buf
+        self._count += 1
+        buf.flags |= F_TRACKED
+
+    cdef void _remove_at(self, Py_ssize_t at) noexcept:
+        """Empty a slot, shifting back the entries whose probe passed it."""
+        cdef size_t mask = <size_t>self._cap - 1
+        cdef size_t i = <size_t>at
+        cdef size_t j = i
+        cdef size_t home
+        while True:
+            j = (j + 1) & mask
+            if self._slots[j].key == 0:
+                break
+            home = slot_hash(self._slots[j].key) & mask
+            # The entry at j stays if its home lies cyclically in (i, j].
+            if (i < j and i < home <= j) or (i > j and (home > i or home <= j)):
+                continue
+            self._slots[i] = self._slots[j]
+            i = j
+        self._slots[i].key = 0
+        self._slots[i].buf = NULL
+        self._count -= 1
+
+    cdef void _untrack(self, BufferBase buf) noexcept:
+        """Take a tracked buffer out of the table (and out of _kept: the caller holds it)."""
+        cdef Py_ssize_t i = self._find(buf._ptr)
+        if i >= 0 and self._slots[i].buf == <PyObject *>buf:
+            self._remove_at(i)
+        buf.flags &= ~F_TRACKED
+        if buf.flags & F_KEPT:
+            buf.flags &= ~F_KEPT
+            if self._kept.pop(buf._key, None) is None:  # exact int key: no Python code
+                pass
+
+    cdef inline bint _tracks(self, BufferBase buf) noexcept:
+        return buf.flags & F_TRACKED and buf._area is self
+
+    cdef object _at(self, target):
+        """The tracked buffer at address ``target`` (an int), or None."""
+        cdef unsigned long long key = _as_ull(target)
+        if key == <unsigned long long>-1 and PyErr_Occurred() != NULL:
+            PyErr_Clear()  # negative or past 2**64: no mapping there
+            return None
+        cdef Py_ssize_t i = self._find(key)
+        if i < 0:
+            return None
+        return <object>self._slots[i].buf
+
+    cdef list _snapshot(self):
+        """The tracked buffers, in table order, in a new list (which holds them)."""
+        cdef Py_ssize_t n, i, j
+        cdef list out
+        while True:
+            n = self._count
+            out = [None] * n  # may run finalizers that untrack buffers: check after
+            if n == self._count:
+                break
+        j = 0
+        for i in range(self._cap):
+            if self._slots[i].key != 0:
+                out[j] = <object>self._slots[i].buf
+                j += 1
+        return out
 
     # -- state -----------------------------------------------------------------------
     @property
@@ -715,32 +1084,58 @@ cdef class AreaBase:
 
     def _stats(self):
         """(bytes_in_use, peak_bytes, live_mappings, total_maps, total_unmaps), read at once."""
-        return (self._bytes, self._peak, len(self._live), self._maps, self._unmaps)
+        return (self._bytes, self._peak, self._count, self._maps, self._unmaps)
 
     def buffers(self):
         """The live buffers, oldest first."""
-        return tuple(PyDict_Values(self._live))
+        live = self._snapshot()
+        live.sort(key=SEQ_KEY)
+        return tuple(live)
+
+    def _is_live(self, BufferBase buf not None):
+        """Whether ``buf`` is a live (tracked) buffer of this area."""
+        return self._tracks(buf) and not (buf.flags & F_RELEASED)
+
+    def _tracked(self, ptr):
+        """The tracked buffer at address ``ptr``, or None (never raises)."""
+        if not isinstance(ptr, int):
+            return None
+        return self._at(ptr)
 
     # -- the atomic changes of the bookkeeping (no Python code runs in them) ----------
     cdef int _add(self, BufferBase buf) except -1:
         """Track a new buffer and count the map (ADDED), or do nothing and say why not:
         CLOSED, FULL (the live bytes would not fit in 64 bits), NULL_PTR or DUPLICATE (a
-        native call that reported success with an impossible address)."""
+        native call that reported success with an impossible address), NOMEM (the table
+        could not grow)."""
         if buf is None or buf._key is None:
             raise TypeError("this buffer is not bound to memory (make it with _new_buffer)")
+        if buf.flags & F_TRACKED:
+            raise AMLValueError(f"{buf!r} is tracked already")
         if self._closed:
             return CLOSED
         if buf._ptr == 0:
             return NULL_PTR
-        old = self._live.get(buf._key)
-        if old is not None and old is not buf and not ((<BufferBase>old).flags & F_RELEASED):
-            return DUPLICATE
+        cdef Py_ssize_t i = self._find(buf._ptr)
+        cdef BufferBase old = None
+        if i >= 0:
+            old = <BufferBase>self._slots[i].buf
+            if not (old.flags & F_RELEASED):
+                return DUPLICATE
         if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:
             return FULL
-        key = buf._key
-        replaced = self._live.setdefault(key, buf)
-        if replaced is not buf:  # a stale entry at this address: `replaced` holds it
-            self._live[key] = buf
+        if old is not None:
+            # A stale entry (marked released by hand) at this address: replace it; it is
+            # no longer tracked, so its finalizer leaves the table alone.
+            old.flags &= ~F_TRACKED
+            self._slots[i].buf = <PyObject *>buf
+            buf.flags |= F_TRACKED
+        else:
+            if self._reserve() < 0:
+                return NOMEM
+            self._put(buf)
+        buf._seq = self._next_seq
+        self._next_seq += 1
         self._bytes += buf.size
         if self._bytes > self._peak:
             self._peak = self._bytes
@@ -754,8 +1149,7 @@ cdef class AreaBase:
             self._check_open()
         if buf is None:
             raise TypeError("_lookup returned None, not a buffer")
-        key = buf._key
-        if buf.flags & F_RELEASED or self._live.get(key) is not buf:
+        if buf.flags & F_RELEASED or not self._tracks(buf):
             raise AMLValueError(f"{buf!r} was already unmapped")
         if buf.exports:
             raise AMLBusyError(
@@ -763,7 +1157,7 @@ cdef class AreaBase:
                 "release the views first"
             )
         buf.flags |= F_RELEASED
-        del self._live[key]  # the caller still holds buf
+        self._untrack(buf)  # the caller still holds buf
         self._bytes -= buf.size
         self._unmaps += 1
         return 0
@@ -772,7 +1166,7 @@ cdef class AreaBase:
         """Count the new size of a buffer a subclass re-bound (a growable buffer), if it is
         still live here; return whether it was."""
         cdef Py_ssize_t old = old_size
-        if self._live.get(buf._key) is not buf:
+        if not self._tracks(buf):
             return False
         cdef unsigned long long others = self._bytes - <unsigned long long>old
         if <unsigned long long>buf.size > ULLONG_MAX - others:
@@ -787,16 +1181,308 @@ cdef class AreaBase:
         if it was already closed and holds nothing). A closed area holds buffers only where
         a native free failed (close() or a racing munmap restored them): draining it again
         hands those back, so that close() retries them."""
-        if self._closed and not self._live:
+        if self._closed and self._count == 0:
             return None
-        live = PyDict_Values(self._live)  # the snapshot: allocated before anything changes
+        cdef list live = self._snapshot()  # allocated before anything changes
         self._closed = True
         cdef BufferBase buf
         for buf in live:
+            buf.flags &= ~(F_TRACKED | F_KEPT)
             self._bytes -= buf.size
         self._unmaps += len(live)
-        self._live.clear()  # `live` still holds every buffer
+        if self._cap:
+            memset(self._slots, 0, <size_t>self._cap * sizeof(LiveSlot))
+        self._count = 0
+        self._kept.clear()  # `live` still holds every buffer
+        live.sort(key=SEQ_KEY)
         return live
+
+    def _restore(self, BufferBase buf not None):
+        """Track again a buffer that munmap, close() or a finalizer detached and whose native
+        free failed (the memory is still there): the area holds it from now on, so that
+        munmap or close() retries the free even if nothing else references it."""
+        if buf.flags & F_TRACKED:
+            return
+        if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:  # fake pointers only
+            raise AMLDomainError("this area's live mappings would pass 2**64 - 1 bytes")
+        cdef Py_ssize_t i = self._find(buf._ptr)
+        if i >= 0 and not ((<BufferBase>self._slots[i].buf).flags & F_RELEASED):
+            raise AMLFailure(f"0x{buf._ptr:x} is live in this area again: {buf!r} cannot be restored")
+        if i < 0 and self._reserve() < 0:
+            raise MemoryError()
+        self._kept[buf._key] = buf  # an existing dict: may resize, runs no Python code
+        buf.flags = (buf.flags & ~F_RELEASED) | F_KEPT
+        buf._seq = self._next_seq  # tracked again: the newest
+        self._next_seq += 1
+        if i >= 0:
+            (<BufferBase>self._slots[i].buf).flags &= ~F_TRACKED
+            self._slots[i].buf = <PyObject *>buf
+            buf.flags |= F_TRACKED
+        else:
+            self._put(buf)
+        self._bytes += buf.size
+        if self._bytes > self._peak:
+            self._peak = self._bytes
+        self._unmaps -= 1
+
+    def _untrack_viewed(self, BufferBase buf not None):
+        """Untrack a live buffer of this area that is still viewed and count the unmap
+        (its memory stays until its finalizer frees it, see _set_orphan); return False,
+        doing nothing, if it is not live here. The one-buffer form of what _drain does."""
+        if buf.flags & F_RELEASED or not self._tracks(buf):
+            return False
+        self._untrack(buf)  # the caller holds buf
+        self._bytes -= buf.size
+        self._unmaps += 1
+        return True
+
+    def _set_orphan(self, BufferBase buf not None):
+        """Mark a buffer this area detached while it was viewed (close(), a with block):
+        its finalizer (once its views and the object are gone) frees it through
+        ``_free_orphan``."""
+        if buf._area is not self or buf.flags & (F_TRACKED | F_RELEASED):
+            raise AMLValueError(f"{buf!r} is not a detached buffer of this area")
+        buf.flags |= F_ORPHAN
+
+    def _free_orphan(self, buf):
+        """Free a detached buffer once it is unreachable (Area overrides this)."""
+        self._free(buf)
+
+    def _set_below(self, AreaBase area):
+        """Name the area this one takes its memory from (a pool's): a GC-driven free of
+        this area's buffers also waits while someone is inside that one."""
+        self._below = area
+
+    # -- garbage collection: dropped buffers ---------------------------------------------
+    cdef inline void _enter(self) noexcept:
+        """Enter the area (mmap's _allocate, a _free, close(), an AreaLock section): a
+        GC-driven free that would run Python code waits until this thread leaves."""
+        self._inside += 1
+        aml_inside_enter(<void *>self)
+
+    cdef inline void _leave(self) noexcept:
+        """Leave the area; once this thread is out of it (and of the areas below), it
+        frees what waited."""
+        self._inside -= 1
+        aml_inside_leave(<void *>self)
+        if (self._pending or self._waiting) and not self._here(self):
+            self._drain_pending()
+
+    cdef bint _here(self, AreaBase area) noexcept:
+        """Whether this thread is inside ``area`` or an area below it."""
+        while area is not None:
+            if aml_inside_here(<void *>area):
+                return True
+            area = area._below
+        return False
+
+    cdef AreaBase _blocker(self):
+        """The area (this one or one below) someone, in any thread, is inside now, or None."""
+        cdef AreaBase a = self
+        while a is not None:
+            if a._inside > 0:
+                return a
+            a = a._below
+        return None
+
+    cdef void _defer(self, BufferBase buf, AreaBase blocker) noexcept:
+        """Hold a dropped buffer until its free can run (_pending), and ask ``blocker``
+        (an area below, if it is the one busy) to drain this one when it is free."""
+        if not (buf.flags & F_PENDING):
+            try:
+                self._pending.append(buf)
+            except BaseException:
+                Py_INCREF(buf)  # no memory: leak the object rather than leave a stale entry
+            buf.flags |= F_PENDING
+        if blocker is not None and blocker is not self:
+            try:
+                if blocker._waiting is None:
+                    blocker._waiting = []
+                blocker._waiting.append(PyWeakref_NewRef(self, None))
+            except BaseException:
+                pass  # the next operation of this area drains it
+
+    cdef void _dropped(self, BufferBase buf) noexcept:
+        """The finalizer of a tracked or detached buffer: free it (see _reclaim). Never
+        raises: failures are reported through sys.unraisablehook."""
+        try:
+            if aml_is_finalizing():
+                # Interpreter exit: untrack it (the table must not outlive the object);
+                # the process's exit returns the memory.
+                if self._tracks(buf):
+                    self._untrack(buf)
+                    self._bytes -= buf.size
+                    self._unmaps += 1
+                return
+            if buf.flags & F_TRACKED:
+                self._reclaim(buf, M_FINALIZER)
+            elif buf.flags & F_ORPHAN:
+                self._reclaim_orphan(buf, M_FINALIZER)
+        except BaseException as exc:
+            self._report(exc, buf, None)
+
+    cdef int _reclaim(self, BufferBase buf, int mode) except -1:
+        """Free a tracked buffer that nothing references any more, as munmap would (the
+        compiled pool or native path, else _free, counted inside the area), or hold it in
+        _pending while that cannot run now: while a view holds it (a reference cycle
+        collected with its view); from a finalizer (M_FINALIZER), while anyone is inside
+        the area or an area below, unless munmap would free it in C (which never
+        re-enters or waits); from a drain (M_DRAIN), while this thread is. A failed free
+        keeps it tracked and held (_restore) and is reported."""
+        if not self._tracks(buf):
+            return 0  # munmap or close() freed it meanwhile
+        cdef AreaBase blocker = None
+        if buf.exports > 0:
+            self._defer(buf, None)
+            return 0
+        if mode != M_NOW and not self._fast_free_ok(buf):
+            if mode == M_FINALIZER:
+                blocker = self._blocker()
+                if blocker is not None:
+                    self._defer(buf, blocker)
+                    return 0
+            elif self._here(self):
+                self._defer(buf, None)
+                return 0
+        if self._closed:
+            return 0  # only a failed free stays tracked in a closed area: close() retries it
+        buf.flags |= F_RELEASED
+        self._untrack(buf)
+        self._bytes -= buf.size
+        self._unmaps += 1
+        try:
+            self._free_detached(buf, True)
+        except BaseException as exc:
+            self._report(exc, buf, KEPT_NOTE)
+        return 0
+
+    cdef bint _fast_free_ok(self, BufferBase buf) noexcept:
+        """Whether munmap would free ``buf`` in C (the pool cache or the NativeAllocator):
+        atomic under the GIL, it never runs Python code, waits, or touches an area below."""
+        cdef PoolCache c = self._pool
+        if c is not None and c.busy == 0 and c.keep_fast:
+            blk = buf.native
+            try:
+                if blk is not None and blk.stream is None and type(blk.size) is int:
+                    return True
+            except BaseException:
+                PyErr_Clear()
+                return False
+        return bool(buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow))
+
+    cdef int _reclaim_orphan(self, BufferBase buf, int mode) except -1:
+        """Free a buffer detached while viewed once it is unreachable (_free_orphan,
+        counted inside the area), or hold it as _reclaim does."""
+        if not (buf.flags & F_ORPHAN) or buf.flags & (F_TRACKED | F_RELEASED):
+            return 0
+        cdef AreaBase blocker = None
+        if buf.exports > 0:
+            self._defer(buf, None)
+            return 0
+        if mode == M_FINALIZER:
+            blocker = self._blocker()
+            if blocker is not None:
+                self._defer(buf, blocker)
+                return 0
+        elif mode == M_DRAIN and self._here(self):
+            self._defer(buf, None)
+            return 0
+        buf.flags = (buf.flags & ~F_ORPHAN) | F_RELEASED
+        self._enter()
+        try:
+            self._free_orphan(buf)
+        except BaseException as exc:
+            try:
+                self._restore(buf)  # tracked again (the closed area reports it live)
+            except BaseException as also:
+                exc.add_note(f"tracking it again failed too: {also}")
+            self._report(exc, buf, ORPHAN_NOTE)
+        finally:
+            self._leave()
+        return 0
+
+    cdef void _drain_pending(self) noexcept:
+        """Free the dropped buffers that waited (see _reclaim), in this thread, which is
+        outside the area and the areas below (others may be inside: the frees run as any
+        munmap would), then let the areas above that waited for this one drain theirs."""
+        cdef BufferBase buf
+        cdef bint again = True
+        cdef bint progress
+        cdef list items
+        if self._draining:
+            return  # the drain running (in this thread or another) takes what came
+        while again:
+            again = False
+            self._draining = True
+            try:
+                while self._pending and not self._here(self):
+                    fresh = []  # made before the swap: a finalizer it runs sees a whole list
+                    items = self._pending
+                    self._pending = fresh
+                    progress = False
+                    for buf in items:
+                        buf.flags &= ~F_PENDING
+                        if buf.exports > 0:
+                            self._defer(buf, None)  # still viewed: its last view brings it back
+                            continue
+                        progress = True
+                        if buf.flags & F_TRACKED:
+                            self._reclaim(buf, M_DRAIN)
+                        elif buf.flags & F_ORPHAN:
+                            self._reclaim_orphan(buf, M_DRAIN)
+                    items = None  # the freed buffers go now (their finalizers ran already)
+                    if not progress:
+                        break  # only viewed buffers are left
+                    again = True
+            except BaseException as exc:
+                self._report(exc, self, None)
+            finally:
+                self._draining = False
+            # Code run meanwhile (a weakref callback, a collection) may have deferred more
+            # while the drain ran and refused to start another: take it too.
+            again = again and bool(self._pending) and not self._here(self)
+        if self._waiting is not None and not self._here(self):
+            waiting = self._waiting
+            self._waiting = None
+            for ref in waiting:
+                above = <object>PyWeakref_GetObject(ref)
+                if above is not None:
+                    (<AreaBase>above)._drain_pending()
+
+    cdef void _views_gone(self) noexcept:
+        """The last view of a pending buffer went: free it, unless this thread is inside."""
+        if self._pending and not self._here(self):
+            self._drain_pending()
+
+    def _settle(self, BufferBase buf not None):
+        """If ``buf`` is unreachable garbage waiting for a deferred free (its identity came
+        back through its address), free it now: a caller that is inside the area at a safe
+        point (not in the middle of changing its own state) calls this rather than handing
+        the buffer out again. Return whether it was waiting."""
+        if not (buf.flags & F_PENDING) or buf._area is not self:
+            return False
+        try:
+            self._pending.remove(buf)  # identity: buffers do not define __eq__
+        except ValueError:
+            pass
+        buf.flags &= ~F_PENDING
+        if buf.flags & F_TRACKED:
+            self._reclaim(buf, M_NOW)
+        elif buf.flags & F_ORPHAN:
+            self._reclaim_orphan(buf, M_NOW)
+        return True
+
+    cdef void _report(self, object exc, object obj, str note) noexcept:
+        """Report a failure of a GC-driven free, as Python reports an exception in
+        __del__ (sys.unraisablehook)."""
+        try:
+            if note is not None:
+                exc.add_note(note)
+            _set_error(type(exc), exc)
+            _write_unraisable(obj)
+        except BaseException:
+            pass
+        PyErr_Clear()
 
     # -- making buffers, mmap and munmap ------------------------------------------------
     def _new_buffer(
@@ -834,6 +1520,9 @@ cdef class AreaBase:
             tp = buffer_type
         if not isinstance(tp, type) or not PyType_IsSubtype(<PyTypeObject *>tp, <PyTypeObject *>BufferBase):
             raise TypeError(f"buffer_type must be a Buffer class, not {tp!r}")
+        if aml_tp_finalize(tp) != aml_tp_finalize(BufferBase):
+            # Its finalizer frees a dropped buffer and keeps the live table sound.
+            raise TypeError(f"{tp.__name__} defines __del__: a Buffer class must not override it")
         return tp
 
     cdef BufferBase _make(
@@ -907,7 +1596,10 @@ cdef class AreaBase:
         self._nhost = host_accessible
         self._ndl_current = dl_device_current
         self._nrecords = records
-        self._nrecord = record
+        # A bound method of this area is kept as its function: the method would be a
+        # reference cycle through a C field, which the collector cannot break.
+        self._nrecord_self = getattr(record, "__self__", None) is self and hasattr(record, "__func__")
+        self._nrecord = record.__func__ if self._nrecord_self else record
         self._nslow = slow_free
         self._native = allocator
 
@@ -936,7 +1628,7 @@ cdef class AreaBase:
         tp = self._buffer_type(None)
         record = self._nrecords.get(alloc)
         if record is None:
-            record = self._nrecord(alloc)
+            record = self._nrecord(self, alloc) if self._nrecord_self else self._nrecord(alloc)
         cdef void *p = NULL
         cdef unsigned int fl = self._nflags
         if self._nmode == N_DEVICE:
@@ -988,7 +1680,15 @@ cdef class AreaBase:
                 f"the {self.backend} {self.kind.value} allocation ({during}) reported success "
                 f"but returned {what}"
             )
-        self._free(buf)
+        self._enter()
+        try:
+            self._free(buf)
+        finally:
+            self._leave()
+        if status == NOMEM:
+            raise AMLMemoryError(
+                f"no memory to track a new mapping of this {self.backend} {self.kind.value} area"
+            )
         if status == FULL:
             raise AMLDomainError(
                 f"this {self.backend} {self.kind.value} area's live mappings would pass 2**64 - 1 "
@@ -1009,10 +1709,10 @@ cdef class AreaBase:
                 raise AMLValueError(f"{target!r} was not mapped by this area")
             if buf.flags & F_RELEASED:
                 raise AMLValueError(f"{target!r} was already unmapped")
-            if self._live.get(buf._key) is not buf:
+            if not (buf.flags & F_TRACKED):
                 raise AMLValueError(f"{target!r} is not live in this area")
         elif isinstance(target, int) and not isinstance(target, bool):
-            found = self._live.get(target)
+            found = self._at(target)
             if found is None:
                 self._not_mapped(target)
             buf = found
@@ -1028,7 +1728,7 @@ cdef class AreaBase:
         return buf
 
     def _not_mapped(self, target):
-        for live in tuple(PyDict_Values(self._live)):
+        for live in self._snapshot():
             base = live.ptr
             if base < target < base + live.size:
                 raise AMLValueError(
@@ -1056,7 +1756,11 @@ cdef class AreaBase:
             elif self._pool is not None:
                 buf = self._pool_take(n_obj)
         if buf is None:
-            buf = self._allocate(n_obj, self._coerce_options(options))
+            self._enter()  # a finalizer run by the subclass's code defers its free
+            try:
+                buf = self._allocate(n_obj, self._coerce_options(options))
+            finally:
+                self._leave()
         cdef int status = self._add(buf)
         if status != ADDED:
             self._refuse(buf, status, "mmap")
@@ -1075,6 +1779,12 @@ cdef class AreaBase:
             self._check_open()
         cdef BufferBase buf = self._lookup(buffer, size)
         self._detach(buf)
+        return self._free_detached(buf, fast)
+
+    cdef int _free_detached(self, BufferBase buf, bint fast) except -1:
+        """Free a buffer _detach (or a finalizer) untracked: the compiled pool path (if
+        ``fast``), the compiled native free, or _free (counted inside the area). If the
+        native free fails the buffer is tracked again (_restore) and the error raised."""
         if fast and self._pool is not None and self._pool_give(buf):
             return 0
         if buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow):
@@ -1084,11 +1794,14 @@ cdef class AreaBase:
                 self._restore(buf)  # the memory is still there: keep tracking it
                 raise
             return 0
+        self._enter()
         try:
             self._free(buf)
         except BaseException:
             self._restore(buf)  # the memory is still there: keep tracking it
             raise
+        finally:
+            self._leave()
         return 0
 
     # -- the compiled pool path ---------------------------------------------------------
@@ -1100,6 +1813,9 @@ cdef class AreaBase:
         either path made. An area runs either a NativeAllocator or a pool cache."""
         if cache is not None and self._native is not None:
             raise ValueError("this area runs a NativeAllocator already")
+        if cache is not None:
+            cache._owner = PyWeakref_NewRef(self, None)  # its holders count as inside
+            cache._owner_key = <void *>self
         self._pool = cache
 
     @property
@@ -1184,30 +1900,6 @@ cdef class AreaBase:
         c.requested -= buf.size
         c.blocks -= size
         c.fast_munmaps += 1
-        return True
-
-    def _restore(self, BufferBase buf not None):
-        """Track again a buffer munmap detached whose native free failed (the memory is
-        still there, and a retry frees it)."""
-        if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:  # fake pointers only
-            raise AMLDomainError("this area's live mappings would pass 2**64 - 1 bytes")
-        key = buf._key
-        replaced = self._live.get(key)
-        buf.flags &= ~F_RELEASED
-        self._live[key] = buf
-        self._bytes += buf.size
-        self._unmaps -= 1
-
-    def _untrack_viewed(self, BufferBase buf not None):
-        """Untrack a live buffer of this area that is still viewed and count the unmap
-        (its memory stays until the area frees it as an orphan); return False, doing
-        nothing, if it is not live here. The one-buffer form of what _drain does."""
-        key = buf._key
-        if buf.flags & F_RELEASED or self._live.get(key) is not buf:
-            return False
-        del self._live[key]
-        self._bytes -= buf.size
-        self._unmaps += 1
         return True
 
 

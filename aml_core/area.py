@@ -33,12 +33,28 @@ safely: close() detaches it instead, and its memory is released when the last vi
 and the buffer object itself are gone. Leaving a buffer's ``with`` block does the same
 for that one buffer (:meth:`Area._detach_viewed`). Areas are thread-safe.
 
+Garbage collection: an area does not keep its buffers alive. A buffer that becomes
+unreachable without munmap (no reference, no view, no DLPack consumer) is freed when it
+is garbage collected, as cuda.core's Buffer and RMM's DeviceBuffer are: through the path
+munmap takes (the same ``_free``, statistics and pool cache). If nothing else
+references it, ``area.mmap(n).ptr`` is freed at once: keep the Buffer while you use its
+memory. A free that runs the backend's Python code never runs while someone is inside
+the area (its ``_allocate`` or ``_free``, close(), a section under one of its
+:class:`~aml_core._buffer.AreaLock` locks, a pool's lock): it waits, and the next thread
+that leaves the area frees it (a compiled free, the pool cache's or a NativeAllocator's,
+runs at once: it never re-enters or waits). A GC-driven free that
+fails is reported through ``sys.unraisablehook`` (as an exception in ``__del__``) and
+the mapping stays tracked, and held by the area, for munmap or close() to retry. At
+interpreter exit dropped buffers are only untracked: the process's exit returns the
+memory.
+
 The bookkeeping (live mappings, counters, the closed flag), mmap and munmap live in the
 compiled base class :class:`~aml_core._buffer.AreaBase`, with one rule: every change to
 an area's live mappings happens inside one of AreaBase's bookkeeping methods, each of
 which runs under the GIL without releasing it, so each change is atomic; the backend's
 native ``_allocate`` and ``_free`` run outside them. No lock guards the bookkeeping.
-``_lock`` is a re-entrant lock for subclasses' own state only.
+``_lock`` is a re-entrant :class:`~aml_core._buffer.AreaLock` for subclasses' own state
+only.
 
 An area may also install a compiled allocator (``_set_native``: C function pointers of
 its runtime's allocation calls, aml_core._buffer.NativeAllocator); ``mmap(size)`` without
@@ -54,13 +70,12 @@ import abc
 import contextlib
 import threading
 import warnings
-import weakref
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
 
 import attrs
 
-from ._buffer import AreaBase
+from ._buffer import AreaBase, AreaLock
 from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
 from .specs import AreaStats, Capability, Kind, format_size
@@ -112,9 +127,14 @@ class Area(AreaBase, abc.ABC):
         self.device = device
         self.capabilities = capabilities
         #: For subclasses' own state; the bookkeeping needs no lock (see the module doc).
-        self._lock = threading.RLock()
-        #: Mappings detached by close() while still viewed: ptr -> (native, size).
-        self._orphans: dict[int, tuple[Any, int]] = {}
+        #: Its holders count as inside the area: GC-driven frees wait for them.
+        self._lock = AreaLock(self, threading.RLock())
+        #: A section without a lock that counts as inside the area (close(), or a
+        #: subclass's code that a GC-driven _free must not interleave with).
+        self._inside_area = AreaLock(self)
+        #: Mappings detached by close() or a with block while still viewed: ptr -> size,
+        #: until their finalizer frees them.
+        self._orphans: dict[int, int] = {}
 
     # -- to implement --------------------------------------------------------------
     @abc.abstractmethod
@@ -125,7 +145,10 @@ class Area(AreaBase, abc.ABC):
     @abc.abstractmethod
     def _free(self, buffer: Buffer) -> None:
         """Release the native memory of ``buffer``. Raise an :class:`AMLError` if the
-        native call fails (the buffer then stays live)."""
+        native call fails (the buffer then stays live). Also called by a buffer's
+        finalizer when it becomes unreachable (see the module doc): never while this area
+        is inside one of its own operations, but otherwise at any allocation point of any
+        thread, so it must not wait for a lock that code outside the area's sections holds."""
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         """The ``__cuda_array_interface__`` of a buffer, or None if this area has none."""
@@ -179,22 +202,24 @@ class Area(AreaBase, abc.ABC):
         if live is None:  # already closed
             return
         errors: list[AMLError] = []
-        for buf in live:
-            if buf._release():
-                try:
-                    self._free(buf)
-                except AMLError as exc:
-                    # The memory is still there: keep tracking it (the closed area reports
-                    # it live), so that close() again retries the native free.
-                    self._restore(buf)
-                    errors.append(exc)
-            else:
-                warnings.warn(
-                    f"{buf!r} is still viewed while its area closes; it is freed when its last view is gone",
-                    ResourceWarning,
-                    stacklevel=2,
-                )
-                self._orphan(buf)
+        with self._inside_area:  # a finalizer meanwhile defers its free to the end
+            for buf in live:
+                if buf._release():
+                    try:
+                        self._free(buf)
+                    except AMLError as exc:
+                        # The memory is still there: keep tracking it (the closed area
+                        # reports it live), so that close() again retries the native free.
+                        self._restore(buf)
+                        errors.append(exc)
+                else:
+                    warnings.warn(
+                        f"{buf!r} is still viewed while its area closes; "
+                        "it is freed when its last view is gone",
+                        ResourceWarning,
+                        stacklevel=2,
+                    )
+                    self._orphan(buf)
         if errors:
             for other in errors[1:]:
                 errors[0].add_note(f"freeing another mapping failed too: {other}")
@@ -202,9 +227,10 @@ class Area(AreaBase, abc.ABC):
 
     def _orphan(self, buf: Buffer) -> None:
         """Free an untracked, still viewed buffer's memory once the Buffer object is gone
-        (its views hold it, so: when the last view is gone)."""
-        self._orphans[buf.ptr] = buf.native, buf.size
-        weakref.finalize(buf, self._free_orphan_at, buf.ptr)
+        (its views hold it, so: when the last view is gone): its finalizer calls
+        :meth:`_free_orphan`."""
+        self._orphans[buf.ptr] = buf.size
+        self._set_orphan(buf)
 
     def _detach_viewed(self, buf: Buffer) -> bool:
         """Detach one live buffer of this open area that is still viewed, as close()
@@ -217,23 +243,13 @@ class Area(AreaBase, abc.ABC):
         self._orphan(buf)
         return True
 
-    def _free_orphan_at(self, ptr: int) -> None:
-        """Free a mapping detached by close() once its Buffer object is gone: a
-        released stand-in buffer carries what :meth:`_free` needs."""
-        native, size = self._orphans.pop(ptr)
-        ghost = self._new_buffer(ptr, size, host_accessible=False, native=native)
-        ghost._release()
-        try:
-            self._free(ghost)
-        except Exception as exc:  # called by a finalizer: it must not raise
-            # Still there: track it in the (closed) area, so that close() again frees it.
-            with contextlib.suppress(Exception):
-                self._restore(ghost)
-            warnings.warn(
-                f"could not free the detached mapping at 0x{ptr:x}: {exc}; close() the area again to retry",
-                ResourceWarning,
-                stacklevel=1,
-            )
+    def _free_orphan(self, buf: Buffer) -> None:
+        """Free a mapping detached by close() (or a with block) while it was viewed, once
+        its Buffer object is gone: called by the buffer's finalizer, inside the area.
+        Raise if the native free fails: the caller tracks the buffer again (the closed
+        area reports it live, close() retries) and reports the error."""
+        self._orphans.pop(buf.ptr, None)
+        self._free(buf)
 
     def __enter__(self) -> Self:
         return self
@@ -242,12 +258,13 @@ class Area(AreaBase, abc.ABC):
         self.close()
 
     def __del__(self) -> None:
-        if self._live:  # open with mappings, or closed with mappings whose free failed
+        if self._stats()[2]:  # open with mappings, or closed with mappings whose free failed
             warnings.warn(f"unclosed {self!r}", ResourceWarning, stacklevel=2)
             with contextlib.suppress(Exception):  # never raise from a finalizer
                 self.close()
 
     def __repr__(self) -> str:
         dev = "" if self.device is None else f" device={self.device}"
-        state = "closed" if self.closed else f"{len(self._live)} live, {format_size(self.stats.bytes_in_use)}"
+        nbytes, _, live, _, _ = self._stats()
+        state = "closed" if self.closed else f"{live} live, {format_size(nbytes)}"
         return f"<aml {type(self).__name__} {self.backend}:{self.kind.value}{dev} {state}>"

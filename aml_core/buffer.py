@@ -13,6 +13,11 @@ are gone) and speaks the zero-copy protocols its memory allows:
 Every view and DLPack consumer is counted (:attr:`Buffer.exports`); the area refuses to
 unmap a buffer that is still viewed (:class:`~aml_core.errors.AMLBusyError`), so freed
 memory is never reachable from Python.
+
+A buffer dropped without munmap is freed when it is garbage collected (its views keep it
+alive), through its area's munmap path: see :mod:`aml_core.area`, "Garbage collection".
+Keep the Buffer while its address is in use. A Buffer class must not define ``__del__``,
+and buffers cannot be copied (one mapping, one handle).
 """
 
 from __future__ import annotations

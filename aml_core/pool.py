@@ -100,12 +100,21 @@ Threads
     counts the lock's holder after acquiring and uncounts before releasing, so locked
     Python code never interleaves with a fast operation.) The buffer bookkeeping is the
     area base class's, with its own rules. So every public method may be called from
-    any thread. Re-entrant, because a finalizer can free a pooled buffer in a thread
-    that is inside the pool already (the garbage collector, run by an allocation under
-    the lock, collecting a CuPy array that holds a block); such a free takes the Python
-    path (the lock is held) and only pushes the block on its stack, which no locked path
-    has half-done. The fast path changes its state only after every read and check, and
-    before it makes the buffer (an allocation that may run such a finalizer).
+    any thread. Re-entrant, because code a finalizer runs may use the pool from a
+    thread that is inside it already (a CuPy hook's munmap, run by the garbage collector
+    at an allocation under the lock). A pooled buffer that is itself dropped is freed by
+    its finalizer through munmap's path (see aml_core.area, "Garbage collection"): in C
+    when nobody holds the lock, else it waits until the lock's last holder leaves, and
+    so does one whose free would release a slab while someone is inside the area below.
+    The fast path changes its state only after every read and check, and before it makes
+    the buffer (an allocation that may run a finalizer that frees another block in C).
+
+Garbage collection
+    A pooled buffer dropped without munmap goes back to the pool when collected, as
+    munmap would take it: onto its size's stack (compiled), a stream-ordered block onto
+    its stream's free list, with ``release_threshold`` or after close its slab to the
+    area. A pool dropped unclosed goes with its buffers, and its slabs (Buffers of the
+    area) are freed by the area in turn.
 """
 
 from __future__ import annotations
@@ -408,6 +417,9 @@ class Pool(Area):
             raise AMLValueError("capacity is for expandable pools (expandable=True)")
         # The compiled fast path (see "Fast path" in the module doc).
         self._set_pool(self._cache)
+        # A GC-driven free of a pooled buffer may release a slab: it waits while someone
+        # is inside the area too (see aml_core.area, "Garbage collection").
+        self._set_below(area)
 
     # -- the area being pooled --------------------------------------------------------------
     @property
@@ -465,11 +477,14 @@ class Pool(Area):
         """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
         by requests on ``stream``, elsewhere after an event (see the module doc). A plain
         munmap frees a buffer on the stream it was allocated on, if any."""
-        self._tls.stream = self._stream_handle(stream)
-        try:
-            self._munmap_slow(buffer, size)  # the compiled path knows no stream
-        finally:
-            self._tls.stream = None
+        handle = self._stream_handle(stream)
+        # Inside the area: a GC-driven free run meanwhile must not take this stream.
+        with self._inside_area:
+            self._tls.stream = handle
+            try:
+                self._munmap_slow(buffer, size)  # the compiled path knows no stream
+            finally:
+                self._tls.stream = None
 
     def _coerce_options(self, options: Any) -> Any:
         if options is None:
@@ -1067,7 +1082,7 @@ class Pool(Area):
             self._event = None
 
     def __repr__(self) -> str:
-        state = "closed" if self.closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{self._stats()[2]} live"
         return (
             f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
             f"{self._reserved} bytes reserved>"

@@ -6,12 +6,16 @@ Usage: python benchmarks/area_overhead.py [--out DIR] [--name NAME] [--label LAB
 
 It times, per operation (median over repetitions of the mean of a batch):
   pair_buffer   area.mmap(4096) then area.munmap(buf)
-  pair_ptr      area.mmap(4096) then area.munmap(buf.ptr)
+  pair_ptr      area.mmap(4096) then area.munmap(buf.ptr) (the buffer kept meanwhile: a
+                dropped one is freed by its finalizer)
+  drop          area.mmap(4096) dropped without munmap: freed by the buffer's finalizer
+                (garbage collection) through the same path
   allocate      area._allocate(4096, None) alone: the no-op backend's own cost
   loop          an empty loop iteration (subtracted from nothing; for scale)
   pool_pair     the pair on aml_core.pool over the no-op area, with a block of the size
                 cached: the pool's compiled fast path (PoolCache), or its Python path for
                 an aml_core built before it
+  pool_drop     the pool's mmap dropped without munmap (the finalizer's compiled path)
   pool_python_pair  the same pool with its compiled path uninstalled
                 (``_set_pool(None)``): the Python ``_allocate``/``_free``
   gpu_python_pair  the pair on a GpuArea over a runtime whose Python methods do nothing
@@ -56,6 +60,9 @@ from aml_core.specs import DeviceInfo, Kind
 
 #: False for an aml_core built before the compiled path (comparing builds with --label).
 COMPILED = hasattr(_buffer, "NativeAllocator")
+#: False for an aml_core built before buffers were freed by garbage collection: its areas
+#: keep dropped buffers live until close(), so the drop cases are left out.
+GC_FREE = hasattr(_buffer, "AreaLock")
 
 SIZE = 4096
 
@@ -202,7 +209,12 @@ def measure(batch: int, reps: int) -> dict[str, float]:
 
     def pair_ptr(n: int) -> None:
         for _ in range(n):
-            munmap(mmap(SIZE).ptr)
+            buf = mmap(SIZE)
+            munmap(buf.ptr)
+
+    def drop(n: int) -> None:
+        for _ in range(n):
+            mmap(SIZE)
 
     def alloc(n: int) -> None:
         for _ in range(n):
@@ -219,6 +231,8 @@ def measure(batch: int, reps: int) -> dict[str, float]:
         "loop_us": per_op_us(loop, batch, reps),
     }
     out["bookkeeping_us"] = out["pair_buffer_us"] - out["allocate_us"]
+    if GC_FREE:
+        out["drop_us"] = per_op_us(drop, batch, reps)
     st = area.stats
     assert st.live_mappings == 0, st
     area.close()
@@ -233,7 +247,13 @@ def measure(batch: int, reps: int) -> dict[str, float]:
         for _ in range(n):
             pmunmap(pmmap(SIZE))
 
+    def pool_drop(n: int) -> None:
+        for _ in range(n):
+            pmmap(SIZE)
+
     out["pool_pair_us"] = per_op_us(pool_pair, batch, reps)
+    if GC_FREE:
+        out["pool_drop_us"] = per_op_us(pool_drop, batch, reps)
     cache = getattr(pool, "_pool_cache", None)
     if cache is not None:  # the same pool with its compiled path uninstalled: Python only
         assert cache.fast_mmaps > 0

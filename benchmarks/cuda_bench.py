@@ -448,7 +448,9 @@ print(json.dumps({"a": dt_a / 1e3, "b": dt_b / 1e3, "cached": cached[len(cached)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     ipc_area = aml_cuda.create(0)
-    hexes = [pickle.dumps(ipc_area.ipc_export(ipc_area.mmap(64 * MiB)).handle).hex() for _ in range(2)]
+    # The exports keep their buffers alive (a dropped buffer is freed by the collector).
+    exports = [ipc_area.ipc_export(ipc_area.mmap(64 * MiB)) for _ in range(2)]
+    hexes = [pickle.dumps(export.handle).hex() for export in exports]
     got_aml: list[dict[str, float]] = []
     got_raw: list[dict[str, float]] = []
     for _ in range(2 if quick else 8):

@@ -9,6 +9,7 @@ same native calls, as a real backend's do."""
 from __future__ import annotations
 
 import ctypes
+import weakref
 from collections.abc import Iterator
 from typing import Any, NoReturn
 
@@ -310,7 +311,8 @@ def test_buffers_with_an_ipc_export_are_freed_by_free() -> None:
         def close(self) -> None:
             closed.append(buf.ptr)
 
-    area._exports[buf.ptr] = [Export()]  # type: ignore[list-item]
+    export = Export()
+    area._exports[buf.ptr] = [weakref.ref(export)]  # type: ignore[list-item]
     area.munmap(buf)
     assert closed == [buf.ptr]
     assert area.python_calls == ["free"]
@@ -321,12 +323,12 @@ def test_close_and_finalizers_free_compiled_buffers() -> None:
     area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
     before = live()
     kept = area.mmap(64)
-    area.mmap(128)
+    other = area.mmap(128)
     view = kept.__dlpack__()
     with pytest.warns(ResourceWarning):
         area.close()
     assert live() == before + 1  # the viewed one waits for its views
-    del view, kept
+    del view, kept, other
     import gc
 
     gc.collect()
@@ -428,5 +430,86 @@ def test_threads_on_the_compiled_path_keep_exact_counts() -> None:
     st = area.stats
     assert (st.live_mappings, st.bytes_in_use) == (0, 0)
     assert st.total_maps == st.total_unmaps == threads * rounds
+    assert live() == before
+    area.close()
+
+
+# -- garbage collection -----------------------------------------------------------------------
+def test_a_dropped_buffer_is_freed_in_c() -> None:
+    """A compiled-path buffer dropped without munmap is freed by the compiled free (as
+    munmap would), with no Python frame of the area."""
+    area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    before = live()
+    buf = area.mmap(64)
+    managed = GpuArea(NoOpRuntime(), 0, GpuFlags.ALLOC_UNIFIED)
+    mbuf = managed.mmap(100)
+    assert live() == before + 2
+    del buf, mbuf
+    assert live() == before
+    assert area.python_calls == []
+    assert area.stats.live_mappings == managed.stats.live_mappings == 0
+    assert area.stats.total_unmaps == 1
+    managed.close()
+    area.close()
+
+
+def test_a_compiled_free_does_not_wait_for_the_area() -> None:
+    """Inside the area's own section a dropped compiled-path buffer is still freed at once
+    (in C: it never re-enters or waits); a Python-path one waits for the section's end."""
+    area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    before = live()
+    compiled = area.mmap(64)
+    python = area.mmap(64, {"device": 1})
+    with area._lock:
+        del compiled
+        assert live() == before + 1
+        del python
+        assert live() == before + 1
+        assert area.python_calls == ["allocate"]
+    assert live() == before
+    assert area.python_calls == ["allocate", "free"]
+    area.close()
+
+
+def test_a_dropped_python_path_buffer_is_freed_by_free() -> None:
+    area = Spy(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    before = live()
+    buf = area.mmap(64, {"device": 1})  # another device: the Python path
+    del buf
+    assert live() == before
+    assert area.python_calls == ["allocate", "free"]
+    area.close()
+
+
+def test_a_failed_compiled_free_of_a_dropped_buffer_is_reported_and_kept() -> None:
+    from aml_core.testing.lifetime import catch_unraisable
+
+    rt = NoOpRuntime()
+    area = Spy(rt, 0, GpuFlags.DEFAULT)
+    before = live()
+    buf = area.mmap(64)
+    ptr = buf.ptr
+    _noop_control(999, 1)
+    with catch_unraisable() as caught:
+        del buf
+    assert [type(r.exc) for r in caught] == [AMLFailure]
+    assert caught[0].exc is not None
+    native = getattr(caught[0].exc, "native", None)
+    assert native is not None
+    assert native.function == "noopFree"
+    del caught
+    assert live() == before + 1
+    assert [b.ptr for b in area.buffers()] == [ptr]  # tracked, held by the area
+    area.munmap(ptr)  # the retry
+    assert live() == before
+    area.close()
+
+
+def test_compiled_buffers_dropped_from_many_threads() -> None:
+    from aml_core.testing.lifetime import drop_hammer
+
+    area = GpuArea(NoOpRuntime(), 0, GpuFlags.DEFAULT)
+    before = live()
+    drop_hammer(area, threads=8, rounds=200)
     assert live() == before
     area.close()

@@ -5,6 +5,7 @@ trims or closes."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,3 +210,52 @@ def test_close_retries_an_event_it_could_not_destroy(host: StreamedHost) -> None
     assert host.runtime.events == 0
     pool.close()  # idempotent once the event is gone
     assert [c[0] for c in host.runtime.calls].count("event_destroy") == 1
+
+
+# -- garbage collection --------------------------------------------------------------------------
+class _Cycle:
+    def __init__(self, held: object) -> None:
+        self.held = held
+        self.me = self
+
+
+def test_a_dropped_stream_block_is_freed_in_its_streams_order(pool: Pool, host: StreamedHost) -> None:
+    """Dropped without munmap, a block taken on S1 goes on S1's free list, as a plain
+    munmap puts it: reused at once on S1, never by host-order requests."""
+    a = pool.mmap(4096, {"stream": S1})
+    ptr = a.ptr
+    del a
+    assert pool.stats.live_mappings == 0
+    b = pool.mmap(4096)  # host order: not the block S1 may still use
+    assert b.ptr != ptr
+    c = pool.mmap(4096, {"stream": S1})
+    assert c.ptr == ptr
+    assert host.runtime.calls == []  # no event, no synchronization
+    pool.munmap(b)
+    pool.munmap(c)
+
+
+class _CollectingSize:
+    """A size whose ``__index__`` runs the collector: inside munmap_on, after it chose its
+    stream and before the free."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __index__(self) -> int:
+        gc.collect()
+        return self.n
+
+
+def test_a_collection_inside_munmap_on_keeps_each_block_on_its_stream(pool: Pool, host: StreamedHost) -> None:
+    """A block the collector frees while munmap_on runs goes on its own stream's list,
+    not on the stream munmap_on was given."""
+    dropped = pool.mmap(4096, {"stream": S1})
+    dropped_ptr = dropped.ptr
+    _Cycle(dropped)
+    del dropped
+    target = pool.mmap(8192, {"stream": S1})
+    pool.munmap_on(target, S2, _CollectingSize(8192))
+    assert pool.stats.live_mappings == 0
+    assert [blk.addr for blk in pool._sfast[(S1, 4096)]] == [dropped_ptr]
+    assert [blk.addr for blk in pool._sfast[(S2, 8192)]] == [target.ptr]

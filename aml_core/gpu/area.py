@@ -37,7 +37,7 @@ from ..specs import Capability, Kind
 from . import managed
 from .devices import usable_device_count
 from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
-from .ipc import IpcExport, export_from
+from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
 from .stream import as_stream_handle
 
@@ -127,7 +127,7 @@ class GpuArea(Area):
         super().__init__(
             backend=runtime.traits.name, kind=kind, device=device, capabilities=_capabilities(runtime, kind)
         )
-        self._exports: dict[int, list[IpcExport]] = {}
+        self._exports: ExportRegistry = {}
         # The hot path reads these instead of testing flag bits on every mmap.
         self._mode = mode_of_flags(checked)
         self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
@@ -213,11 +213,14 @@ class GpuArea(Area):
         """Free a mapping in ``stream``'s order: a stream-ordered buffer with
         cudaFreeAsync/hipFreeAsync on ``stream`` (plain munmap frees it on the stream it
         was allocated on); any other buffer at once, as munmap does."""
-        self._free_stream.value = as_stream_handle(stream)
-        try:
-            self.munmap(buffer, size)
-        finally:
-            self._free_stream.value = None
+        handle = as_stream_handle(stream)
+        # Inside the area: a GC-driven free run meanwhile must not take this stream.
+        with self._inside_area:
+            self._free_stream.value = handle
+            try:
+                self.munmap(buffer, size)
+            finally:
+                self._free_stream.value = None
 
     def _stream_ops(self) -> StreamOrderedOps:
         ops = self._stream_ordered
@@ -369,8 +372,7 @@ class GpuArea(Area):
         native = native_as(buffer, GpuAllocation)
         ops = self._alloc
         if self._exports:
-            for export in self._exports.pop(buffer.ptr, ()):
-                export.close()
+            close_exports(self._exports, buffer.ptr)
         mode = native.mode
         if mode is AllocMode.DEVICE and native.keep is not None:  # stream-ordered
             stream = getattr(self._free_stream, "value", None)

@@ -68,9 +68,10 @@ class _Owner:
     """What CuPy's memory object holds: the aml buffer and one export of it. Dropped by
     CuPy, it releases the export and unmaps the buffer."""
 
-    __slots__ = ("__weakref__", "buf", "capsule", "hook", "ptr", "size")
+    __slots__ = ("__weakref__", "buf", "capsule", "counted", "hook", "ptr", "size")
 
     def __init__(self, hook: CupyHook, buf: Buffer) -> None:
+        self.counted = False  # in hook.live (set by the hook once it is made)
         self.hook = hook
         self.buf = buf
         self.ptr = buf.ptr
@@ -83,8 +84,8 @@ class _Owner:
         self.capsule = None
         hook = self.hook
         buf = self.buf
-        with hook._lock:
-            hook._live -= 1
+        if self.counted:
+            hook._tokens.pop()  # atomic: no lock a finalizer could wait on (or re-enter)
         if not buf.freed:
             # A closed area detached the buffer (it was viewed): it is freed with the buffer.
             with contextlib.suppress(AMLError):
@@ -103,8 +104,9 @@ class CupyHook:
         self.area = area
         self.pinned = pinned
         self.backend = backend
-        self._lock = threading.Lock()
-        self._live = 0
+        # One token per allocation CuPy holds: list append and pop are atomic, so _Owner's
+        # finalizer (which may run at any allocation, in this thread too) needs no lock.
+        self._tokens: list[None] = []
         self._previous = cupy.cuda.get_allocator()
         self._previous_pinned: Any = None
         self.installed = False
@@ -112,7 +114,7 @@ class CupyHook:
     @property
     def live(self) -> int:
         """Allocations CuPy still holds from this hook."""
-        return self._live
+        return len(self._tokens)
 
     def _wrap(self, area: Area, size: int) -> tuple[_Owner, Buffer]:
         buf = area.mmap(size)
@@ -121,8 +123,8 @@ class CupyHook:
         except BaseException:
             area.munmap(buf)
             raise
-        with self._lock:
-            self._live += 1
+        self._tokens.append(None)
+        owner.counted = True
         return owner, buf
 
     def malloc(self, size: int) -> Any:
@@ -148,9 +150,9 @@ class CupyHook:
         with _lock:
             if not self.installed:
                 raise AMLValueError("this CuPy hook is not installed")
-            if self._live and not force:
+            if self._tokens and not force:
                 raise AMLBusyError(
-                    f"CuPy still holds {self._live} allocation(s) from this hook; drop them "
+                    f"CuPy still holds {self.live} allocation(s) from this hook; drop them "
                     "(and free CuPy's caches) first, or uninstall(force=True)"
                 )
             cuda = self._cupy.cuda
@@ -169,7 +171,7 @@ class CupyHook:
 
     def __repr__(self) -> str:
         state = "installed" if self.installed else "uninstalled"
-        return f"<aml CupyHook ({self.backend}) {state} over {self.area!r}, {self._live} live>"
+        return f"<aml CupyHook ({self.backend}) {state} over {self.area!r}, {self.live} live>"
 
 
 def _gpu_backend(area: Area) -> str | None:

@@ -3,15 +3,19 @@
 Exporter side: ``area.ipc_export(buffer)`` returns an :class:`IpcExport`; its
 ``handle`` is a picklable :class:`IpcHandle` to send to another process. Only the base
 of a live device allocation can be exported; once the buffer is freed (or the export
-closed) the export raises, and a new allocation gets a new handle.
+closed) the export raises, and a new allocation gets a new handle. The export keeps its
+buffer alive; the area remembers its exports weakly (to close them when the buffer is
+freed), so a buffer dropped with its export is freed by the garbage collector like any
+other: keep one of them while other processes use the memory.
 
 Importer side: ``backend.ipc_open(handle)`` maps the memory into the caller's current
 device, as hipIpcOpenMemHandle does (with lazy peer access: another device's memory is reached by
 peer access), and returns a :class:`~aml_core.buffer.Buffer` of the backend's import
 area whose ``device`` is the exporter's device index. Opening the same handle twice from
 one device maps it once (an importer-side cache, as UMF has): the same Buffer comes back
-and must be closed as many times as it was opened. The cache is per device, as the
-runtimes map a handle once per device context: opening it from another current device
+and must be closed as many times as it was opened; a Buffer dropped without being closed
+is unmapped (every open of it) when it is garbage collected. The cache is per device, as
+the runtimes map a handle once per device context: opening it from another current device
 maps it again there (another address, another Buffer), and each mapping is closed with
 its device selected. Importers must close before the exporter frees (HIP: freeing first
 is undefined behaviour).
@@ -26,11 +30,12 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .._buffer import address_of
+from .._buffer import AreaLock, address_of
 from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
@@ -43,16 +48,34 @@ from .runtime import Group
 if TYPE_CHECKING:
     from .runtime import IpcOps, Runtime
 
-__all__ = ["MAX_HANDLE_SIZE", "IpcExport", "IpcHandle", "IpcImportArea", "IpcOptions", "export_from"]
+__all__ = [
+    "MAX_HANDLE_SIZE",
+    "ExportRegistry",
+    "IpcExport",
+    "IpcHandle",
+    "IpcImportArea",
+    "IpcOptions",
+    "close_exports",
+    "export_from",
+]
+
+#: An area's exports by buffer address, held weakly (the export holds the buffer).
+ExportRegistry = dict[int, list["weakref.ref[IpcExport]"]]
 
 
-def export_from(
-    area: Area, runtime: Runtime, exports: dict[int, list[IpcExport]], buffer: Buffer | int
-) -> IpcExport:
+def close_exports(exports: ExportRegistry, ptr: int) -> None:
+    """Close the exports of the buffer at ``ptr`` that are still alive (its _free)."""
+    for ref in exports.pop(ptr, ()):
+        export = ref()
+        if export is not None:
+            export.close()
+
+
+def export_from(area: Area, runtime: Runtime, exports: ExportRegistry, buffer: Buffer | int) -> IpcExport:
     """``area.ipc_export(buffer)`` of a device area, written once (aml_core.gpu.GpuArea,
     aml_hsa.PoolArea): look the live buffer up, wrap the runtime's native handle in a
-    picklable :class:`IpcHandle`, and remember the export in ``exports`` (closed when the
-    buffer is freed)."""
+    picklable :class:`IpcHandle`, and remember the export weakly in ``exports`` (closed
+    when the buffer is freed; the area does not keep the buffer alive through it)."""
     if area.kind is not Kind.DEVICE:
         raise AMLNotSupported(f"IPC shares device memory; this is a {area.kind.value} area")
     with area._lock:
@@ -63,7 +86,7 @@ def export_from(
             backend=area.backend, device=buf.device or 0, size=buf.size, data=data, pid=os.getpid()
         )
         export = IpcExport(buf, handle)
-        exports.setdefault(buf.ptr, []).append(export)
+        exports.setdefault(buf.ptr, []).append(weakref.ref(export))
         return export
 
 
@@ -111,12 +134,17 @@ class IpcImportArea(Area):
         )
         self._runtime = runtime
         self._ops = runtime.require(Group.IPC)
-        self._by_key: dict[_Key, Buffer] = {}
+        #: (handle data, offset, importing device) -> the address of its open Buffer (tracked
+        #: by the area, not kept alive here: a Buffer dropped unclosed is unmapped by its
+        #: finalizer).
+        self._by_key: dict[_Key, int] = {}
         self._opens: dict[int, int] = {}
-        self._open_lock = threading.Lock()
+        # AreaLocks: their holders count as inside the area, so the GC-driven _free of a
+        # dropped import never runs under them (nor waits for them).
+        self._open_lock = AreaLock(self, threading.RLock())
         #: (native handle, importing device) -> [mapped base, buffers using the mapping]
         self._mappings: dict[tuple[bytes, int], list[int]] = {}
-        self._map_lock = threading.Lock()
+        self._map_lock = AreaLock(self, threading.RLock())
 
     def open(self, handle: IpcHandle) -> Buffer:
         """Map a handle exported by another process into the current device (cached: one
@@ -142,7 +170,12 @@ class IpcImportArea(Area):
         key = (handle.data, handle.offset, importer)
         with self._open_lock:
             self._check_open()
-            buf = self._by_key.get(key)
+            ptr = self._by_key.get(key)
+            buf = None if ptr is None else self._tracked(ptr)
+            if buf is not None and self._settle(buf):
+                # Dropped and waiting for its GC-driven unmap: that runs now (here is a
+                # safe point), and a new Buffer is opened; a failed unmap keeps it live.
+                buf = buf if self._is_live(buf) else None
             if buf is not None and not buf.freed:
                 if buf.size != handle.size or buf.device != handle.device:
                     raise AMLValueError(
@@ -152,7 +185,7 @@ class IpcImportArea(Area):
                 self._opens[buf.ptr] += 1
                 return buf
             buf = self.mmap(handle.size, IpcOptions(handle, importer))
-            self._by_key[key] = buf
+            self._by_key[key] = buf.ptr
             self._opens[buf.ptr] = 1
             return buf
 
@@ -212,7 +245,7 @@ class IpcImportArea(Area):
             mapping[1] += 1
         try:
             ptr = mapping[0] + handle.offset
-            if self._live.get(ptr) is not None:  # the area would refuse it, and keep the count
+            if self._tracked(ptr) is not None:  # the area would refuse it, and keep the count
                 raise AMLValueError(
                     f"this IPC handle names memory open here as another buffer (0x{ptr:x}): tampered"
                 )
@@ -241,21 +274,25 @@ class IpcImportArea(Area):
             if self._opens.get(buf.ptr, 1) > 1:
                 self._opens[buf.ptr] -= 1
                 return
-            super().munmap(buf)
-            self._opens.pop(buf.ptr, None)
-            self._by_key.pop(native_as(buf, _Imported).key, None)
+            super().munmap(buf)  # _free forgets its opens
 
     def _free(self, buffer: Buffer) -> None:
-        data, _, device = native_as(buffer, _Imported).key
-        with self._map_lock:
+        """Unmap one Buffer (every open of it: munmap's last close, close(), or the
+        finalizer of a Buffer dropped unclosed); the last Buffer over a mapping closes it,
+        in the context it was opened in."""
+        key = native_as(buffer, _Imported).key
+        data, _, device = key
+        with self._open_lock, self._map_lock:
             mapping = self._mappings[(data, device)]
             if mapping[1] > 1:
                 mapping[1] -= 1
-                return
-            # Closed in the context it was opened in; raises: the mapping stays, and counted.
-            with selected_device(self._runtime, device):
-                self._ops.ipc_close_handle(mapping[0])
-            del self._mappings[(data, device)]
+            else:
+                with selected_device(self._runtime, device):  # raises: the mapping stays, counted
+                    self._ops.ipc_close_handle(mapping[0])
+                del self._mappings[(data, device)]
+            self._opens.pop(buffer.ptr, None)
+            if self._by_key.get(key) == buffer.ptr:
+                del self._by_key[key]
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)

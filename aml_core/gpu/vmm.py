@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from .. import checks
+from .._buffer import AreaLock
 from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
@@ -137,7 +138,9 @@ class VirtualMemory(Area):
         )
         self._runtime = runtime
         self._ops = runtime.require(Group.VIRTUAL_MEMORY)
-        self._vlock = threading.RLock()
+        #: Guards the virtual-memory state; its holders count as inside the area, so that a
+        #: GC-driven free of a buffer (which unmaps) never runs in the middle of it.
+        self._vlock = AreaLock(self, threading.RLock())
         self._reservations: dict[int, Reservation] = {}
         self._physicals: dict[int, Physical] = {}
         self._mappings: dict[int, tuple[int, Physical]] = {}
@@ -411,7 +414,7 @@ class VirtualMemory(Area):
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:
         n = as_size(size)
         with self._vlock:
-            if buffer.freed or self._live.get(buffer.ptr) is not buffer:
+            if not self._is_live(buffer):
                 raise AMLValueError(f"{buffer!r} is not live in this area")
             state = native_as(buffer, _VmmBuffer)
             if n > state.reservation.size:

@@ -330,4 +330,4 @@ class HostArea(Area):
         if self.closed:
             return f"<aml HostArea {self.policy.name.lower()}{nodes} closed>"
         nbytes = format_size(self.stats.bytes_in_use)
-        return f"<aml HostArea {self.policy.name.lower()}{nodes} {len(self._live)} live, {nbytes}>"
+        return f"<aml HostArea {self.policy.name.lower()}{nodes} {self._stats()[2]} live, {nbytes}>"

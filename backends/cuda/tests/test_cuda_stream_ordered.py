@@ -181,3 +181,59 @@ def test_round_trip_on_a_gpu() -> None:
     finally:
         stream.close()
         area.close()
+
+
+# -- garbage collection --------------------------------------------------------------------------
+def test_a_dropped_stream_ordered_buffer_is_freed_on_its_stream(area: Any, rec: Any) -> None:
+    """Dropped without munmap, a stream-ordered buffer is freed in stream order on the
+    stream it was allocated on, as a plain munmap frees it."""
+    buf = area.mmap(4096, {"stream": 0x5000})
+    ptr = buf.ptr
+    del buf
+    assert rec.calls[-1] == ("free_async", ptr, 0x5000)
+    assert area.stats.live_mappings == 0
+
+
+def test_a_collection_inside_munmap_on_keeps_each_buffer_on_its_stream(area: Any, rec: Any) -> None:
+    """munmap_on frees on the stream it is given; a buffer the collector frees meanwhile
+    (here: inside munmap_on, after it chose its stream, through the size's __index__) is
+    freed on its own stream."""
+    import gc
+
+    class Cycle:
+        def __init__(self, held: object) -> None:
+            self.held = held
+            self.me = self
+
+    class CollectingSize:
+        def __index__(self) -> int:
+            gc.collect()
+            return 4096
+
+    dropped = area.mmap(4096, {"stream": 0x5000})
+    dropped_ptr = dropped.ptr
+    Cycle(dropped)
+    del dropped
+    target = area.mmap(4096, {"stream": 0x5000})
+    area.munmap_on(target, 0x6000, CollectingSize())
+    assert ("free_async", target.ptr, 0x6000) in rec.calls
+    assert ("free_async", dropped_ptr, 0x5000) in rec.calls, "the collected buffer took munmap_on's stream"
+    assert area.stats.live_mappings == 0
+
+
+def test_a_failed_free_of_a_dropped_buffer_is_reported_and_kept(area: Any, rec: Any) -> None:
+    from aml_core.testing.lifetime import catch_unraisable
+
+    buf = area.mmap(4096, {"stream": 0x5000})
+    ptr = buf.ptr
+    rec.fail_free = True
+    with catch_unraisable() as caught:
+        del buf
+    assert len(caught) == 1
+    assert getattr(caught[0].exc, "native", None) is not None
+    del caught
+    assert area.stats.live_mappings == 1  # tracked, and held by the area
+    rec.fail_free = False
+    area.close()
+    assert rec.calls[-1] == ("free_async", ptr, 0x5000)
+    assert area.stats.live_mappings == 0

@@ -28,8 +28,9 @@ def _control() -> Any:
 
 def ipc() -> int:
     """The importer of the IPC tests: reads ``{"handle": base64 pickle, "opens": n, "read": n,
-    "write": hex}`` on stdin, opens, reads and writes through the double, closes, and prints
-    a JSON report with the double's calls and live counters."""
+    "write": hex, "drop": bool}`` on stdin, opens, reads and writes through the double,
+    closes (or, with ``drop``, drops the buffer and lets the collector unmap it), and
+    prints a JSON report with the double's calls and live counters."""
     import aml_hip
 
     from aml_core.errors import AMLError
@@ -67,6 +68,20 @@ def ipc() -> int:
         src = ctypes.create_string_buffer(data, len(data))
         rt.memcpy(buf.device_ptr, ctypes.addressof(src), len(data))
         rt.synchronize()
+    if request.get("drop"):
+        # Dropped without ipc_close: the garbage collector unmaps it (every open of it).
+        imports = buf.area
+        del bufs, buf
+        import gc
+
+        gc.collect()
+        report["dropped_live_mappings"] = imports.stats.live_mappings
+        report["dropped_live_ipc"] = ctl.live("ipc")
+        report["close_calls"] = ctl.calls("hipIpcCloseMemHandle")
+        aml_hip.BACKEND.reset()
+        report["live_ipc"] = ctl.live("ipc")
+        print(json.dumps(report))
+        return 0
     for b in bufs:
         aml_hip.ipc_close(b)
     report["closed"] = buf.freed

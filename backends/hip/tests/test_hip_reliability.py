@@ -168,7 +168,7 @@ def test_vm_mmap_while_release_fails(hip: HipDouble) -> None:
 
 def test_vm_close_while_unmap_fails_retries(hip: HipDouble) -> None:
     vm = aml_hip.BACKEND.virtual_memory(0)
-    vm.mmap(vm.granularity())
+    buf = vm.mmap(vm.granularity())  # kept: a dropped buffer would be unmapped at once
     hip.inject("hipMemUnmap", INVALID_VALUE)
     with pytest.raises(AMLError) as info:
         vm.close()
@@ -177,6 +177,7 @@ def test_vm_close_while_unmap_fails_retries(hip: HipDouble) -> None:
     # close() went on after the failure (its sweep of leftover mappings retried the unmap);
     # close() again finds the buffer still tracked and finishes.
     vm.close()
+    assert buf.freed
     assert vm.stats.live_mappings == 0
     assert all(n == 0 for n in hip.live().values())
 

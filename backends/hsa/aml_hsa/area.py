@@ -19,7 +19,7 @@ import attrs
 from aml_core.area import Area
 from aml_core.buffer import Buffer
 from aml_core.errors import AMLNotSupported, AMLValueError
-from aml_core.gpu.ipc import IpcExport, export_from
+from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
 from aml_core.specs import Capability, Kind
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class PoolArea(Area):
         super().__init__(backend="hsa", kind=kind, device=area_device, capabilities=caps)
         self.runtime = runtime
         self.pool = chosen
-        self._exports: dict[int, list[IpcExport]] = {}
+        self._exports: ExportRegistry = {}
 
     def _allocate(self, size: int, options: object) -> Buffer:
         rt = self.runtime
@@ -78,8 +78,7 @@ class PoolArea(Area):
         )
 
     def _free(self, buffer: Buffer) -> None:
-        for export in self._exports.pop(buffer.ptr, ()):
-            export.close()
+        close_exports(self._exports, buffer.ptr)
         self.runtime.pool_free(buffer.ptr)
 
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:

@@ -27,12 +27,14 @@ from __future__ import annotations
 import enum
 import os
 import threading
+import weakref
 from ctypes import byref, c_void_p
 from typing import Any
 
 import attrs
 
 from aml_core import checks
+from aml_core._buffer import AreaLock
 from aml_core.area import Area
 from aml_core.buffer import Buffer, DLDeviceType
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
@@ -117,8 +119,9 @@ class ZeArea(Area):
         self._hdesc = C.ze_host_mem_alloc_desc_t(
             C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, settings.host_flags
         )
-        self._exports: dict[int, list[tuple[IpcExport, bytes]]] = {}
-        self._ctx_lock = threading.Lock()
+        #: ptr -> (the export, held weakly; its native handle data) for each export.
+        self._exports: dict[int, list[tuple[weakref.ref[IpcExport], bytes]]] = {}
+        self._ctx_lock = AreaLock(self, threading.RLock())
         #: The area's own context (aml_area_ze_*_create: "This area has its own context").
         self.context = runtime.create_context()
         self._bind_calls()
@@ -163,8 +166,10 @@ class ZeArea(Area):
     def _free(self, buffer: Buffer) -> None:
         ptr = buffer.ptr
         if self._exports:
-            for export, data in self._exports.pop(ptr, ()):
-                export.close()
+            for ref, data in self._exports.pop(ptr, ()):
+                export = ref()
+                if export is not None:
+                    export.close()
                 self.runtime.ipc_put_handle(self.context, data)
         rc = self._free_fn(self._ctx, ptr)
         if rc:
@@ -193,7 +198,7 @@ class ZeArea(Area):
                 backend="ze", device=self.settings.device, size=buf.size, data=data, pid=os.getpid()
             )
             export = IpcExport(buf, handle)
-            self._exports.setdefault(buf.ptr, []).append((export, data))
+            self._exports.setdefault(buf.ptr, []).append((weakref.ref(export), data))
             return export
 
     # -- lifetime ------------------------------------------------------------------------
@@ -216,14 +221,14 @@ class ZeArea(Area):
             self.runtime.destroy_context(self.context)  # on failure the context stays: close() retries
             self.context = 0
 
-    def _free_orphan_at(self, ptr: int) -> None:
-        super()._free_orphan_at(ptr)
-        if not self._orphans:
+    def _free_orphan(self, buf: Buffer) -> None:
+        super()._free_orphan(buf)
+        if self.closed and not self._orphans:
             self._destroy_context()
 
     def __repr__(self) -> str:
         what = {Kind.DEVICE: "device", Kind.MANAGED: "shared", Kind.HOST: "host"}[self.kind]
-        state = "closed" if self.closed else f"{len(self._live)} live"
+        state = "closed" if self.closed else f"{self._stats()[2]} live"
         dev = "" if self.kind is Kind.HOST else f" device={self.device} ordinal={self.ordinal}"
         return f"<aml ZeArea {what}{dev} alignment={self.alignment} {state}>"
 
