@@ -497,16 +497,22 @@ def test_device_selection_is_restored(fail: bool) -> None:
 
 
 def test_free_memory_without_nvml_is_not_known(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No NVML library (this machine has no driver): free memory is None, the reason is
-    kept, and the failed initialisation is not retried."""
+    """No NVML (here: cuda-bindings without its NVML module): free memory is None, the
+    reason is kept, and the failed load is not retried."""
+    import sys
+
     from aml_cuda import nvml
 
     monkeypatch.setattr(nvml, "_nvml", None)
     monkeypatch.setattr(nvml, "_why_not", None)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvml", None)  # import raises ImportError
     assert nvml.free_memory("0000:00:00.0") is None
     reason = nvml.unavailable_reason()
     assert reason is not None
-    assert "nvmlInit_v2" in reason or "no NVML module" in reason
+    assert "no NVML module" in reason
+    monkeypatch.delitem(sys.modules, "cuda.bindings.nvml")
+    assert nvml.free_memory("0000:00:00.0") is None  # not retried
+    assert nvml.unavailable_reason() == reason
 
 
 class _FakeNvml:
