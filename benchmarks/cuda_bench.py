@@ -37,33 +37,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from timing import human, paired
+
 GiB = 1 << 30
 MiB = 1 << 20
 SIZES = (256, 64 << 10, 1 << 20, 64 << 20, 1 << 30)
-
-
-def human(n: int) -> str:
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def paired(raw: Callable[[], None], aml: Callable[[], None], reps: int, warm: int) -> tuple[float, float]:
-    """Median microseconds of raw() and aml(), interleaved (ABAB.. then BABA..)."""
-    for _ in range(warm):
-        raw()
-        aml()
-    tr: list[int] = []
-    ta: list[int] = []
-    clock = time.perf_counter_ns
-    for i in range(reps):
-        order = ((raw, tr), (aml, ta)) if i % 2 == 0 else ((aml, ta), (raw, tr))
-        for fn, sink in order:
-            t0 = clock()
-            fn()
-            sink.append(clock() - t0)
-    return statistics.median(tr) / 1e3, statistics.median(ta) / 1e3
 
 
 def main() -> None:

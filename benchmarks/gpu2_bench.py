@@ -42,36 +42,13 @@ from pathlib import Path
 from typing import Any
 
 from machine_info import machine
+from timing import human, paired
 
 MiB = 1 << 20
 GiB = 1 << 30
 COPY_SIZES = (MiB, 64 * MiB, GiB)
 #: Exit status when there are not two GPUs (nothing measured, nothing written).
 NOT_TWO_GPUS = 77
-
-
-def human(n: int) -> str:
-    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
-        if n >= scale and n % scale == 0:
-            return f"{n // scale} {unit}"
-    return f"{n} B"
-
-
-def paired(raw: Callable[[], None], aml: Callable[[], None], reps: int, warm: int) -> tuple[float, float]:
-    """Median microseconds of raw() and aml(), interleaved (ABAB.. then BABA..)."""
-    for _ in range(warm):
-        raw()
-        aml()
-    tr: list[int] = []
-    ta: list[int] = []
-    clock = time.perf_counter_ns
-    for i in range(reps):
-        order = ((raw, tr), (aml, ta)) if i % 2 == 0 else ((aml, ta), (raw, tr))
-        for fn, sink in order:
-            t0 = clock()
-            fn()
-            sink.append(clock() - t0)
-    return statistics.median(tr) / 1e3, statistics.median(ta) / 1e3
 
 
 def gbps(n: int, us: float) -> float:
