@@ -62,6 +62,7 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "zeMemGetAllocProperties": (_res, (_h, c_void_p, POINTER(C.ze_memory_allocation_properties_t), _PV)),
     "zeMemGetIpcHandle": (_res, (_h, c_void_p, POINTER(C.ze_ipc_mem_handle_t))),
     # the 64-byte handle is passed BY VALUE
+    "zeMemGetAddressRange": (_res, (_h, _h, _PV, POINTER(c_size_t))),
     "zeMemOpenIpcHandle": (_res, (_h, _h, C.ze_ipc_mem_handle_t, _u32, _PV)),
     "zeMemCloseIpcHandle": (_res, (_h, c_void_p)),
     "zeVirtualMemReserve": (_res, (_h, c_void_p, c_size_t, _PV)),

@@ -163,3 +163,30 @@ def test_get_handle_failure(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -
         area.ipc_export(buf)
     assert ze.live()["ipc_handle"] == 0
     area.munmap(buf)
+
+
+def test_a_handle_claiming_more_than_was_exported(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:
+    """Issue 9's tampered handle on Level Zero: 1 GiB claimed for an 8 KiB export. The
+    importer asks zeMemGetAddressRange after the open, refuses the handle (EINVAL) and
+    closes what it opened; reading 1 GiB there would have run off the mapping."""
+    import attrs
+
+    area = areas("device")
+    buf = area.mmap(8192)
+    handle = attrs.evolve(area.ipc_export(buf).handle, size=1 << 30)
+    report = run_child(ze, handle)
+    assert report["error"]["class"] == "AMLValueError", report
+    assert "the exported allocation has 8192" in report["error"]["message"], report
+    assert not any(report["live"].values()), report["live"]
+    area.munmap(buf)
+
+
+def test_a_failed_range_query_closes_the_mapping(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:
+    area = areas("device")
+    buf = area.mmap(4096)
+    handle = area.ipc_export(buf).handle
+    report = run_child(ze, handle, inject=["zeMemGetAddressRange", C.ZE_RESULT_ERROR_DEVICE_LOST])
+    assert report["error"]["class"] == "AMLFailure", report
+    assert report["error"]["function"] == "zeMemGetAddressRange"
+    assert not any(report["live"].values()), report["live"]
+    area.munmap(buf)

@@ -62,7 +62,7 @@
 /* -- functions, counters, injections -------------------------------------------------- */
 #define FUNCS(X) X(zeInit) X(zeDriverGet) X(zeDriverGetApiVersion) X(zeDeviceGet) \
     X(zeDeviceGetProperties) X(zeDeviceGetMemoryProperties) X(zeContextCreate) X(zeContextDestroy) \
-    X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemAllocShared) X(zeMemFree) X(zeMemGetAllocProperties) \
+    X(zeMemAllocDevice) X(zeMemAllocHost) X(zeMemAllocShared) X(zeMemFree) X(zeMemGetAllocProperties) X(zeMemGetAddressRange) \
     X(zeMemGetIpcHandle) X(zeMemPutIpcHandle) X(zeMemOpenIpcHandle) X(zeMemCloseIpcHandle) \
     X(zeVirtualMemReserve) X(zeVirtualMemFree) X(zeVirtualMemQueryPageSize) X(zePhysicalMemCreate) \
     X(zePhysicalMemDestroy) X(zeVirtualMemMap) X(zeVirtualMemUnmap) X(zeVirtualMemSetAccessAttribute) \
@@ -674,6 +674,26 @@ API ze_result_t zeMemFree(void *hContext, void *ptr)
     alloc_unlink(a);
     alloc_release(a);
     free(a);
+    RETURN(OK);
+}
+
+/* The allocation containing ptr (device, host, shared memory, or an opened IPC handle):
+   its base and size, each optional. ZE_RESULT_ERROR_INVALID_ARGUMENT for an address no
+   allocation of this context contains. */
+API ze_result_t zeMemGetAddressRange(void *hContext, const void *ptr, void **pBase, size_t *pSize)
+{
+    BEGIN(zeMemGetAddressRange);
+    if (!hContext || !ctx_ok(hContext))
+        RETURN(E_INVALID_NULL_HANDLE);
+    if (!ptr)
+        RETURN(E_INVALID_NULL_POINTER);
+    struct alloc *a = alloc_find(hContext, ptr, 1);
+    if (!a)
+        RETURN(E_INVALID_ARGUMENT);
+    if (pBase)
+        *pBase = a->ptr;
+    if (pSize)
+        *pSize = a->size;
     RETURN(OK);
 }
 
