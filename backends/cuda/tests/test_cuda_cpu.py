@@ -505,7 +505,11 @@ def test_free_memory_without_nvml_is_not_known(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(nvml, "_nvml", None)
     monkeypatch.setattr(nvml, "_why_not", None)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.nvml", None)  # import raises ImportError
+    import cuda.bindings
+
+    # import raises ImportError (the package attribute too: a probe may have imported it)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.nvml", None)
+    monkeypatch.delattr(cuda.bindings, "nvml", raising=False)
     assert nvml.free_memory("0000:00:00.0") is None
     reason = nvml.unavailable_reason()
     assert reason is not None
