@@ -332,3 +332,40 @@ def test_the_typed_vmm_exports_stub_matches_gpu_vmm_types() -> None:
     declared = {a.asname for node in stub.body if isinstance(node, ast.ImportFrom) for a in node.names}
     assert declared == set(GPU_VMM_TYPES)
     assert set(GPU_VMM_TYPES) <= set(GPU_TYPES)
+
+
+class _Ranges:
+    """Just what IpcOps.ipc_mapped_size reads: a name and the native range query."""
+
+    def __init__(self, answer: tuple[int, int] | None) -> None:
+        self.answer = answer
+        self.traits = type("Traits", (), {"name": "fake"})()
+
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
+        return self.answer
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [(None, None), ((0x1000, 0x4000), 0x4000)],
+    ids=["unknown", "at-the-base"],
+)
+def test_ipc_mapped_size_from_the_range(answer: tuple[int, int] | None, expected: int | None) -> None:
+    from aml_core.gpu.runtime import IpcOps
+
+    assert IpcOps.ipc_mapped_size(_Ranges(answer), 0x1000) == expected  # type: ignore[arg-type]
+    if answer is not None:  # a block inside the allocation: the bytes to its end
+        assert IpcOps.ipc_mapped_size(_Ranges(answer), 0x2000) == 0x3000  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [(0, 0x4000), (0x2000, 0x4000), (0x1000, 0), (0x800, 0x800)],
+    ids=["null-base", "base-past-ptr", "empty", "ends-before-ptr"],
+)
+def test_an_impossible_range_is_a_failure(answer: tuple[int, int]) -> None:
+    from aml_core.errors import AMLFailure
+    from aml_core.gpu.runtime import IpcOps
+
+    with pytest.raises(AMLFailure, match="fake: the address range query reported success"):
+        IpcOps.ipc_mapped_size(_Ranges(answer), 0x1000)  # type: ignore[arg-type]

@@ -52,7 +52,7 @@ import attrs
 from .. import checks
 from .._buffer import NativeAllocator
 from ..buffer import DLDeviceType
-from ..errors import AMLError, AMLNotSupported, AMLValueError, ErrorTable
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorTable
 from ..specs import Capability, DeviceInfo
 from .devices import selected_device
 from .groups import Group, capabilities
@@ -433,13 +433,26 @@ class IpcOps(abc.ABC):
         self._ipc_close_handle(checks.pointer(ptr))
 
     def ipc_mapped_size(self, ptr: int) -> int | None:
-        """The size of the allocation an opened handle mapped at ``ptr``, or None where
-        the runtime cannot tell. The importer checks a handle's claimed size against it."""
-        return self._ipc_mapped_size(checks.pointer(ptr))
+        """The bytes from ``ptr`` to the end of the allocation an opened handle mapped
+        there, or None where the runtime cannot tell. The importer checks a handle's
+        claimed size against it. A range query that "succeeds" with a range not containing
+        ``ptr`` (NULL base, base past ``ptr``, empty) is AMLFailure."""
+        ptr = checks.pointer(ptr)
+        found = self._ipc_address_range(ptr)
+        if found is None:
+            return None
+        base, size = found
+        if base == 0 or base > ptr or size <= 0 or base + size <= ptr:
+            raise AMLFailure(
+                f"{self.traits.name}: the address range query reported success with base "
+                f"0x{base:x}, size {size} for 0x{ptr:x}"
+            )
+        return base + size - ptr
 
-    def _ipc_mapped_size(self, ptr: int) -> int | None:
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
         """Override with the native range query (``cuMemGetAddressRange``,
-        ``hipMemGetAddressRange``) where the library has it."""
+        ``hipMemGetAddressRange``, ``zeMemGetAddressRange``) where the library has it:
+        (base, size) of the allocation containing ``ptr``."""
         return None
 
     @abc.abstractmethod

@@ -651,13 +651,13 @@ class CudaRuntime(
         if err:
             self._fail("cudaIpcCloseMemHandle", err)
 
-    def _ipc_mapped_size(self, ptr: int) -> int | None:
-        """``cuMemGetAddressRange``: the exporter's allocation size behind an opened handle
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
+        """``cuMemGetAddressRange``: the exporter's allocation behind an opened handle
         (the importer refuses a handle that claims more, issue 9)."""
-        err, _base, size = _drv.cuMemGetAddressRange(ptr)
+        err, base, size = _drv.cuMemGetAddressRange(ptr)
         if err:
             self._dfail("cuMemGetAddressRange", err)
-        return int(size)
+        return int(base), int(size)
 
     # -- virtual memory (driver API) -------------------------------------------------------
     def _context(self) -> None:

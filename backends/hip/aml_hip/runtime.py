@@ -449,12 +449,12 @@ class HipRuntime(
         # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (docs/native-abi.md#hip-ipc).
         return self._out_ptr("hipIpcOpenMemHandle", native, self.abi.ipc_lazy_enable_peer_access)
 
-    def _ipc_mapped_size(self, ptr: int) -> int | None:
-        """``hipMemGetAddressRange``: the exporter's allocation size behind an opened handle
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
+        """``hipMemGetAddressRange``: the exporter's allocation behind an opened handle
         (the importer refuses a handle that claims more)."""
         base, size = c_void_p(), c_size_t(0)
         self.lib.call("hipMemGetAddressRange", byref(base), byref(size), _vp(ptr))
-        return int(size.value)
+        return int(base.value or 0), int(size.value)
 
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("hipIpcCloseMemHandle", _vp(ptr))

@@ -397,18 +397,12 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("zeMemCloseIpcHandle", _vp(self.context), _vp(ptr))
 
-    def _ipc_mapped_size(self, ptr: int) -> int | None:
-        """``zeMemGetAddressRange`` of the opened memory: the bytes from ``ptr`` to the end of
-        the allocation the exporter shared (a tampered handle may claim more)."""
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
+        """``zeMemGetAddressRange`` of the opened memory: the allocation the exporter shared
+        (a tampered handle may claim more)."""
         base, size = c_void_p(), c_size_t(0)
         self.lib.call("zeMemGetAddressRange", _vp(self.context), _vp(ptr), byref(base), byref(size))
-        start = int(base.value or 0)
-        if start == 0 or start > ptr or int(size.value) == 0:  # an impossible "success"
-            raise AMLFailure(
-                f"zeMemGetAddressRange reported success with base 0x{start:x}, size {size.value} "
-                f"for 0x{ptr:x}"
-            )
-        return start + int(size.value) - ptr
+        return int(base.value or 0), int(size.value)
 
     # -- virtual memory ------------------------------------------------------------------
     def _vmm_granularity(self, device: int, recommended: bool) -> int:
