@@ -823,7 +823,9 @@ def _child_env() -> dict[str, str]:
 def _run_child(b: _Backend, timeout: float) -> _Outcome:
     assert b.plugin.entry_point is not None
     group, ep_name = b.plugin.entry_point
-    cmd = [sys.executable, "-c", _CHILD, group, ep_name, b.plugin.distribution, b.desc.name]
+    # -P: the child's import path is the parent's (PYTHONPATH, from _child_env) and never the
+    # current directory, where a source tree of aml_core would shadow the installed one.
+    cmd = [sys.executable, "-P", "-c", _CHILD, group, ep_name, b.plugin.distribution, b.desc.name]
     try:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env()
