@@ -10,7 +10,8 @@
 #
 # It then, from the repository root:
 #   1. exports AML_<NAME>_TEST_DOUBLE=forward, CUDA_HOME (default /usr/local/cuda),
-#      PYTHONDONTWRITEBYTECODE=1, and sets ROOT, OUT (default ./forward-out) and PYTHON;
+#      PYTHONDONTWRITEBYTECODE=1, and sets ROOT, PYTHON and OUT (default: a new run folder,
+#      evidence/<date>-<machine>-<backend>-forward/, named by benchmarks/machine_info.py);
 #   2. writes $OUT/environment.txt (date, commit, Python, gcc, CUDA, GPU, kernel);
 #   3. pip installs the checkout and the backend ($OUT/install.txt; AML_<NAME>_SKIP_INSTALL=1
 #      skips it);
@@ -24,9 +25,9 @@
 NAME="$(echo "$BACKEND" | tr '[:lower:]' '[:upper:]')"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-OUT="${OUT:-$ROOT/forward-out}"
-mkdir -p "$OUT"
 PYTHON="${PYTHON:-python3}"
+OUT="${OUT:-$("$PYTHON" benchmarks/machine_info.py --evidence-dir "$BACKEND-forward")}"
+mkdir -p "$OUT"
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export "AML_${NAME}_TEST_DOUBLE=forward"
 export PYTHONDONTWRITEBYTECODE=1
@@ -34,6 +35,9 @@ export PYTHONDONTWRITEBYTECODE=1
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)"
+    # tracked files changed since that commit: a copied working tree may keep an older
+    # clone's git metadata, and then the commit line does not name the code that ran
+    echo "tracked files changed since: $(git status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
     echo "python: $("$PYTHON" --version 2>&1)"
     echo "gcc: $(gcc --version 2>&1 | head -n1)"
     echo "CUDA_HOME: $CUDA_HOME"

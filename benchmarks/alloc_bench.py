@@ -1,14 +1,15 @@
 """Allocator benchmark: aml's pool against the allocators a user would pick instead,
 in one process and one run, interleaved.
 
-Usage on the GPU machine (writes <name>.json, <name>.md and <name>_*.png to --out,
-default $OUT; prints the summary last)::
+Usage on the GPU machine (writes <name>.json, <name>.md and <name>_*.png to --out, default
+$OUT, else a new run folder ``evidence/<date>-<machine>-alloc-bench/``; prints the summary
+last)::
 
     PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --out $OUT
 
 and on any CPU, the host pool against the host area and raw ``mmap.mmap``::
 
-    PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --host --out benchmarks/results
+    PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --host   # evidence/<date>-<machine>-alloc-bench-host/
 
 Peers (GPU): ``aml area`` (``aml_cuda.create(0)``: cudaMalloc per mmap), ``aml area,
 stream-ordered`` (the same area's ``mmap(n, {"stream": s})``: cudaMallocAsync), ``aml pool``
@@ -43,7 +44,6 @@ import argparse
 import datetime
 import json
 import mmap
-import os
 import statistics
 import threading
 import time
@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from machine_info import machine as shared_machine
+from machine_info import out_dir
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -886,7 +887,7 @@ def each(peers: list[Peer], fn: Callable[[Peer], dict[str, Any]]) -> Iterator[di
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-alloc-bench[-host]/")
     parser.add_argument("--host", action="store_true", help="the host pool against the host area")
     parser.add_argument("--name", default=None, help="file name prefix (default alloc_bench[_host])")
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
@@ -938,7 +939,7 @@ def main() -> None:
             print(f"{peer.name}: close failed: {exc}", flush=True)
     results["seconds"] = time.monotonic() - started
 
-    out = Path(args.out)
+    out = out_dir(args.out, "alloc-bench-host" if args.host else "alloc-bench")
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("alloc_bench_host" if args.host else "alloc_bench")
     results["plots"] = plots(results, out, name)

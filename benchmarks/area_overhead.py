@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from machine_info import machine
+from machine_info import machine, out_dir
 
 import aml_core
 from aml_core import _buffer
@@ -308,7 +308,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument(
+        "--out", type=Path, help="default: $OUT, else evidence/<date>-<machine>-area-overhead/"
+    )
     parser.add_argument("--name", default=platform.node() or "machine", help="machine name for the file")
     parser.add_argument("--label", default="", help="what was measured (e.g. the build), for the file")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
@@ -323,9 +325,10 @@ def main() -> None:
         "reps": reps,
         "per_op": measure(batch, reps),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(args.out, "area-overhead")
+    out.mkdir(parents=True, exist_ok=True)
     stem = f"area_overhead_{args.name}" + (f"_{args.label}" if args.label else "")
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
 
 

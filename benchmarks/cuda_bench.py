@@ -17,7 +17,8 @@ interleaved repetition by repetition, medians after warm-up):
    second handle and the cached re-open, against raw cudaIpcOpenMemHandle in a child.
 
 Usage on the GPU machine: ``python benchmarks/cuda_bench.py`` (writes cuda_bench.json
-and cuda_bench.md to $OUT, or to --out; prints the table last). ``--quick`` runs fewer
+and cuda_bench.md to --out, default $OUT, else ``evidence/<date>-<machine>-cuda-bench/``;
+prints the table last). ``--quick`` runs fewer
 repetitions (a smoke test).
 """
 
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from machine_info import out_dir
 from timing import human, paired
 
 GiB = 1 << 30
@@ -46,7 +48,7 @@ SIZES = (256, 64 << 10, 1 << 20, 64 << 20, 1 << 30)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-cuda-bench/")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     quick = args.quick
@@ -468,10 +470,11 @@ print(json.dumps({"a": dt_a / 1e3, "b": dt_b / 1e3, "cached": cached[len(cached)
 
     # -- output -----------------------------------------------------------------------------------------
     md = render(results)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "cuda_bench.json"), "w") as f:
+    out = out_dir(args.out, "cuda-bench")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "cuda_bench.json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(args.out, "cuda_bench.md"), "w") as f:
+    with open(os.path.join(out, "cuda_bench.md"), "w") as f:
         f.write(md)
     print()
     print(md, flush=True)

@@ -15,7 +15,8 @@ repetition by repetition, medians after warm-up):
    ``cudaMemPrefetchAsync`` (GPU 0 -> GPU 1, GPU 1 -> GPU 0, and host -> GPU 1).
 
 Usage on a machine with two GPUs (writes gpu2_bench.json, gpu2_bench.md and
-gpu2_bench_*.png to --out, default $OUT; prints the summary last)::
+gpu2_bench_*.png to --out, default $OUT, else ``evidence/<date>-<machine>-gpu2-bench/``;
+prints the summary last)::
 
     PYTHONUNBUFFERED=1 python benchmarks/gpu2_bench.py --out $OUT
 
@@ -41,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from machine_info import machine
+from machine_info import machine, out_dir
 from timing import human, paired
 
 MiB = 1 << 20
@@ -112,7 +113,7 @@ print(json.dumps({"a": dt_a / 1e3, "b": dt_b / 1e3, "cached": cached[len(cached)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-gpu2-bench/")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions: a smoke test")
     parser.add_argument(
         "--smoke-one-gpu",
@@ -358,7 +359,7 @@ def main() -> None:
         aml_cuda.disable_peer_access(peer, device)
     results["seconds"] = time.monotonic() - started
 
-    out = Path(args.out)
+    out = out_dir(args.out, "gpu2-bench")
     out.mkdir(parents=True, exist_ok=True)
     name = "gpu2_bench_SMOKE_one_gpu" if smoke else "gpu2_bench"
     results["plots"] = plots(results, out, name)

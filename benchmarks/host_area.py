@@ -2,6 +2,7 @@
 cost of ``import aml_core`` plus ``aml_core.backends()`` in a fresh process.
 
 Usage: python benchmarks/host_area.py [--out DIR] [--quick]
+(DIR: default $OUT, else a new run folder ``evidence/<date>-<machine>-host-area/``)
 
 For each size from 4 KiB to 1 GiB it times, in the same run and interleaved:
   raw        mmap.mmap(-1, size, flags=MAP_PRIVATE) then close() (Python's default,
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from machine_info import machine
+from machine_info import machine, out_dir
 
 from aml_core import _os
 from aml_core.host import HostArea
@@ -116,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument("--out", type=Path, help="default: $OUT, else evidence/<date>-<machine>-host-area/")
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     parser.add_argument("--name", default="", help="machine name for the result files (default: hostname)")
     args = parser.parse_args()
@@ -130,9 +131,10 @@ def main() -> None:
             latency[label][str(size)] = measure(size, touch, reps)
     results["latency"] = latency
     results["import"] = import_cost(5 if args.quick else 15)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out = out_dir(args.out, "host-area")
+    out.mkdir(parents=True, exist_ok=True)
     name = f"host_area_{args.name or results['machine']['hostname'] or 'machine'}"  # type: ignore[index]
-    (args.out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     lines = [
         f"# Host area benchmark ({results['date']})",
         "",
@@ -160,7 +162,7 @@ def main() -> None:
         "for a bare interpreter.",
     ]
     text = "\n".join(lines) + "\n"
-    (args.out / f"{name}.md").write_text(text)
+    (out / f"{name}.md").write_text(text)
     print(text)
 
 

@@ -17,7 +17,8 @@ The figures are medians of interleaved repetitions after warm-up, for sizes of 1
 
 Usage on the GPU machine (the forward double built and named by AML_HSA_LIBRARY, as
 ``backends/hsa/tests/run_forward.sh`` does): ``python benchmarks/hsa_bench.py`` writes
-hsa_bench.json and hsa_bench.md to $OUT (or --out) and prints the table. ``--quick`` runs
+hsa_bench.json and hsa_bench.md to --out (default $OUT, else
+``evidence/<date>-<machine>-hsa-bench/``) and prints the table. ``--quick`` runs
 fewer repetitions (a smoke test).
 """
 
@@ -32,6 +33,8 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from machine_info import out_dir
 
 
 def median_us(samples: list[int]) -> float:
@@ -57,7 +60,7 @@ def interleaved(fns: dict[str, Callable[[], None]], reps: int, warm: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-hsa-bench/")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     reps, warm = (20, 3) if args.quick else (300, 20)
@@ -139,8 +142,9 @@ def main() -> None:
         "repetitions": reps,
         "warm_up": warm,
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "hsa_bench.json"), "w") as f:
+    out = out_dir(args.out, "hsa-bench")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "hsa_bench.json"), "w") as f:
         json.dump({"meta": meta, "cycle": rows}, f, indent=2)
     lines = [
         f"# aml-hsa virtual-memory cycle on the forward double, {meta['gpu']} ({meta['date']})",
@@ -156,7 +160,7 @@ def main() -> None:
             f"| {r['raw cuMem* us']:.1f} |"
         )
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "hsa_bench.md"), "w") as f:
+    with open(os.path.join(out, "hsa_bench.md"), "w") as f:
         f.write(text)
     print(text)
 

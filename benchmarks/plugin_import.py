@@ -8,7 +8,9 @@ libraries mapped into it (``/proc/self/maps``) before and after, to show that no
 library was loaded. Medians over ``--repeat`` runs; results as JSON (and a short
 markdown table) under ``--out``.
 
-    python benchmarks/plugin_import.py --out benchmarks/results --name debian12-2core
+    python benchmarks/plugin_import.py --out evidence/<date>-<machine>-plugin-import --name <machine>
+
+(without ``--out`` it only prints; evidence/README.md says how runs are named and indexed).
 """
 
 from __future__ import annotations

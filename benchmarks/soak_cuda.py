@@ -19,7 +19,8 @@ Usage on the GPU machine::
     python benchmarks/soak_cuda.py --out /tmp/soak --ops 20000
 
 It writes ``soak_cuda.json`` (the figures and the verdict) and ``soak_cuda.log`` under
-``--out`` and exits 1 when device memory did not come back or an input was not refused.
+``--out`` (default $OUT, else ``evidence/<date>-<machine>-soak-cuda/``) and exits 1 when
+device memory did not come back or an input was not refused.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from machine_info import out_dir
 from soak_child import Importer
 
 MiB = 1 << 20
@@ -149,12 +151,13 @@ class Soak:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and log")
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-soak-cuda/")
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--budget", type=float, default=200.0, help="stop the loop after this many seconds")
     parser.add_argument("--slack", type=int, default=2 * MiB)
     args = parser.parse_args()
+    args.out = str(out_dir(args.out, "soak-cuda"))
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     with open(os.path.join(args.out, "soak_cuda.log"), "w") as log:

@@ -25,7 +25,8 @@ Usage::
     python benchmarks/soak_pool.py --out "$OUT"                 # 10**5 operations on the GPU
     python benchmarks/soak_pool.py --backend hip --ops 3000 --live 48 --out /tmp/soak   # HIP double
 
-It writes ``soak_pool_<backend>.json`` and ``.log`` under ``--out`` and exits 1 when memory
+It writes ``soak_pool_<backend>.json`` and ``.log`` under ``--out`` (default $OUT, else
+``evidence/<date>-<machine>-soak-pool/``) and exits 1 when memory
 did not come back or a bad input was not refused.
 """
 
@@ -40,6 +41,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+from machine_info import out_dir
 from soak_child import Importer
 
 MiB = 1 << 20
@@ -252,13 +254,14 @@ class PoolSoak:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("cuda", "hip"), default="cuda")
-    parser.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for the JSON and log")
+    parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-soak-pool/")
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--budget", type=float, default=240.0, help="stop the loop after this many seconds")
     parser.add_argument("--live", type=int, default=256, help="most blocks held at once (about 3 MiB each)")
     parser.add_argument("--slack", type=int, default=2 * MiB, help="bytes the driver may keep for itself")
     args = parser.parse_args()
+    args.out = str(out_dir(args.out, "soak-pool"))
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     stem = os.path.join(args.out, f"soak_pool_{args.backend}")

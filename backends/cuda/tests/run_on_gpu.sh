@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Install aml-core and aml-cuda, run the CUDA tests (GPU tests included) and the
-# benchmark on a GPU machine. Logs and results go to $OUT (default /tmp/aml-cuda-out).
+# benchmark on a GPU machine. Logs and results go to $OUT (default: a new run folder of this
+# checkout, evidence/<date>-<machine>-cuda-<mode>/, named by benchmarks/machine_info.py; add
+# it to evidence/README.md's index when you commit it).
 # Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
@@ -15,13 +17,15 @@
 set -uo pipefail
 what=${1:-all}
 shift || true
-OUT=${OUT:-/tmp/aml-cuda-out}
-mkdir -p "$OUT"
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
+OUT=${OUT:-$($py "$repo/benchmarks/machine_info.py" --evidence-dir "cuda-$what")}
+mkdir -p "$OUT"
 {
     date -u
+    echo "commit: $(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)," \
+        "tracked files changed since: $(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
     nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv
     $py -c 'import sys, cuda.bindings, numpy; print(sys.version.split()[0], "cuda-bindings", cuda.bindings.__version__, "numpy", numpy.__version__)'
     $py -c 'import cupy, torch; print("cupy", cupy.__version__, "torch", torch.__version__)'

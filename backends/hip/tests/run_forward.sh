@@ -10,7 +10,7 @@
 #
 # It installs the checkout (pip --no-deps --no-build-isolation . ./backends/hip; set
 # AML_HIP_SKIP_INSTALL=1 if that is done already), builds the forward double, and writes to
-# $OUT (default ./forward-out): environment.txt, install.txt, build_ext.txt, build.txt,
+# $OUT (default evidence/<date>-<machine>-hip-forward/): environment.txt, install.txt, build_ext.txt, build.txt,
 # aml-info.json (these five by ../../forward-prelude.sh), pytest.log, junit.xml. The exit
 # status is pytest's (2: setup failed).
 set -uo pipefail

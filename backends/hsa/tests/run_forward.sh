@@ -18,8 +18,9 @@
 #
 # It installs the checkout (pip --no-deps --no-build-isolation . ./backends/hsa; set
 # AML_HSA_SKIP_INSTALL=1 if that is done already). Everything goes to $OUT (default
-# ./forward-out): environment.txt, install.txt, build_ext.txt, build.txt, sequence.log,
-# aml-info.json, pytest.log, junit.xml, hsa_bench.json, hsa_bench.md, bench.txt.
+# evidence/<date>-<machine>-hsa-forward/): environment.txt, install.txt, build_ext.txt,
+# build.txt, sequence.log, aml-info.json, pytest.log, junit.xml, hsa_bench.json,
+# hsa_bench.md, bench.txt.
 # The exit status is 2 when a build step fails, else the first failure of the sequence and
 # pytest (the benchmark's failure is logged, not fatal).
 set -uo pipefail

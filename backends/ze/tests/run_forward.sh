@@ -12,7 +12,7 @@
 #
 # It installs the checkout (pip --no-deps --no-build-isolation . ./backends/ze; set
 # AML_ZE_SKIP_INSTALL=1 if that is done already), builds the forward double, and writes to
-# $OUT (default ./forward-out): environment.txt, install.txt, build_ext.txt, build.txt,
+# $OUT (default evidence/<date>-<machine>-ze-forward/): environment.txt, install.txt, build_ext.txt, build.txt,
 # aml-info.json (these five by ../../forward-prelude.sh), pytest.log, junit.xml, bench.txt.
 # The exit status is pytest's (2: setup failed).
 set -uo pipefail
