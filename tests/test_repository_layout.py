@@ -29,16 +29,16 @@ HISTORY = re.compile(r"(^|-)(final\d*|run\d+[a-z]?|before|after|issue\d+|new|old
 RUN_FOLDER = re.compile(r"^(\d{4}-\d{2}-\d{2})-([a-z0-9]+(?:-[a-z0-9]+)*)$")
 
 
+def is_build_output(folder: Path) -> bool:
+    return folder.name in NOT_SOURCES or folder.name.startswith(".") or folder.name.endswith(".egg-info")
+
+
 def source_folders() -> list[Path]:
     folders = [ROOT / "aml_core", ROOT / "benchmarks"]
     for backend in sorted((ROOT / "backends").iterdir()):
         if backend.is_dir():
             folders += [*sorted(backend.glob("aml_*")), backend / "tests"]
-    return [f for f in folders if f.is_dir()]
-
-
-def is_build_output(folder: Path) -> bool:
-    return folder.name in NOT_SOURCES or folder.name.startswith(".") or folder.name.endswith(".egg-info")
+    return [f for f in folders if f.is_dir() and not is_build_output(f)]
 
 
 def walk(folder: Path) -> Iterator[Path]:
