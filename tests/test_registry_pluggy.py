@@ -5,7 +5,7 @@ for AML_DISABLE_BACKENDS; and ``aml_core.backends()`` in its documented order.""
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -63,8 +63,8 @@ class _Wrapper:
         self.seen: list[int] = []
 
     @hookimpl(wrapper=True)
-    def aml_backends(self) -> Iterator[None]:
-        result: Any = yield
+    def aml_backends(self) -> Generator[None, list[Any], list[Any]]:
+        result = yield
         self.seen.append(len(result))
         return result
 
