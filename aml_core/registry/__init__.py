@@ -128,9 +128,10 @@ def unregister(name: str) -> None:
 
 
 def backends() -> tuple[BackendStatus, ...]:
-    """The status of every known backend, best first: name, state, distribution and
-    version, priority, available, reason or detail, devices, capabilities, versions.
-    Probes every backend (in-process)."""
+    """The status of every known backend, best first (available first, then by priority,
+    then by name): name, state, distribution and version, priority, available, reason or
+    detail, devices, capabilities, versions. Probes every backend (in-process; an
+    entry-point probe not yet seen to finish runs isolated first, see :mod:`.trust`)."""
     return default_registry().statuses()
 
 
