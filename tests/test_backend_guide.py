@@ -125,9 +125,10 @@ print("ok")
 """
 
 
-def test_guide_backend_through_the_registry(backend: Path) -> None:
+def _python(backend: Path, *args: str) -> str:
+    """Run ``python *args`` where the guide's backend is installed; its stdout."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import os\n" + USE],
+        [sys.executable, *args],
         cwd=backend,
         env=_env(backend),
         capture_output=True,
@@ -136,20 +137,18 @@ def test_guide_backend_through_the_registry(backend: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    return proc.stdout
+
+
+def test_guide_backend_through_the_registry(backend: Path) -> None:
+    assert _python(backend, "-c", "import os\n" + USE).strip() == "ok"
 
 
 def test_aml_info_lists_the_guide_backend(backend: Path) -> None:
     """The checklist's last item."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "aml_core", "info", "--json"],
-        cwd=backend,
-        env=_env(backend),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    memfd = [b for b in json.loads(proc.stdout)["backends"] if b["name"] == "memfd"]
+    memfd = [
+        b
+        for b in json.loads(_python(backend, "-m", "aml_core", "info", "--json"))["backends"]
+        if b["name"] == "memfd"
+    ]
     assert [(b["state"], b["distribution"]) for b in memfd] == [("available", "aml-memfd")], memfd

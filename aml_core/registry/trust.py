@@ -28,12 +28,14 @@ __all__ = ["ProbeTrust", "cache_file"]
 _VERSION = 1
 
 
-def cache_file() -> Path:
+def cache_file() -> Path | None:
     """``$XDG_CACHE_HOME/aml/probes.json``, ``~/.cache`` when XDG_CACHE_HOME is unset or
-    not absolute (the XDG rule)."""
+    not absolute (the XDG rule); None when there is no absolute home either (nothing is
+    remembered then, and never in the current directory)."""
     base = os.environ.get("XDG_CACHE_HOME", "")
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "aml" / "probes.json"
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "aml" / "probes.json" if os.path.isabs(base) else None
 
 
 def _key(plugin: Plugin, backend: str) -> str:
@@ -55,6 +57,8 @@ class ProbeTrust:
     def remember(self, plugin: Plugin, backend: str) -> None:
         """Record that this probe finished; best effort (never raises)."""
         path = cache_file()
+        if path is None:
+            return
         with self._lock:
             seen = self._read(path)
             key = _key(plugin, backend)
@@ -74,7 +78,9 @@ class ProbeTrust:
                     raise
 
     @staticmethod
-    def _read(path: Path) -> set[str]:
+    def _read(path: Path | None) -> set[str]:
+        if path is None:
+            return set()
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError):
