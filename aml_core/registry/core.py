@@ -220,13 +220,6 @@ class Registry:
                 return None
             return (b.plugin.name, b.plugin.distribution)
 
-    def broken_plugins(self) -> tuple[BackendStatus, ...]:
-        """The plugins that failed before declaring backends (what went wrong in
-        ``reason``). Probes nothing."""
-        with self._lock:
-            self._load()
-            return tuple(plugin_status(p) for p in self._plugins if p.obj is None and p.state == "broken")
-
     def _backend(self, name: str) -> Backend:
         try:
             return self._backends[name]
