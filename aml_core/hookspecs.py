@@ -35,13 +35,15 @@ def aml_backends() -> Sequence[BackendDescriptor]:  # type: ignore[empty-body]
     ``aml_core.registry.reset()``). Must not touch hardware: put that in the
     descriptor's ``probe``. An exception here, or a return value that is not
     descriptors, makes the plugin ``broken`` with the error as reason; it never stops
-    other backends. Two plugins declaring the same backend name: the higher priority
-    wins (ties: distribution name, then plugin name); the other is ``shadowed``.
+    other backends. The registry calls it through its pluggy manager's ``pm.hook``, one
+    plugin at a time, so hook wrappers and pluggy's tracing see each call. Two plugins
+    declaring the same backend name: the higher priority wins (ties: distribution name,
+    then plugin name); the other is ``shadowed``.
 
     Complete example (the module ``aml_cxl/plugin.py`` of a third-party backend)::
 
-        from aml_core import (BackendDescriptor, Capability, DeviceInfo, Kind,
-                              ProbeResult, hookimpl)
+        from aml_core import (AMLTypeError, BackendDescriptor, Capability, DeviceInfo,
+                              Kind, ProbeResult, hookimpl)
 
         def _probe() -> ProbeResult:
             import os
@@ -53,8 +55,10 @@ def aml_backends() -> Sequence[BackendDescriptor]:  # type: ignore[empty-body]
             )
 
         def _create_area(kind: Kind, device: int | None = None, **options: object):
+            if options:   # an unknown option is the caller's mistake: AMLTypeError
+                raise AMLTypeError(f"unknown cxl area option(s) {sorted(options)}")
             from aml_cxl.area import DaxArea   # heavy imports happen here, lazily
-            return DaxArea(device=device or 0, **options)
+            return DaxArea(device=device or 0)
 
         @hookimpl
         def aml_backends():

@@ -191,14 +191,10 @@ class DeviceInfo:
     free_memory: int | None = attrs.field(default=None, validator=_optional_non_negative_int)
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "index": self.index,
-            "name": self.name,
-            "total_memory": self.total_memory,
-            "free_memory": self.free_memory,
-            "capabilities": self.capabilities.names(),
-            "details": dict(self.details),
-        }
+        """This device as JSON (``aml_core.codec``, where all of aml's JSON lives)."""
+        from .codec import device_to_json
+
+        return device_to_json(self)
 
 
 def _device_request(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -270,23 +266,10 @@ class BackendStatus:
     plugin: str = ""
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "name": self.name,
-            "state": self.state,
-            "available": self.available,
-            "reason": None if self.available else self.reason,
-            "detail": self.detail,
-            "distribution": self.distribution,
-            "version": self.version,
-            "plugin": self.plugin,
-            "priority": self.priority,
-            "shadowed_by": self.shadowed_by,
-            "kinds": sorted(k.value for k in self.kinds),
-            "devices": [d.to_json() for d in self.devices],
-            "capabilities": self.capabilities.names(),
-            "versions": dict(self.versions),
-            "description": self.description,
-        }
+        """This status as ``aml info --json`` prints it (``aml_core.codec``)."""
+        from .codec import status_to_json
+
+        return status_to_json(self)
 
 
 def format_size(n: int) -> str:

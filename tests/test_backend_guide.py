@@ -5,6 +5,7 @@ lines, and the backend works through the registry as the guide says."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -31,6 +32,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Path:
     blocks = _blocks()
     assert set(blocks) == {
         "aml_memfd/plugin.py",
+        "aml_memfd/errors.py",
         "aml_memfd/area.py",
         "tests/conftest.py",
         "tests/test_memfd_conformance.py",
@@ -40,12 +42,22 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (where / path).parent.mkdir(parents=True, exist_ok=True)
         (where / path).write_text(body)
     (where / "aml_memfd" / "__init__.py").write_text("")
+    # Installed as the guide says (pip install -e .): its entry point, as a .dist-info.
+    info = where / "aml_memfd-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: aml-memfd\nVersion: 0.1\n")
+    toml = re.search(r'```toml\n(\[project\.entry-points\."aml\.backends"\]\n[^`]*)```', GUIDE.read_text())
+    assert toml is not None, "the guide shows the entry point to declare"
+    entry = toml.group(1).split("#")[0].replace('"', "").strip()
+    assert entry.endswith("memfd = aml_memfd.plugin"), entry
+    (info / "entry_points.txt").write_text("[aml.backends]\nmemfd = aml_memfd.plugin\n")
     return where
 
 
 def _env(where: Path) -> dict[str, str]:
     path = os.pathsep.join([str(where), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    return dict(os.environ, PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1")
+    cache = str(where / "cache")  # a probe cache of its own
+    return dict(os.environ, PYTHONPATH=path, PYTHONDONTWRITEBYTECODE="1", XDG_CACHE_HOME=cache)
 
 
 def test_adoption_is_under_20_lines() -> None:
@@ -78,6 +90,8 @@ def test_guide_backend_passes_the_kit(backend: Path) -> None:
         "test_enomem",
         "test_threads",
         "test_numpy_shares_bytes",
+        "test_backend_is_discoverable_through_its_entry_point",
+        "test_factory_refuses_unknown_options",
     ):
         assert re.search(rf"PASSED \S+::{test}\b", out), f"{test} did not pass:\n{out}"
     assert "SKIPPED" not in out, out
@@ -85,10 +99,8 @@ def test_guide_backend_passes_the_kit(backend: Path) -> None:
 
 USE = """
 import aml_core
-import aml_memfd.plugin
 from aml_memfd.area import MemfdArea, MemfdOptions
 
-aml_core.register(aml_memfd.plugin, name="memfd")
 assert aml_core.choose("host").backend != "memfd", "priority -10 must not become the default"
 with aml_core.area("host", backend="memfd", name="guide") as area:
     assert isinstance(area, MemfdArea) and area.name == "guide"
@@ -103,13 +115,20 @@ with aml_core.area("host", backend="memfd", name="guide") as area:
         pass
     else:
         raise AssertionError("unknown mmap options must be AMLTypeError")
+try:
+    aml_core.area("host", backend="memfd", bogus=1)
+except aml_core.AMLTypeError as exc:
+    assert "unknown memfd area option(s) ['bogus']" in str(exc), exc
+else:
+    raise AssertionError("unknown area options must be AMLTypeError")
 print("ok")
 """
 
 
-def test_guide_backend_through_the_registry(backend: Path) -> None:
+def _python(backend: Path, *args: str) -> str:
+    """Run ``python *args`` where the guide's backend is installed; its stdout."""
     proc = subprocess.run(
-        [sys.executable, "-c", "import os\n" + USE],
+        [sys.executable, *args],
         cwd=backend,
         env=_env(backend),
         capture_output=True,
@@ -118,4 +137,18 @@ def test_guide_backend_through_the_registry(backend: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "ok"
+    return proc.stdout
+
+
+def test_guide_backend_through_the_registry(backend: Path) -> None:
+    assert _python(backend, "-c", "import os\n" + USE).strip() == "ok"
+
+
+def test_aml_info_lists_the_guide_backend(backend: Path) -> None:
+    """The checklist's last item."""
+    memfd = [
+        b
+        for b in json.loads(_python(backend, "-m", "aml_core", "info", "--json"))["backends"]
+        if b["name"] == "memfd"
+    ]
+    assert [(b["state"], b["distribution"]) for b in memfd] == [("available", "aml-memfd")], memfd

@@ -566,7 +566,7 @@ def test_disabled_entry_point_is_blocked_in_pluggy_and_not_imported(
 def test_missing_core_entry_points_are_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     reg = Registry(group="aml.backends.__nothing_installed__")
     assert reg.warnings() == ()  # another group: no host backend expected
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [])  # what pluggy walks
     reg = Registry()
     assert reg.statuses() == ()
     (note,) = reg.warnings()

@@ -82,6 +82,7 @@ AREA_HOST_FORCED = (
     "maps = open('/proc/self/maps').read()\n"
     "print('ok', 'libamdhip64' in maps or 'abort_ctor' in maps)\n"
 )
+BACKENDS = "import aml_core\nfor s in aml_core.backends():\n    print(s.name, s.state, s.reason)\n"
 AREA_HOST = "import aml_core\nwith aml_core.area(kind='host') as a:\n    print('ok', a.backend)\n"
 AREA_FAILS = (
     "import aml_core\n"
@@ -324,15 +325,41 @@ ROWS = [
         env={"AML_HIP_LIBRARY": "@ABORT@", "AML_BACKEND": "host"},
         says=("ok host",),
     ),
-    # Documented: plain area(kind="host") probes the GPU backends ranked above host in-process,
-    # so a library whose constructor aborts takes that process down (aml info survives it).
+    # Plain area(kind="host") probes the GPU backends ranked above host; hip was never seen
+    # to probe safely (a fresh cache), so its probe runs isolated first and its abort is
+    # reported there: host serves.
     Row(
-        "AML_HIP_LIBRARY aborts, plain area (documented in-process rule)",
+        "AML_HIP_LIBRARY aborts, plain area",
         None,
         AREA_HOST,
         hip=True,
         env={"AML_HIP_LIBRARY": "@ABORT@", "AML_DISABLE_BACKENDS": "cuda"},
+        says=("ok host",),
+    ),
+    # The documented limit: once a probe was seen to finish (remembered per distribution
+    # version), it runs in-process, where the library's abort takes the process down.
+    Row(
+        "AML_HIP_LIBRARY aborts after hip was seen to probe (documented in-process rule)",
+        None,
+        AREA_HOST,
+        hip=True,
+        env={"AML_HIP_LIBRARY": "@ABORT@", "AML_DISABLE_BACKENDS": "cuda", "@TRUSTED@": "hip"},
         returncode=-6,
+    ),
+    # -- a segfaulting probe and an in-process aml_core.backends() (never seen to finish)
+    Row("probe segfaults, backends()", Plugin(probe=SEGV), BACKENDS, says=("hostile broken probe crashed",)),
+    Row(
+        "probe segfaults, backends(), unwritable cache",
+        Plugin(probe=SEGV),
+        BACKENDS,
+        env={"XDG_CACHE_HOME": "/proc/aml-no-such-dir"},
+        says=("hostile broken probe crashed",),
+    ),
+    Row(
+        "probe segfaults, area()",
+        Plugin(probe=SEGV),
+        AREA_HOST,
+        says=("ok host",),
     ),
 ]
 
@@ -370,6 +397,23 @@ def _site(root: Path, plugin: Plugin | None, hip: bool) -> list[str]:
     return [*paths, str(REPO)]
 
 
+def _seen_to_probe(env: dict[str, str], backend: str) -> None:
+    """Probe ``backend`` once in isolation without the row's hostile variables, as an
+    earlier run would have: its probe is then remembered as one that finishes."""
+    clean = {k: v for k, v in env.items() if k not in ("AML_HIP_LIBRARY",)}
+    code = f"import aml_core\nprint([s.state for s in aml_core.backends() if s.name == {backend!r}])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=ROW_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert (Path(env["XDG_CACHE_HOME"]) / "aml" / "probes.json").exists(), proc.stdout
+
+
 def _check_info(row: Row, out: str) -> None:
     data: dict[str, Any] = json.loads(out)
     backends = data["backends"]
@@ -392,8 +436,13 @@ def test_hostile(row: Row, tmp_path: Path, request: pytest.FixtureRequest) -> No
     if "@ABORT@" in extra.values():
         lib = request.getfixturevalue("abort_library")
         extra = {k: str(lib) if v == "@ABORT@" else v for k, v in extra.items()}
+    # A fresh probe cache per row: whether a probe was seen to finish is this row's own.
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    trusted = extra.pop("@TRUSTED@", None)
     env.update(extra)
     env["PYTHONPATH"] = os.pathsep.join(_site(tmp_path, row.plugin, row.hip))
+    if trusted is not None:
+        _seen_to_probe(env, trusted)
     env["COLUMNS"] = "80"
     if row.run == INFO:
         cmd = [sys.executable, "-m", "aml_core", "info", "--json"]
@@ -436,5 +485,6 @@ def test_the_table_covers_the_issue() -> None:
         "AML_DISABLE_BACKENDS",
         "AML_PROBE_TIMEOUT",
         "AML_HIP_LIBRARY",
+        "backends()",
     ):
         assert word in ids, word

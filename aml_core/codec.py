@@ -1,0 +1,78 @@
+"""JSON of the registry's value objects, in one place: :class:`DeviceInfo`,
+:class:`ProbeResult` (the isolated probe's answer) and :class:`BackendStatus`
+(``aml info --json``). ``*_to_json`` gives plain JSON types; ``*_from_json`` reads them
+back and validates through the classes' own validators."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .descriptor import ProbeResult
+from .specs import BackendStatus, Capability, DeviceInfo
+
+__all__ = ["device_from_json", "device_to_json", "result_from_json", "result_to_json", "status_to_json"]
+
+
+def device_to_json(device: DeviceInfo) -> dict[str, object]:
+    return {
+        "index": device.index,
+        "name": device.name,
+        "total_memory": device.total_memory,
+        "free_memory": device.free_memory,
+        "capabilities": device.capabilities.names(),
+        "details": dict(device.details),
+    }
+
+
+def device_from_json(data: Mapping[str, Any]) -> DeviceInfo:
+    return DeviceInfo(
+        index=data["index"],
+        name=data["name"],
+        total_memory=data["total_memory"],
+        free_memory=data["free_memory"],
+        capabilities=Capability.parse(data["capabilities"]),
+        details=data["details"],
+    )
+
+
+def result_to_json(result: ProbeResult) -> dict[str, object]:
+    return {
+        "available": result.available,
+        "reason": result.reason,
+        "detail": result.detail,
+        "devices": [device_to_json(d) for d in result.devices],
+        "capabilities": result.capabilities.names(),
+        "versions": dict(result.versions),
+    }
+
+
+def result_from_json(data: Mapping[str, Any]) -> ProbeResult:
+    return ProbeResult(
+        available=data["available"],
+        reason=data["reason"],
+        detail=data["detail"],
+        devices=tuple(device_from_json(d) for d in data["devices"]),
+        capabilities=Capability.parse(data["capabilities"]),
+        versions=data["versions"],
+    )
+
+
+def status_to_json(status: BackendStatus) -> dict[str, object]:
+    return {
+        "name": status.name,
+        "state": status.state,
+        "available": status.available,
+        "reason": None if status.available else status.reason,
+        "detail": status.detail,
+        "distribution": status.distribution,
+        "version": status.version,
+        "plugin": status.plugin,
+        "priority": status.priority,
+        "shadowed_by": status.shadowed_by,
+        "kinds": sorted(k.value for k in status.kinds),
+        "devices": [device_to_json(d) for d in status.devices],
+        "capabilities": status.capabilities.names(),
+        "versions": dict(status.versions),
+        "description": status.description,
+    }

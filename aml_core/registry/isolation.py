@@ -1,0 +1,181 @@
+"""Isolated probes: an entry-point backend's probe run in its own interpreter, so that a
+native crash or a hang in it is reported ("probe crashed (signal 11: SIGSEGV)", "probe
+timed out after 5 s") instead of taking the caller down.
+
+The child is ``python -P -c <_CHILD> group entry_point distribution backend``: ``-P``
+keeps the current directory (a source tree of aml_core, unbuilt) off its import path,
+which is the parent's, given as PYTHONPATH. It writes ``{"started": true}`` once its
+plugin is loaded (the probe's own time starts then) and one JSON line with the result
+(``aml_core.codec``); what the plugin prints goes to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+from ..codec import result_from_json, result_to_json
+from ..descriptor import ProbeResult
+from .config import ISOLATED_STARTUP_LIMIT
+from .manager import PluginManager, describe, dist_of, entry_points
+from .probes import Outcome, probe_once, timed_out
+from .ranking import Backend
+
+__all__ = ["probe_child", "probe_isolated", "run_child"]
+
+_CHILD = "import aml_core.registry.isolation as i; i.probe_child()"
+
+
+def probe_child() -> None:
+    """The isolated probe: ``argv = [group, entry point, distribution, backend]``.
+    Writes ``started`` and then one JSON line to the original stdout; whatever the
+    plugin prints goes to stderr."""
+    import resource
+
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    group, ep_name, dist, backend = sys.argv[1:5]
+    # A crashing probe is reported; it should not leave a core file in the user's directory.
+    with contextlib.suppress(OSError, ValueError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
+
+    def answer(data: dict[str, object]) -> None:
+        out.write(json.dumps(data, default=str) + "\n")
+        out.flush()
+
+    eps = [(ep, first) for ep, first in entry_points(group) if ep.name == ep_name and dist_of(ep)[0] == dist]
+    if not eps:
+        answer({"started": False, "broken": f"entry point {ep_name!r} of {dist} not found"})
+        return
+    ep, first = eps[0]
+    pm = PluginManager()
+    try:
+        plugin = pm.load_plugin(ep, ep_name, first)
+        found = pm.backends_of(plugin) if plugin.obj is not None else plugin.error
+    except Exception as exc:
+        found = f"plugin failed in the probe process: {describe(exc)}"
+    if isinstance(found, str):
+        answer({"started": False, "broken": found})
+        return
+    descs = [d for d in found if d.name == backend]
+    if not descs:
+        answer({"started": False, "broken": f"plugin no longer declares backend {backend!r}"})
+        return
+    answer({"started": True})
+    outcome = probe_once(descs[0])
+    answer({"result": result_to_json(outcome.result), "broken": outcome.broken})
+
+
+def probe_isolated(targets: list[Backend], timeout: float) -> dict[str, Outcome]:
+    """Probe each backend in its own interpreter, all at once."""
+    boxes: dict[str, list[Outcome]] = {b.desc.name: [] for b in targets}
+    threads = [
+        threading.Thread(target=lambda b=b: boxes[b.desc.name].append(run_child(b, timeout)), daemon=True)
+        for b in targets
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return {name: box[0] for name, box in boxes.items()}
+
+
+def _child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    path = [p if p else os.getcwd() for p in sys.path if isinstance(p, str)]
+    env["PYTHONPATH"] = os.pathsep.join(path)
+    return env
+
+
+def _failed(reason: str) -> Outcome:
+    """The child did not finish the probe: broken, and not seen to probe safely."""
+    return Outcome(ProbeResult.unavailable(reason), broken=True, finished=False)
+
+
+def run_child(b: Backend, timeout: float) -> Outcome:
+    """One isolated probe: the startup bounded by ISOLATED_STARTUP_LIMIT, the probe by
+    ``timeout``."""
+    assert b.plugin.entry_point is not None
+    group, ep_name = b.plugin.entry_point
+    # -P: the child's import path is the parent's (PYTHONPATH, from _child_env) and never the
+    # current directory, where a source tree of aml_core would shadow the installed one.
+    cmd = [sys.executable, "-P", "-c", _CHILD, group, ep_name, b.plugin.distribution, b.desc.name]
+    try:
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env()
+        )
+    except OSError as exc:
+        return _failed(f"cannot start the probe process: {exc}")
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    chunks: dict[int, bytearray] = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    out, err = chunks[proc.stdout.fileno()], chunks[proc.stderr.fileno()]
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    sel.register(proc.stderr, selectors.EVENT_READ)
+    started: float | None = None
+    end = time.monotonic() + ISOLATED_STARTUP_LIMIT
+    late = ""
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            if now >= end:
+                late = (
+                    timed_out(timeout)
+                    if started is not None
+                    else (f"the probe process did not start within {ISOLATED_STARTUP_LIMIT:g} s")
+                )
+                break
+            for key, _ in sel.select(end - now):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                chunks[key.fd] += data
+            if started is None and b'"started": true' in out:
+                started = time.monotonic()
+                end = started + timeout
+    finally:
+        sel.close()
+        if late:
+            proc.kill()
+        rc = proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    if late:
+        return _failed(late)
+    return _parse_child(bytes(out), bytes(err), rc)
+
+
+def _parse_child(out: bytes, err: bytes, rc: int) -> Outcome:
+    lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
+    last: dict[str, Any] = {}
+    if lines:
+        try:
+            last = json.loads(lines[-1])
+        except ValueError:
+            last = {}
+    if rc < 0:
+        try:
+            sig = f"signal {-rc}: {signal.Signals(-rc).name}"
+        except ValueError:
+            sig = f"signal {-rc}"
+        return _failed(f"probe crashed ({sig})")
+    if "result" in last:
+        try:
+            return Outcome(result_from_json(last["result"]), broken=bool(last.get("broken")))
+        except Exception as exc:
+            return _failed(f"unreadable probe answer: {describe(exc)}")
+    if isinstance(last.get("broken"), str):
+        return _failed(last["broken"])
+    tail = [line for line in err.decode(errors="replace").splitlines() if line.strip()]
+    why = f": {tail[-1].strip()}" if tail else ""
+    return _failed(f"probe process exited with status {rc}{why}")
