@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=False
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=True
 """The compiled core of aml's buffers and areas.
 
 ``BufferBase``, the base of every aml Buffer, gives memory at an arbitrary address
@@ -1740,7 +1740,12 @@ cdef class AreaBase:
         )
 
     def mmap(self, size, options=None):
-        """Allocate ``size`` bytes; see aml_core.area for the errors."""
+        """Allocate ``size`` bytes; aml_core.area.Area.mmap documents the options and
+        errors (each area's ``mmap`` documents its own: :func:`_mmap_function`)."""
+        return self._map(size, options)
+
+    cdef object _map(self, size, options):
+        """mmap itself: the one body of AreaBase.mmap and every _mmap_function."""
         cdef Py_ssize_t n = 0
         if type(size) is int:  # the common case, a plain positive int, checked in C
             n = _as_ssize(size)
@@ -1901,6 +1906,17 @@ cdef class AreaBase:
         c.blocks -= size
         c.fast_munmaps += 1
         return True
+
+
+def _mmap_function():
+    """A new function object that runs :meth:`AreaBase.mmap` (a call of the same
+    compiled body), for an area class to give its ``mmap`` its own docstring and
+    signature without a Python frame on the hot path (aml_core.area.compiled_mmap)."""
+
+    def mmap(AreaBase self, size, options=None):
+        return self._map(size, options)
+
+    return mmap
 
 
 def address_of(obj, /):
