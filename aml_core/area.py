@@ -68,12 +68,11 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import functools
 import inspect
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self, TypeVar, cast
+from typing import Any, ClassVar, Self, TypedDict, TypeVar, cast
 
 import attrs
 
@@ -82,7 +81,7 @@ from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
 from .specs import AreaStats, Capability, Kind, format_size
 
-__all__ = ["Area", "NoOptions", "compiled_mmap"]
+__all__ = ["Area", "NoOptions", "NoOptionsDict", "compiled_mmap"]
 
 #: What every area's mmap raises (mmap's rows of the module doc's table): compiled_mmap
 #: appends it to each area's own mmap docstring.
@@ -109,8 +108,10 @@ def compiled_mmap(documented: _M) -> _M:
     appended, so ``help()`` and ``inspect.signature`` show the area's own options and
     the hot path has no Python frame (the decorated body never runs)."""
     compiled = _mmap_function()
-    functools.update_wrapper(compiled, documented)
-    del compiled.__wrapped__  # the signature is the annotations copied; nothing is wrapped
+    # The signature comes from the annotations copied (a compiled function has a real
+    # __code__ and defaults); __wrapped__ is not set: the documented body never runs.
+    for name in ("__module__", "__name__", "__qualname__", "__annotations__"):
+        setattr(compiled, name, getattr(documented, name))
     compiled.__doc__ = f"{inspect.cleandoc(documented.__doc__ or '')}\n\n{MMAP_ERRORS}"
     return cast(_M, compiled)
 
@@ -118,6 +119,10 @@ def compiled_mmap(documented: _M) -> _M:
 @attrs.frozen
 class NoOptions:
     """The options of an area whose mmap takes none."""
+
+
+class NoOptionsDict(TypedDict, total=False):
+    """:class:`NoOptions` as a mapping: ``{}`` only (any key is a type error)."""
 
 
 _NO_OPTIONS = NoOptions()  # frozen and empty: one instance serves every mmap
