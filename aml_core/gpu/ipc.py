@@ -31,8 +31,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
@@ -100,6 +99,13 @@ class IpcOptions:
     device: int = 0
 
 
+class IpcOptionsDict(TypedDict, total=False):
+    """:class:`IpcOptions` as a mapping, typed."""
+
+    handle: IpcHandle | None
+    device: int
+
+
 #: (native handle, offset, importing device): one Buffer per key.
 _Key = tuple[bytes, int, int]
 
@@ -125,12 +131,12 @@ class IpcImportArea(Area):
     options_type = IpcOptions
 
     @compiled_mmap
-    def mmap(self, size: int, options: IpcOptions | Mapping[str, Any] | None = None) -> Buffer:
+    def mmap(self, size: int, options: IpcOptions | IpcOptionsDict | None = None) -> Buffer:
         """Open an IPC handle as a buffer of ``size`` bytes (what :func:`aml_core.ipc_open`
         does: call that instead). One native mapping per (handle, importing device) is
         shared by every open of it and closed with the last.
 
-        Options (:class:`IpcOptions`, or a mapping of its keys):
+        Options (:class:`IpcOptions`, or an :class:`IpcOptionsDict` of its keys):
 
         - ``handle``: the :class:`~aml_core.ipc.IpcHandle` to open (required).
         - ``device``: the importing device, current when the handle is opened (default 0).
