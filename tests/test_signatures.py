@@ -196,9 +196,9 @@ def _options_dict(cls: type[Area]) -> Any:
 @pytest.mark.parametrize("name", sorted(AREAS))
 def test_mmap_help_lists_options_and_errors(name: str) -> None:
     cls = AREAS[name]
-    documented_by = next(base for base in cls.__mro__ if "mmap" in vars(base))
+    documented_by: Any = next(base for base in cls.__mro__ if "mmap" in vars(base))
     assert documented_by.options_type is cls.options_type, f"{name} must document its own options"
-    text = pydoc.render_doc(cls.mmap, renderer=pydoc.plaintext)
+    text = pydoc.plain(pydoc.render_doc(cls.mmap))  # what help() prints
     # help() shows the signature and the area's own docstring, then every area's errors.
     assert "mmap(self, size: 'int', options:" in text, text
     assert inspect.cleandoc(MMAP_ERRORS).splitlines()[0] in text
