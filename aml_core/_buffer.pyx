@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=False
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=True, embedsignature.format=clinic
 """The compiled core of aml's buffers and areas.
 
 ``BufferBase``, the base of every aml Buffer, gives memory at an arbitrary address
@@ -234,7 +234,12 @@ cdef inline object exact_int(object given, unsigned long long value):
 # ---- buffers ---------------------------------------------------------------------------
 @cython.auto_pickle(False)  # a copy would be a second handle to one mapping (a double free)
 cdef class BufferBase:
-    """Base of aml buffers: an address range with counted zero-copy exports.
+    # A class's signature is the first line of its docstring, up to "--" (CPython's
+    # __text_signature__): Cython gives one to functions, not to classes.
+    """BufferBase()
+--
+
+    Base of aml buffers: an address range with counted zero-copy exports.
 
     ``ptr``, ``size``, ``area``, ``kind``, ``device``, ``device_ptr`` and ``native`` are
     read-only: AreaBase._new_buffer sets them, and _bind re-binds the range of a buffer
@@ -498,7 +503,10 @@ cdef inline size_t address(object value, str what) except? 0:
 
 @cython.auto_pickle(False)
 cdef class NativeAllocator:
-    """A GPU runtime's allocation calls as C function pointers (integer addresses), with
+    """NativeAllocator(*, get_device, malloc, free, fail, names, malloc_managed=None, host_alloc=None, free_host=None, error_sentinel=None, attach_host=0, attach_global=0, host_portable=0, owner=None)
+--
+
+    A GPU runtime's allocation calls as C function pointers (integer addresses), with
     the signatures CUDA and HIP share:
 
     ============================  =============================================
@@ -710,7 +718,10 @@ def _noop_control(fail_code=0, fail_count=0, skip=0):
 # ---- the compiled pool cache (PoolCache) --------------------------------------------------
 @cython.auto_pickle(False)
 cdef class PoolCache:
-    """The state of an aml_core.pool.Pool that its compiled fast path shares with the
+    """PoolCache(area, granule, lock)
+--
+
+    The state of an aml_core.pool.Pool that its compiled fast path shares with the
     Python pool code, and the pool's one lock.
 
     ``fast`` maps a block size to the LIFO stack (a list) of the freed blocks of that
@@ -806,7 +817,10 @@ cdef class PoolCache:
 @cython.final
 @cython.auto_pickle(False)
 cdef class AreaLock:
-    """A re-entrant lock of an area's own state, or (``lock`` None) a section without a
+    """AreaLock(area, lock=None)
+--
+
+    A re-entrant lock of an area's own state, or (``lock`` None) a section without a
     lock, whose holders and waiters count as *inside* the area: a buffer of the area that
     becomes unreachable meanwhile (its finalizer may run at any allocation, in this thread
     too) is not freed by Python code under them, but by the next thread that leaves the
@@ -898,7 +912,10 @@ cdef str ORPHAN_NOTE = (
 @cython.no_gc_clear  # finalizers that run after a collection may still use the table
 @cython.auto_pickle(False)
 cdef class AreaBase:
-    """The compiled part of aml_core.area.Area: its live mappings, counters and closed
+    """AreaBase(*args, **kwargs)
+--
+
+    The compiled part of aml_core.area.Area: its live mappings, counters and closed
     flag, mmap, munmap, the checks of munmap's target (_lookup) and _new_buffer.
 
     Every change to the live mappings happens inside one of the bookkeeping methods
@@ -1740,7 +1757,12 @@ cdef class AreaBase:
         )
 
     def mmap(self, size, options=None):
-        """Allocate ``size`` bytes; see aml_core.area for the errors."""
+        """Allocate ``size`` bytes; aml_core.area.Area.mmap documents the options and
+        errors (each area's ``mmap`` documents its own: :func:`_mmap_function`)."""
+        return self._map(size, options)
+
+    cdef object _map(self, size, options):
+        """mmap itself: the one body of AreaBase.mmap and every _mmap_function."""
         cdef Py_ssize_t n = 0
         if type(size) is int:  # the common case, a plain positive int, checked in C
             n = _as_ssize(size)
@@ -1901,6 +1923,17 @@ cdef class AreaBase:
         c.blocks -= size
         c.fast_munmaps += 1
         return True
+
+
+def _mmap_function():
+    """A new function object that runs :meth:`AreaBase.mmap` (a call of the same
+    compiled body), for an area class to give its ``mmap`` its own docstring and
+    signature without a Python frame on the hot path (aml_core.area.compiled_mmap)."""
+
+    def mmap(AreaBase self, size, options=None):
+        return self._map(size, options)
+
+    return mmap
 
 
 def address_of(obj, /):

@@ -1,4 +1,4 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=True, embedsignature.format=clinic
 """aml_core._os: the Linux calls behind the host backend.
 
 mmap with any flags and an alignment (a PROT_NONE reservation trimmed around an aligned

@@ -68,24 +68,61 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import inspect
 import threading
 import warnings
-from collections.abc import Mapping
-from typing import Any, ClassVar, Self
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self, TypedDict, TypeVar, cast
 
 import attrs
 
-from ._buffer import AreaBase, AreaLock
+from ._buffer import AreaBase, AreaLock, _mmap_function
 from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
 from .specs import AreaStats, Capability, Kind, format_size
 
-__all__ = ["Area", "NoOptions"]
+__all__ = ["Area", "NoOptions", "NoOptionsDict", "compiled_mmap"]
+
+#: What every area's mmap raises (mmap's rows of the module doc's table): compiled_mmap
+#: appends it to each area's own mmap docstring.
+MMAP_ERRORS = """Errors (every area):
+
+- :class:`~aml_core.errors.AMLTypeError` (EINVAL): ``size`` is not an integer (a float,
+  str or bool), or ``options`` is of the wrong type, has an unknown key or a value of
+  the wrong type.
+- :class:`~aml_core.errors.AMLValueError` (EINVAL): ``size`` is 0 or negative, or the
+  area is closed.
+- :class:`~aml_core.errors.AMLDomainError` (EDOM): ``size`` is above 2**63 - 1.
+- :class:`~aml_core.errors.AMLMemoryError` (ENOMEM): the system cannot provide ``size``
+  bytes.
+- :class:`~aml_core.errors.AMLFailure` (FAILURE): the native allocation "succeeded"
+  with NULL or an address already live in this area (no buffer is returned)."""
+
+_M = TypeVar("_M", bound=Callable[..., Buffer])
+
+
+def compiled_mmap(documented: _M) -> _M:
+    """Decorate an area's ``mmap`` (its signature and a docstring that lists its options
+    and the errors its backend adds; the body calls ``AreaBase.mmap``): the class gets the
+    compiled AreaBase.mmap under that signature and docstring, with :data:`MMAP_ERRORS`
+    appended, so ``help()`` and ``inspect.signature`` show the area's own options and
+    the hot path has no Python frame (the decorated body never runs)."""
+    compiled = _mmap_function()
+    # The signature comes from the annotations copied (a compiled function has a real
+    # __code__ and defaults); __wrapped__ is not set: the documented body never runs.
+    for name in ("__module__", "__name__", "__qualname__", "__annotations__"):
+        setattr(compiled, name, getattr(documented, name))
+    compiled.__doc__ = f"{inspect.cleandoc(documented.__doc__ or '')}\n\n{MMAP_ERRORS}"
+    return cast(_M, compiled)
 
 
 @attrs.frozen
 class NoOptions:
     """The options of an area whose mmap takes none."""
+
+
+class NoOptionsDict(TypedDict, total=False):
+    """:class:`NoOptions` as a mapping: ``{}`` only (any key is a type error)."""
 
 
 _NO_OPTIONS = NoOptions()  # frozen and empty: one instance serves every mmap
@@ -185,6 +222,17 @@ class Area(AreaBase, abc.ABC):
         )
 
     # -- public API ---------------------------------------------------------------------
+    @compiled_mmap
+    def mmap(self, size: int, options: Any = None) -> Buffer:
+        """Map ``size`` bytes (an int > 0) and return a :class:`~aml_core.buffer.Buffer`
+        of this area; free it with :meth:`munmap`, ``buf.free()`` or a ``with`` block.
+
+        Options: ``options`` is None (every option's default), an instance of the area's
+        :attr:`options_type` (an attrs class), or a mapping of its fields
+        (``{"key": value}``); each area's ``mmap`` lists the keys it takes, an area
+        without options (:class:`NoOptions`) takes None or ``{}``."""
+        return AreaBase.mmap(self, size, options)
+
     @property
     def stats(self) -> AreaStats:
         """Bytes in use, peak bytes, live mappings, total maps and unmaps."""

@@ -122,13 +122,13 @@ from __future__ import annotations
 import bisect
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
 from . import checks
 from ._buffer import PoolCache, address_of
-from .area import Area
+from .area import Area, compiled_mmap
 from .buffer import Buffer, native_as
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from .specs import MAX_SIZE, Capability, as_size
@@ -138,7 +138,7 @@ if TYPE_CHECKING:
     from .gpu.runtime import AllocationOps, StreamOps
     from .gpu.vmm import Reservation, VirtualMemory
 
-__all__ = ["Pool", "PoolOptions", "PoolStats", "pool"]
+__all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -310,6 +310,13 @@ class PoolOptions:
     stream: Any = None
 
 
+class PoolOptionsDict(TypedDict, total=False):
+    """:class:`PoolOptions` as a mapping (``pool.mmap(n, {"stream": s})``), typed."""
+
+    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
+    stream: object
+
+
 _NO_STREAM = PoolOptions()
 
 
@@ -471,6 +478,26 @@ class Pool(Area):
         self._small_slab = self._medium_slab = _round_up(2 * MiB, g)
 
     # -- Area -----------------------------------------------------------------------------
+    @compiled_mmap
+    def mmap(self, size: int, options: PoolOptions | PoolOptionsDict | None = None) -> Buffer:
+        """Take a block of ``size`` bytes (rounded up to the granule) from the pool: a
+        cached block of that size, else a best fit from the cached slabs, else a new slab
+        from the area (see the module doc). The buffer is at the block's own address.
+
+        Options (:class:`PoolOptions`, or a :class:`PoolOptionsDict` of its keys):
+
+        - ``stream``: GPU pools only: take the block in that stream's order (any stream
+          object or an int handle; None, the default: host order); see "Streams" in the
+          module doc.
+
+        Errors of pools: :class:`~aml_core.errors.AMLMemoryError` when a new slab would
+        pass ``limit`` even after the cached slabs are released, or the area has no more
+        memory; :class:`~aml_core.errors.AMLValueError` when the area below is closed;
+        :class:`~aml_core.errors.AMLNotSupported` for ``stream`` over an area without a GPU
+        runtime, or a runtime without the STREAMS and STREAM_ORDERED groups; any error of
+        the area's own mmap when it allocates a slab."""
+        return super().mmap(size, options)
+
     # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
     # keywords of overriding mmap/munmap: those would add a Python frame to every call.
     def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from .area import GpuAllocation, GpuArea, GpuMmapOptions
+    from .area import GpuAllocation, GpuArea, GpuMmapOptions, GpuMmapOptionsDict
     from .backend import GpuBackend
     from .flags import AllocMode, GpuFlags, check_flags, flags_for_kind, kind_of_flags, mode_of_flags
     from .ipc import IpcExport, IpcHandle, IpcImportArea
@@ -41,6 +41,7 @@ _WHERE = {
     "GpuAllocation": "area",
     "GpuArea": "area",
     "GpuMmapOptions": "area",
+    "GpuMmapOptionsDict": "area",
     "GpuBackend": "backend",
     "GpuFlags": "flags",
     "check_flags": "flags",
@@ -93,6 +94,7 @@ __all__ = [
     "GpuBackend",
     "GpuFlags",
     "GpuMmapOptions",
+    "GpuMmapOptionsDict",
     "Runtime",
     "Group",
     "AllocationOps",

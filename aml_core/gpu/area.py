@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
+from typing import Any, Literal, TypedDict, overload
 
 import attrs
 
 from .. import checks
 from .._buffer import address_of
-from ..area import Area
+from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
@@ -41,7 +41,7 @@ from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
 from .stream import as_stream_handle
 
-__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "StreamOrdered"]
+__all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
 
 def _opt_device(value: object) -> int | None:
@@ -75,10 +75,13 @@ class GpuMmapOptions:
 
 
 class GpuMmapOptionsDict(TypedDict, total=False):
-    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``), typed."""
+    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``,
+    ``area.mmap(n, {"stream": s})``), typed: an unknown key is a type error."""
 
     device: int | None
     ptr: object
+    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
+    stream: object
 
 
 @attrs.frozen
@@ -103,9 +106,35 @@ class GpuArea(Area):
 
     options_type = GpuMmapOptions
 
-    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+    @compiled_mmap
+    def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer:
+        """Map ``size`` bytes of the area's memory (its flags: device memory, managed
+        memory with ALLOC_UNIFIED, pinned host memory with ALLOC_HOST, mapped host memory
+        with ALLOC_HOST | ALLOC_MAPPED, the caller's registered memory with ALLOC_MAPPED
+        alone) on the area's device, or the current device for a negative one; the
+        caller's current device is restored after.
 
-        def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer: ...
+        Options (:class:`GpuMmapOptions`, or a :class:`GpuMmapOptionsDict` of its keys):
+
+        - ``device``: a device index that overrides the area's (negative: the current
+          device; None, the default: the area's).
+        - ``ptr``: ALLOC_MAPPED areas without ALLOC_HOST only (required there): the host
+          memory to register, an int address or a writable buffer-protocol object of at
+          least ``size`` bytes (kept alive while mapped).
+        - ``stream``: device areas only: allocate in that stream's order
+          (cudaMallocAsync/hipMallocAsync; any stream object or an int handle, 0 the
+          default stream); munmap frees it on the same stream unless ``munmap_on`` names
+          another (None, the default: a plain allocation).
+
+        Errors of GPU areas: :class:`~aml_core.errors.AMLValueError` for a device out of
+        range, a missing ``ptr`` where one is required, a ``ptr`` too small or read-only,
+        or a negative stream handle; :class:`~aml_core.errors.AMLNotSupported` for
+        ``stream`` on an area that is not a device area, or a runtime without
+        stream-ordered allocation; the runtime's errors by its error table
+        (:class:`~aml_core.errors.AMLMemoryError` for out of memory, after one retry
+        once the device is synchronized for a stream-ordered allocation), with the
+        native call and code as their cause."""
+        return super().mmap(size, options)
 
     def __init__(self, runtime: Runtime, device: int, flags: int | GpuFlags) -> None:
         """``aml_area_<name>_create(&area, device, flags)``: ``runtime`` — the backend's

@@ -31,12 +31,12 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
 from .._buffer import AreaLock, address_of
-from ..area import Area
+from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
@@ -99,6 +99,13 @@ class IpcOptions:
     device: int = 0
 
 
+class IpcOptionsDict(TypedDict, total=False):
+    """:class:`IpcOptions` as a mapping, typed."""
+
+    handle: IpcHandle | None
+    device: int
+
+
 #: (native handle, offset, importing device): one Buffer per key.
 _Key = tuple[bytes, int, int]
 
@@ -122,6 +129,24 @@ class IpcImportArea(Area):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
     options_type = IpcOptions
+
+    @compiled_mmap
+    def mmap(self, size: int, options: IpcOptions | IpcOptionsDict | None = None) -> Buffer:
+        """Open an IPC handle as a buffer of ``size`` bytes (what :func:`aml_core.ipc_open`
+        does: call that instead). One native mapping per (handle, importing device) is
+        shared by every open of it and closed with the last.
+
+        Options (:class:`IpcOptions`, or an :class:`IpcOptionsDict` of its keys):
+
+        - ``handle``: the :class:`~aml_core.ipc.IpcHandle` to open (required).
+        - ``device``: the importing device, current when the handle is opened (default 0).
+
+        Errors of the import area: :class:`~aml_core.errors.AMLValueError` without a
+        handle, for a handle that claims more bytes than the exporter's allocation has,
+        or one that names memory already open here as another buffer;
+        :class:`~aml_core.errors.AMLFailure` when opening "succeeds" with NULL; the
+        runtime's errors by its error table."""
+        return super().mmap(size, options)
 
     def __init__(self, runtime: Runtime) -> None:
         """The import area of ``runtime``'s backend in this process (one per backend:

@@ -24,13 +24,13 @@ import enum
 import os
 import threading
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
 from .. import checks
 from .._buffer import AreaLock
-from ..area import Area
+from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
@@ -43,7 +43,15 @@ if TYPE_CHECKING:
 #: The largest mapping the address space holds.
 _MAX_SIZE = (1 << 63) - 1
 
-__all__ = ["Access", "GrowableBuffer", "Physical", "Reservation", "VirtualMemory"]
+__all__ = [
+    "Access",
+    "GrowableBuffer",
+    "Physical",
+    "Reservation",
+    "VirtualMemory",
+    "VmmOptions",
+    "VmmOptionsDict",
+]
 
 
 class Access(enum.IntEnum):
@@ -122,10 +130,34 @@ class VmmOptions:
     exportable: bool = False
 
 
+class VmmOptionsDict(TypedDict, total=False):
+    """:class:`VmmOptions` as a mapping (``vm.mmap(n, {"exportable": True})``), typed."""
+
+    exportable: bool
+
+
 class VirtualMemory(Area):
     """Virtual memory of one device (a DEVICE area of VMM-backed buffers)."""
 
     options_type = VmmOptions
+
+    @compiled_mmap
+    def mmap(self, size: int, options: VmmOptions | VmmOptionsDict | None = None) -> Buffer:
+        """Map ``size`` bytes (rounded up to the allocation granularity) of device memory
+        in one step: reserve an address range, create physical memory, map it and give
+        the device read-write access (cuMemAddressReserve, cuMemCreate, cuMemMap,
+        cuMemSetAccess and their HIP/Level Zero equivalents); munmap undoes all four.
+
+        Options (:class:`VmmOptions`, or a :class:`VmmOptionsDict` of its keys):
+
+        - ``exportable``: make the physical memory exportable as a POSIX file descriptor
+          (:meth:`export_fd`; default False).
+
+        Errors of virtual memory: :class:`~aml_core.errors.AMLMemoryError` for a size
+        that passes 2**63 - 1 once rounded up, or no device memory or address space
+        left; the runtime's errors by its error table for each of the four calls (what
+        was done before the failing call is undone)."""
+        return super().mmap(size, options)
 
     def __init__(self, runtime: Runtime, device: int) -> None:
         """The virtual-memory API of ``device`` (an index) over ``runtime`` (which must

@@ -24,12 +24,12 @@ import mmap as _mmap
 import os
 import stat
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Literal, TypedDict, overload
+from typing import Any, Literal, TypedDict, overload
 
 import attrs
 
 from .. import _os, checks
-from ..area import Area
+from ..area import Area, compiled_mmap
 from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLTypeError, AMLValueError
 from ..specs import Capability, Kind, format_size
@@ -160,9 +160,35 @@ class HostArea(Area):
 
     options_type = HostMmapOptions
 
-    if TYPE_CHECKING:  # the compiled mmap, with this area's options typed
+    @compiled_mmap
+    def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer:
+        """Map ``size`` bytes of host memory: anonymous memory (private, or shared if the
+        area is), or a file with ``fd``; placed by the area's NUMA policy (``mbind``),
+        with its huge pages, transparent huge pages and alignment.
 
-        def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer: ...
+        Options (:class:`HostMmapOptions`, or a :class:`HostMmapOptionsDict` of its keys):
+
+        - ``fd``: an open file descriptor to map (None, the default: anonymous memory).
+        - ``offset``: the offset in that file, a multiple of the page size (default 0;
+          only with ``fd``).
+        - ``prot``: ``PROT_READ | PROT_WRITE`` (the default) or ``PROT_READ`` (a read-only
+          buffer).
+        - ``flags``: extra MAP_* flags, among MAP_NORESERVE, MAP_POPULATE and MAP_LOCKED
+          (default 0).
+        - ``shared``: True for MAP_SHARED, False for MAP_PRIVATE (None, the default: the
+          area's ``shared``; a file mapping is shared).
+        - ``alignment``: a power of two this mapping's address is aligned to (None, the
+          default: the area's).
+
+        Errors of the host area: :class:`~aml_core.errors.AMLValueError` for a ``prot`` or
+        ``flags`` not listed above, an alignment that is not a power of two, an ``offset``
+        without ``fd`` or not a multiple of the page size, an ``fd`` that is not open, or
+        a regular file that ends before ``offset + size``;
+        :class:`~aml_core.errors.AMLMemoryError` when no (huge) pages are left or
+        MAP_LOCKED passes RLIMIT_MEMLOCK; :class:`~aml_core.errors.AMLPermissionError`
+        for a file opened without the access ``prot`` needs; the other errors of mmap(2)
+        and mbind(2) by their errno (aml_core.host.numa.OS_ERRORS)."""
+        return super().mmap(size, options)
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from aml_core.area import Area
+from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer
 from aml_core.errors import AMLNotSupported, AMLValueError
 from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
@@ -58,6 +58,21 @@ class PoolArea(Area):
         self.runtime = runtime
         self.pool = chosen
         self._exports: ExportRegistry = {}
+
+    @compiled_mmap
+    def mmap(self, size: int, options: NoOptions | NoOptionsDict | None = None) -> Buffer:
+        """Map ``size`` bytes from the area's pool (``hsa_amd_memory_pool_allocate``); host
+        memory is then made accessible to every GPU agent (``hsa_amd_agents_allow_access``).
+
+        Options: none (the pool decides): None or ``{}``.
+
+        Errors of HSA areas: the runtime's errors by aml-hsa's error table (for example
+        ``HSA_STATUS_ERROR_OUT_OF_RESOURCES`` as :class:`~aml_core.errors.AMLMemoryError`),
+        with the native call and status as their cause (a failed allow-access frees the
+        memory again before raising); :class:`~aml_core.errors.AMLFailure` when the
+        allocation "succeeds" with NULL or an address the pool's alignment does not
+        allow."""
+        return super().mmap(size, options)
 
     def _allocate(self, size: int, options: object) -> Buffer:
         rt = self.runtime

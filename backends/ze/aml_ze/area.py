@@ -35,7 +35,7 @@ import attrs
 
 from aml_core import checks
 from aml_core._buffer import AreaLock
-from aml_core.area import Area
+from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer, DLDeviceType
 from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu.backend import GpuBackend
@@ -127,6 +127,23 @@ class ZeArea(Area):
         self._bind_calls()
 
     # -- allocation ----------------------------------------------------------------------
+    @compiled_mmap
+    def mmap(self, size: int, options: NoOptions | NoOptionsDict | None = None) -> Buffer:
+        """Map ``size`` bytes in the area's own context: device memory
+        (``zeMemAllocDevice``), shared memory (``zeMemAllocShared``, a MANAGED area) or
+        host memory (``zeMemAllocHost``), with the area's alignment, memory ordinal and
+        allocation flags.
+
+        Options: none (the area's settings apply to every mapping): None or ``{}``.
+
+        Errors of Level Zero areas: the driver's errors by aml-ze's error table (for
+        example ``ZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY`` as
+        :class:`~aml_core.errors.AMLMemoryError`, an unsupported size or alignment as
+        :class:`~aml_core.errors.AMLNotSupported`), with the native call and code as
+        their cause; :class:`~aml_core.errors.AMLFailure` when the allocation
+        "succeeds" with NULL."""
+        return super().mmap(size, options)
+
     def _bind_calls(self) -> None:
         """Prepare the hot path: the native functions and their constant arguments."""
         native = self.runtime.lib.native
