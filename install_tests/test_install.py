@@ -154,8 +154,10 @@ def test_wheels_install_and_pass_the_kit_without_a_compiler(tmp_path: Path) -> N
     build, install = route[:-1], route[-1]
 
     # Build, with this test run's Python (it has `build`) first on PATH, as a developer would.
+    # pip's own notices (running as root outside a venv, a newer pip) are not the build's.
     here = str(Path(sys.executable).parent)
-    out = _bash(build, clone, _env(f"{here}:{os.environ['PATH']}"))
+    quiet_pip = {"PIP_ROOT_USER_ACTION": "ignore", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    out = _bash(build, clone, _env(f"{here}:{os.environ['PATH']}", **quiet_pip))
     warnings = [line for line in (out.stdout + out.stderr).splitlines() if "warning" in line.lower()]
     assert warnings == [], "the build warned:\n" + "\n".join(warnings)
     dist = clone / "dist"
