@@ -33,6 +33,7 @@ from packaging.requirements import Requirement
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = (ROOT / "VERSION").read_text().strip()
 GPU_BACKENDS = ("cuda", "hip", "ze", "hsa")
+BASH = shutil.which("bash") or "/bin/bash"  # found now: some commands run with a bare PATH
 LOWEST = ("attrs==23.1.0", "pluggy==1.3.0")  # aml-core's lower bounds, as its pyproject.toml states
 
 KIT_MODULE = """
@@ -91,7 +92,7 @@ def _readme_block(after: str) -> list[str]:
 
 
 def _bash(lines: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return _run(["bash", "-euo", "pipefail", "-c", "\n".join(lines)], cwd, env)
+    return _run([BASH, "-euo", "pipefail", "-c", "\n".join(lines)], cwd, env)
 
 
 def _states(info: dict[str, Any]) -> dict[str, tuple[str, str | None, str]]:
