@@ -63,6 +63,7 @@ def _env(path: str | None = None, **extra: str) -> dict[str, str]:
     }
     if path is not None:
         env["PATH"] = path
+    env["PIP_REQUIRE_VIRTUALENV"] = "1"  # never install into the Python running the tests
     env.update(extra)
     return env
 
@@ -184,16 +185,16 @@ def test_wheels_install_and_pass_the_kit_without_a_compiler(tmp_path: Path) -> N
             assert VERSION in core.specifier, core
             assert f"{major}.{minor + 1}.0" not in core.specifier, core
 
-    # A venv whose PATH has only its python and pip: no C compiler anywhere (CC too).
+    # A venv whose bin/ (its python, pip and, once installed, the scripts) is the whole PATH:
+    # no C compiler anywhere, CC and CXX failing too.
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, _env())
-    bare = tmp_path / "bin"
-    bare.mkdir()
-    for tool in ("python", "python3", "pip"):
-        (bare / tool).symlink_to(venv / "bin" / tool)
+    bare = str(venv / "bin")
     for compiler in ("gcc", "cc", "c++", "g++", "clang"):
-        assert shutil.which(compiler, path=str(bare)) is None
-    nocc = _env(str(bare), CC="false", CXX="false")
+        assert shutil.which(compiler, path=bare) is None
+    nocc = _env(bare, CC="false", CXX="false")
+    prefix = _run(["python", "-c", "import sys; print(sys.prefix)"], tmp_path, nocc).stdout.strip()
+    assert Path(prefix) == venv  # pip below installs there, and nowhere else
     _bash([install], clone, nocc)  # the README's line: aml-core and aml-hip from the folder
     backends = [f"aml-{name}" for name in GPU_BACKENDS]
     extras = ["aml-core[test]", *backends, *LOWEST]
