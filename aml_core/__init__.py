@@ -15,7 +15,11 @@ Quick start::
 
 from __future__ import annotations
 
-from . import _compiled  # noqa: F401  # first: imports the Cython modules, or says how to build them
+# First: imports the Cython modules, or says how to build them. In an unbuilt source tree
+# (the clone's root as the current directory) it hands over to the installed aml-core of the
+# same version: sys.modules["aml_core"] is then the installed package, which this import
+# returns, and the relative imports below find its submodules (see _compiled).
+from . import _compiled
 from .area import Area
 from .buffer import Buffer, DLDeviceType
 from .descriptor import BackendDescriptor, ProbeResult
@@ -42,25 +46,17 @@ from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, K
 
 
 def _version() -> str:
-    """The version, written once in pyproject.toml: from the installed distribution's
-    metadata, else (an uninstalled source tree) from the pyproject.toml beside the package."""
+    """The version, written once in VERSION at the repository's root: from the installed
+    distribution's metadata, else (an uninstalled source tree) from the VERSION beside the package."""
     from importlib import metadata
-    from pathlib import Path
 
     try:
         return metadata.version("aml-core")
     except metadata.PackageNotFoundError:
         pass
-    try:
-        import tomllib
-
-        with open(Path(__file__).resolve().parent.parent / "pyproject.toml", "rb") as f:
-            project = tomllib.load(f).get("project", {})
-        if project.get("name") == "aml-core" and isinstance(project.get("version"), str):
-            return f"{project['version']}+source"
-    except (OSError, ValueError):
-        pass
-    return "0+unknown"
+    root = _compiled.source_root()
+    version = _compiled.source_version(root) if root is not None else None
+    return f"{version}+source" if version else "0+unknown"
 
 
 __version__ = _version()
