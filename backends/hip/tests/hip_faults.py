@@ -1,5 +1,5 @@
 """The HIP fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`aml_core.testing.faults`): every hip* function a public operation
+by the shared runner (:mod:`tests.support.faults`): every hip* function a public operation
 below calls fails in turn (its first three calls, each with every code of ``CODES``); each
 run is the AML error HIP's table gives the code, with the failed function and the code's
 name as its native cause, and nothing is left once the caller closes again.
@@ -24,7 +24,7 @@ from aml_hip.errors import make_error_table
 
 # isort: on
 from aml_core.gpu.vmm import Access
-from aml_core.testing.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
+from tests.support.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
 
 #: Injected codes: one for each AML class of HIP's table, and one it does not list.
 CODES = {

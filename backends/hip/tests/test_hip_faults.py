@@ -1,4 +1,4 @@
-"""The HIP fault-injection table (``hip_faults.py``, run by :mod:`aml_core.testing.faults`):
+"""The HIP fault-injection table (``hip_faults.py``, run by :mod:`tests.support.faults`):
 every exported hip* function an operation calls fails in turn, in its own process per
 operation; each run is the AML error HIP's table gives the injected code, with the failed
 function and the code's name as its native cause, nothing leaks once the caller closes
@@ -12,7 +12,7 @@ import hip_faults
 import pytest
 from hip_helpers import HipDouble
 
-from aml_core.testing.faults import FaultSuite
+from tests.support.faults import FaultSuite
 
 SUITE = FaultSuite(hip_faults.TABLE, Path(hip_faults.__file__))
 

@@ -41,7 +41,7 @@ from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
-from aml_core.testing.ipc_peer import IpcPeer
+from tests.support.ipc_peer import IpcPeer
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 INVALID_VALUE = 1  # hipErrorInvalidValue

@@ -1,5 +1,5 @@
 """A hypothesis state machine over the HIP double (issue 9): the shared IPC machine
-(:mod:`aml_core.testing.ipc_machine`: mmap / munmap / close of a device area, its buffers
+(:mod:`tests.support.ipc_machine`: mmap / munmap / close of a device area, its buffers
 opened, written, read and closed in a long-lived second process, tampered handles) plus a
 managed area and virtual memory reserve-create-map-unmap-release and one-step vm.mmap, each
 with an optional injected native failure; invariants are the areas' stats against the
@@ -26,8 +26,8 @@ from hypothesis.stateful import Bundle, invariant, precondition, rule
 from aml_core import Buffer
 from aml_core.area import Area
 from aml_core.errors import AMLError
-from aml_core.testing.ipc_machine import IpcMachine
-from aml_core.testing.stress import hammer
+from tests.support.ipc_machine import IpcMachine
+from tests.support.stress import hammer
 
 pytestmark = pytest.mark.host_double
 

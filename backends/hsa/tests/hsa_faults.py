@@ -1,5 +1,5 @@
 """The HSA fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`aml_core.testing.faults`): every hsa* function a public
+by the shared runner (:mod:`tests.support.faults`): every hsa* function a public
 operation below calls fails in turn (its first three calls, each with every status of
 ``CODES``); each run is the AML error of aml-hsa's table (:mod:`aml_hsa.errors`) for the
 status, with the failed function and the status's name as its native cause, and nothing is
@@ -27,7 +27,7 @@ from aml_hsa.errors import make_error_table
 # isort: on
 from aml_core.errors import ErrorCode
 from aml_core.gpu.vmm import Access
-from aml_core.testing.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
+from tests.support.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
 
 #: Injected statuses: one for each AML class of aml-hsa's table, and HSA_STATUS_ERROR (FAILURE).
 CODES = {

@@ -1,4 +1,4 @@
-"""The HSA fault-injection table (``hsa_faults.py``, run by :mod:`aml_core.testing.faults`):
+"""The HSA fault-injection table (``hsa_faults.py``, run by :mod:`tests.support.faults`):
 every exported hsa* function an operation calls fails in turn, in its own process per
 operation; each run is the AML error of aml-hsa's table for the injected status, with the
 failed function and the status's name as its native cause, nothing leaks (in the double
@@ -12,7 +12,7 @@ import hsa_faults
 import pytest
 from hsa_helpers import HsaDouble
 
-from aml_core.testing.faults import FaultSuite
+from tests.support.faults import FaultSuite
 
 SUITE = FaultSuite(hsa_faults.TABLE, Path(hsa_faults.__file__))
 

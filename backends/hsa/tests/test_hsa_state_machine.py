@@ -1,5 +1,5 @@
 """A hypothesis state machine over the HSA double (issue 9): the shared IPC machine
-(:mod:`aml_core.testing.ipc_machine`): mmap / munmap / close of a device pool area with
+(:mod:`tests.support.ipc_machine`): mmap / munmap / close of a device pool area with
 injected failures, its buffers opened (``hsa_amd_ipc_memory_attach``), written, read and
 closed in a long-lived second process, tampered handles refused there; invariants are the
 area's stats and both processes' double live counters, all zero at the end of each
@@ -17,7 +17,7 @@ from hsa_helpers import HsaDouble, build_double
 from hypothesis import HealthCheck, settings
 
 from aml_core.area import Area
-from aml_core.testing.ipc_machine import IpcMachine
+from tests.support.ipc_machine import IpcMachine
 
 pytestmark = pytest.mark.host_double
 

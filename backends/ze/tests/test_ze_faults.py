@@ -1,5 +1,5 @@
 """The Level Zero fault-injection table (``ze_faults.py``, run by
-:mod:`aml_core.testing.faults`): every exported ze* function an operation calls fails in
+:mod:`tests.support.faults`): every exported ze* function an operation calls fails in
 turn, in its own process per operation; each run is the AML error of the area's table for
 the injected code, with the failed function and the code's name as its native cause,
 nothing leaks once the caller closes again, and nothing crashes."""
@@ -12,7 +12,7 @@ import pytest
 import ze_faults
 from ze_helpers import ZeDouble
 
-from aml_core.testing.faults import FaultSuite
+from tests.support.faults import FaultSuite
 
 SUITE = FaultSuite(ze_faults.TABLE, Path(ze_faults.__file__))
 

@@ -1,5 +1,5 @@
 """A hypothesis state machine over the Level Zero double (issue 9): the shared IPC machine
-(:mod:`aml_core.testing.ipc_machine`): mmap / munmap / close of a device area with injected
+(:mod:`tests.support.ipc_machine`): mmap / munmap / close of a device area with injected
 failures, its buffers opened, written, read and closed in a long-lived second process,
 tampered handles refused there; invariants are the area's stats and both processes'
 double live counters, all zero at the end of each example."""
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from ze_helpers import ZeDouble
 
 from aml_core.area import Area
-from aml_core.testing.ipc_machine import IpcMachine
+from tests.support.ipc_machine import IpcMachine
 
 pytestmark = pytest.mark.host_double
 

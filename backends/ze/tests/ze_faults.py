@@ -1,5 +1,5 @@
 """The Level Zero fault-injection table (issue 9), generated from the double's exported
-functions by the shared runner (:mod:`aml_core.testing.faults`): every ze* function a
+functions by the shared runner (:mod:`tests.support.faults`): every ze* function a
 public operation below calls fails in turn (its first three calls, each with every code
 of ``CODES``); each run is the AML error of the area's table (docs/aml-contract.md#level-zero-area)
 for the code, with the failed function and the code's name as its native cause, and
@@ -23,7 +23,7 @@ from aml_ze.errors import ERRORS
 
 # isort: on
 from aml_core.errors import ErrorCode
-from aml_core.testing.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
+from tests.support.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
 
 #: Injected codes: one for each AML class of the area's table, and one it does not list.
 CODES = {

@@ -20,8 +20,8 @@ import ctypes
 import tempfile
 from pathlib import Path
 
-from aml_core.testing import doubles
-from aml_core.testing.doubles import CFLAGS, CudaToolkit, DoubleBuildError, Mode
+from tests.support import doubles
+from tests.support.doubles import CFLAGS, CudaToolkit, DoubleBuildError, Mode
 
 __all__ = [
     "CFLAGS",

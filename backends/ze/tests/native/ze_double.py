@@ -26,8 +26,8 @@ import os
 import shutil
 from pathlib import Path
 
-from aml_core.testing import doubles
-from aml_core.testing.doubles import CudaToolkit, DoubleBuildError, Mode
+from tests.support import doubles
+from tests.support.doubles import CudaToolkit, DoubleBuildError, Mode
 
 __all__ = [
     "CFLAGS",

@@ -1,24 +1,22 @@
-"""The test side of a backend verified on a C driver double (see :mod:`aml_core.testing.doubles`).
+"""The test side of a backend verified on a C driver double (see :mod:`tests.support.doubles`).
 
 A backend's ``tests/<name>_helpers.py`` makes one :class:`DoubleSuite` and subclasses
 :class:`DriverDouble`; its conftest builds its fixtures from them::
 
-    # tests/<name>_helpers.py (after putting aml_core on sys.path if it is not installed)
+    # tests/<name>_helpers.py (after putting the repository root on sys.path: tests.support)
     SUITE = DoubleSuite(__file__, "aml_cxl", "AML_CXL_TEST_DOUBLE", "cxl_double.py", "the CXL double")
     import aml_cxl
 
     class CxlDouble(DriverDouble):
+        suite, backend = SUITE, aml_cxl
         library_var = "AML_CXL_LIBRARY"
         clean_env = ("CXLDOUBLE_FAULTS",)
 
     # tests/conftest.py
-    def pytest_collection_modifyitems(config, items):
-        mark_double_items(items, ("cxl",), SUITE.mode, "AML_CXL_TEST_DOUBLE=forward")
-
-    @pytest.fixture
-    def cxl(monkeypatch):
-        with CxlDouble.running(SUITE.build_double(), monkeypatch) as double:
-            yield double
+    pytest_configure, pytest_collection_modifyitems = double_hooks(
+        CxlDouble, ("cxl",), "emulated devices", "AML_CXL_TEST_DOUBLE=forward"
+    )
+    cxl = CxlDouble.fixture("cxl")
 
 The suite reads its mode from the environment (``host``, the default, or ``forward``), puts
 the backend's tree on ``sys.path`` when it is not installed, loads the build helper under a
@@ -29,6 +27,7 @@ cannot be built) and gives child processes an environment that imports this chec
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import os
 import sys
@@ -39,26 +38,21 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import pytest
 
+from aml_core.testing import GPU2_MARKER, GPU_MARKER
+
 from .doubles import Mode
 
 __all__ = [
     "DoubleSuite",
     "DriverDouble",
-    "GPU2_MARKER",
     "add_double_markers",
+    "double_hooks",
     "double_mode",
     "load_module",
     "mark_double_items",
 ]
 
 D = TypeVar("D", bound="DriverDouble")
-
-#: The ``gpu2`` marker (issue 13): a test of two devices. A double's host mode emulates
-#: them; on real GPUs the test skips with "needs 2 GPUs, this machine has 1".
-GPU2_MARKER = (
-    "gpu2: needs two devices: two GPUs, or a driver double's host mode emulating them "
-    "(skipped elsewhere with the reason)"
-)
 
 
 def double_mode(variable: str) -> Mode:
@@ -164,14 +158,24 @@ class DriverDouble:
         self.ctl.set_devices(count, memory)
         self.forget()
 
+    def copy(self, dst: int, src: int, size: int) -> None:
+        """Copy ``size`` bytes from ``src`` to ``dst``, device memory included (the backend's
+        copy or the double's), and wait until they are there."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to copy device memory")
+
     def read_memory(self, ptr: int, size: int) -> bytes:
-        """``size`` bytes at ``ptr``, device memory included (the backend's copy or the
-        double's): how IPC tests see the bytes behind a buffer."""
-        raise NotImplementedError(f"{type(self).__name__} does not say how to read device memory")
+        """``size`` bytes at ``ptr``, device memory included (:meth:`copy`): how IPC tests
+        see the bytes behind a buffer."""
+        out = ctypes.create_string_buffer(size)
+        if size:
+            self.copy(ctypes.addressof(out), ptr, size)
+        return out.raw
 
     def write_memory(self, ptr: int, data: bytes) -> None:
-        """Write ``data`` at ``ptr``, device memory included, and wait until it is there."""
-        raise NotImplementedError(f"{type(self).__name__} does not say how to write device memory")
+        """Write ``data`` at ``ptr``, device memory included (:meth:`copy`)."""
+        if data:
+            src = ctypes.create_string_buffer(data, len(data))
+            self.copy(ptr, ctypes.addressof(src), len(data))
 
     # -- control --------------------------------------------------------------------------
     def inject(self, function: str, error: int, skip: int = 0, times: int = 1) -> None:
@@ -232,6 +236,20 @@ class DriverDouble:
         double.leave()
 
     @classmethod
+    def fixture(cls, name: str) -> Any:
+        """The backend's fixture ``name`` for a conftest: the backend on the suite's default
+        double (:meth:`running`: reset before, leak-checked after)."""
+
+        def running(monkeypatch: pytest.MonkeyPatch) -> Iterator[DriverDouble]:
+            with cls.running(cls.suite.build_double(), monkeypatch) as double:
+                yield double
+
+        running.__doc__ = (
+            f"{cls.suite.package} running on {cls.suite.what} (reset before, leak-checked after)."
+        )
+        return pytest.fixture(name=name)(running)
+
+    @classmethod
     @contextlib.contextmanager
     def factory(cls: type[D], monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., D]]:
         """``make(*variant)``: the backend on the double built for that variant (the suite's
@@ -252,11 +270,26 @@ class DriverDouble:
 def add_double_markers(config: pytest.Config, double: str, host_double: str) -> None:
     """Register the markers: ``gpu``, ``double`` (``double`` says what the tests run
     against) and ``host_double`` (``host_double`` says what of the host mode they need)."""
-    gpu = "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
-    config.addinivalue_line("markers", gpu)
+    config.addinivalue_line("markers", GPU_MARKER)
     config.addinivalue_line("markers", GPU2_MARKER)
     config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
+
+
+def double_hooks(
+    double: type[DriverDouble], fixtures: Collection[str], host_double: str, forward: str
+) -> tuple[Callable[[pytest.Config], None], Callable[[pytest.Config, list[pytest.Item]], None]]:
+    """A backend conftest's ``pytest_configure`` (:func:`add_double_markers`) and
+    ``pytest_collection_modifyitems`` (:func:`mark_double_items` on the tests using one of
+    ``fixtures``; ``forward`` says what the forward mode runs)."""
+
+    def pytest_configure(config: pytest.Config) -> None:
+        add_double_markers(config, double.suite.what, host_double)
+
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        mark_double_items(items, fixtures, double.suite.mode, forward)
+
+    return pytest_configure, pytest_collection_modifyitems
 
 
 def mark_double_items(items: list[pytest.Item], fixtures: Collection[str], mode: str, why: str) -> None:

@@ -2,7 +2,7 @@
 written once for every backend whose device area exports IPC handles.
 
 This process maps device buffers (mmap, munmap, close the area, each with an optional
-injected native failure), exports them, and a long-lived :class:`~aml_core.testing.ipc_peer.IpcPeer`
+injected native failure), exports them, and a long-lived :class:`~tests.support.ipc_peer.IpcPeer`
 opens the handles, writes and reads through them and closes them, interleaved with the
 exporter's own operations; it also opens tampered handles. The model holds every live
 buffer's bytes and how many times the peer has each one open. Invariants after each step:
@@ -44,9 +44,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..buffer import Buffer
-from ..errors import AMLError, AMLTypeError, AMLValueError
-from ..ipc import IpcHandle
+from aml_core.buffer import Buffer
+from aml_core.errors import AMLError, AMLTypeError, AMLValueError
+from aml_core.ipc import IpcHandle
+
 from .ipc_peer import IpcPeer
 
 __all__ = ["TAMPERED", "IpcMachine"]

@@ -1,5 +1,5 @@
 """Fault injection into every native function a driver double exports (issue 9), written
-once for every backend tested on a C double (:mod:`aml_core.testing.doubles`).
+once for every backend tested on a C double (:mod:`tests.support.doubles`).
 
 A backend describes its table with a :class:`FaultTable` in ``tests/<name>_faults.py``:
 its public operations (each registers what it makes in ``made``, so that a failed run can
@@ -38,8 +38,9 @@ from typing import Any
 
 import attrs
 
-from ..errors import AMLError, ErrorCode, error_class
-from ..ipc import IpcHandle
+from aml_core.errors import AMLError, ErrorCode, error_class
+from aml_core.ipc import IpcHandle
+
 from .ipc_peer import IpcPeer
 
 __all__ = [
@@ -89,7 +90,7 @@ def undo(made: Made, step: Undo) -> None:
 
 class PeerExport:
     """A device buffer exported by a second process, for operations that open IPC handles
-    (the importer's calls): an :class:`~aml_core.testing.ipc_peer.IpcPeer` on the same
+    (the importer's calls): an :class:`~tests.support.ipc_peer.IpcPeer` on the same
     double, started on first use, maps ``size`` bytes starting with ``data``, exports them
     and keeps them until the fault process ends. Each run then opens, reads and closes."""
 
@@ -151,7 +152,7 @@ DEVICE_COUNT = Rule(
 class FaultTable:
     """One backend's fault table (see the module doc)."""
 
-    #: The backend's test double class (a :class:`~aml_core.testing.double_fixtures.DriverDouble`):
+    #: The backend's test double class (a :class:`~tests.support.double_fixtures.DriverDouble`):
     #: its ``ctl``, ``forget()``, ``live()``, ``tracked()`` and ``emulate_devices()``.
     double: type[Any]
     #: The public operations, by name.
