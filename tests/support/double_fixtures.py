@@ -13,10 +13,9 @@ A backend's ``tests/<name>_helpers.py`` makes one :class:`DoubleSuite` and subcl
         clean_env = ("CXLDOUBLE_FAULTS",)
 
     # tests/conftest.py
-    pytest_configure, pytest_collection_modifyitems = double_hooks(
-        CxlDouble, ("cxl",), "emulated devices", "AML_CXL_TEST_DOUBLE=forward"
+    pytest_configure, pytest_collection_modifyitems, cxl, double_library = double_conftest(
+        CxlDouble, "cxl", "emulated devices", "AML_CXL_TEST_DOUBLE=forward"
     )
-    cxl = CxlDouble.fixture("cxl")
 
 The suite reads its mode from the environment (``host``, the default, or ``forward``), puts
 the backend's tree on ``sys.path`` when it is not installed, loads the build helper under a
@@ -46,7 +45,7 @@ __all__ = [
     "DoubleSuite",
     "DriverDouble",
     "add_double_markers",
-    "double_hooks",
+    "double_conftest",
     "double_mode",
     "load_module",
     "mark_double_items",
@@ -276,20 +275,31 @@ def add_double_markers(config: pytest.Config, double: str, host_double: str) -> 
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
 
 
-def double_hooks(
-    double: type[DriverDouble], fixtures: Collection[str], host_double: str, forward: str
-) -> tuple[Callable[[pytest.Config], None], Callable[[pytest.Config, list[pytest.Item]], None]]:
-    """A backend conftest's ``pytest_configure`` (:func:`add_double_markers`) and
-    ``pytest_collection_modifyitems`` (:func:`mark_double_items` on the tests using one of
-    ``fixtures``; ``forward`` says what the forward mode runs)."""
+def double_conftest(
+    double: type[DriverDouble], fixture: str, host_double: str, forward: str, also: Collection[str] = ()
+) -> tuple[Callable[[pytest.Config], None], Callable[[pytest.Config, list[pytest.Item]], None], Any, Any]:
+    """What a backend's conftest takes from here, to assign to these names::
+
+        pytest_configure, pytest_collection_modifyitems, <fixture>, double_library = double_conftest(...)
+
+    ``pytest_configure`` registers the markers (:func:`add_double_markers`; ``host_double``
+    says what of the host mode the ``host_double`` tests need);
+    ``pytest_collection_modifyitems`` marks the tests using ``fixture`` or one of ``also``
+    (:func:`mark_double_items`; ``forward`` says what the forward mode runs); the fixture
+    ``fixture`` is :meth:`DriverDouble.fixture`; ``double_library`` (session) the path of
+    the suite's default double."""
 
     def pytest_configure(config: pytest.Config) -> None:
         add_double_markers(config, double.suite.what, host_double)
 
     def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-        mark_double_items(items, fixtures, double.suite.mode, forward)
+        mark_double_items(items, (fixture, *also), double.suite.mode, forward)
 
-    return pytest_configure, pytest_collection_modifyitems
+    def double_library() -> Path:
+        return double.suite.build_double()
+
+    library = pytest.fixture(scope="session", name="double_library")(double_library)
+    return pytest_configure, pytest_collection_modifyitems, double.fixture(fixture), library
 
 
 def mark_double_items(items: list[pytest.Item], fixtures: Collection[str], mode: str, why: str) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "Rule",
     "Undo",
     "exported_functions",
+    "fault_tests",
     "main",
     "run",
     "undo",
@@ -342,3 +343,35 @@ class FaultSuite:
         missing, stale = self.coverage(library, env)
         assert not missing, f"no operation calls {missing}: add one to the fault table's operations"
         assert not stale, f"{stale} are called now or not exported: drop them from not_called"
+
+
+def fault_tests(table_module: Any, fixture: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """A backend's two fault tests, on the table of ``table_module`` (its ``TABLE`` and
+    ``OPERATIONS``; the file is the script each operation's process runs) and the double of
+    its fixture ``fixture``; assign them to module names starting with ``test_``:
+
+    * every call of each operation fails cleanly (:meth:`FaultSuite.check`, one test per
+      operation);
+    * the table covers every function the double exports (:meth:`FaultSuite.check_coverage`).
+    """
+    import pytest
+
+    suite = FaultSuite(table_module.TABLE, Path(table_module.__file__))
+
+    @pytest.mark.host_double
+    @pytest.mark.usefixtures(fixture)
+    @pytest.mark.parametrize("operation", list(table_module.OPERATIONS))
+    def test_every_call_of_the_operation_fails_cleanly(
+        request: pytest.FixtureRequest, operation: str
+    ) -> None:
+        suite.check(operation, request.getfixturevalue(fixture).env())
+
+    @pytest.mark.host_double
+    @pytest.mark.usefixtures(fixture)
+    def test_the_table_covers_every_exported_function(request: pytest.FixtureRequest) -> None:
+        """Every function the double exports is called by an operation of the table, or
+        listed in ``not_called`` with the reason."""
+        double = request.getfixturevalue(fixture)
+        suite.check_coverage(double.path, double.env())
+
+    return test_every_call_of_the_operation_fails_cleanly, test_the_table_covers_every_exported_function

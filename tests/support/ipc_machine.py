@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -50,7 +51,7 @@ from aml_core.ipc import IpcHandle
 
 from .ipc_peer import IpcPeer
 
-__all__ = ["TAMPERED", "IpcMachine"]
+__all__ = ["TAMPERED", "IpcMachine", "bounded"]
 
 #: Tampered handles every backend must refuse in the importer with an AML error, mapping
 #: nothing: (field, value, error class). ``"peer"`` stands for the importer's own pid.
@@ -70,6 +71,17 @@ TAMPERED: dict[str, tuple[str, object, type[AMLError]]] = {
     "pid=0": ("pid", 0, AMLValueError),
     "pid=the importer's": ("pid", "peer", AMLValueError),
 }
+
+
+def bounded() -> Settings:
+    """The settings a backend's state machine runs with: ``$AML_STATE_MACHINE_EXAMPLES``
+    examples (default 40) of 25 steps, no deadline (a step may start a process)."""
+    return Settings(
+        max_examples=int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40")),
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def _pattern(seed: int, size: int) -> bytearray:
@@ -110,8 +122,10 @@ class IpcMachine(RuleBasedStateMachine):
         return [self.area]
 
     @classmethod
-    def run(cls, library: Path, settings: Settings) -> None:
-        """Run the machine on the double at ``library`` with one peer for every example."""
+    def run(cls, library: Path, settings: Settings | None = None) -> None:
+        """Run the machine on the double at ``library`` with one peer for every example
+        (default settings: :func:`bounded`)."""
+        settings = bounded() if settings is None else settings
         patch = pytest.MonkeyPatch()
         double = cls.double_class(library)
         spec = f"{cls.double_class.__module__}:{cls.double_class.__qualname__}"

@@ -16,24 +16,17 @@ counts are back to 0).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 # hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
-from hip_helpers import HipDouble, aml_hip, build_double
+from hip_helpers import HipDouble, aml_hip
 
-from tests.support.double_fixtures import double_hooks
+from tests.support.double_fixtures import double_conftest
 
-pytest_configure, pytest_collection_modifyitems = double_hooks(
-    HipDouble, ("hip",), "emulated devices or AMD-only behaviour", "AML_HIP_TEST_DOUBLE=forward runs CUDA"
+pytest_configure, pytest_collection_modifyitems, hip, double_library = double_conftest(
+    HipDouble, "hip", "emulated devices or AMD-only behaviour", "AML_HIP_TEST_DOUBLE=forward runs CUDA"
 )
-hip = HipDouble.fixture("hip")
-
-
-@pytest.fixture(scope="session")
-def double_library() -> Path:
-    return build_double()
 
 
 @pytest.fixture

@@ -1,11 +1,8 @@
-"""The HIP fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`tests.support.faults`): every hip* function a public operation
-below calls fails in turn (its first three calls, each with every code of ``CODES``); each
-run is the AML error HIP's table gives the code, with the failed function and the code's
-name as its native cause, and nothing is left once the caller closes again.
-
-Run as ``python hip_faults.py OPERATION`` with ``AML_HIP_LIBRARY`` naming the double: it
-prints one JSON line. ``test_hip_faults.py`` runs each operation in its own process.
+"""The HIP fault-injection table (issue 9): the public operations below, whose every hip*
+call fails in turn with each code of ``CODES`` and must raise the AML error of HIP's table
+(:mod:`aml_hip.errors`); the functions no operation calls and the failures an operation
+absorbs, each with why. The runner and its test side are :mod:`tests.support.faults`
+(``python hip_faults.py OPERATION`` with ``AML_HIP_LIBRARY`` naming the double).
 """
 
 from __future__ import annotations
@@ -15,14 +12,12 @@ import os
 import sys
 from typing import Any
 
-# isort: off
-from hip_helpers import HipDouble  # first: puts aml_hip on sys.path when it is not installed
 import aml_hip
 from aml_hip import HipFlags, HipMmapOptions
 from aml_hip import abi as C
 from aml_hip.errors import make_error_table
+from hip_helpers import HipDouble
 
-# isort: on
 from aml_core.gpu.vmm import Access
 from tests.support.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
 

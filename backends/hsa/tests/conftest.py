@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from hsa_helpers import HsaDouble
 
-from tests.support.double_fixtures import double_hooks
+from tests.support.double_fixtures import double_conftest
 
-pytest_configure, pytest_collection_modifyitems = double_hooks(
-    HsaDouble, ("hsa", "hsa_built"), "host memory, IPC", "this run forwards to CUDA"
+pytest_configure, pytest_collection_modifyitems, hsa, double_library = double_conftest(
+    HsaDouble, "hsa", "host memory, IPC", "this run forwards to CUDA", also=("hsa_built",)
 )
-hsa = HsaDouble.fixture("hsa")
 
 
 @pytest.fixture

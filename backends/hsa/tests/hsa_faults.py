@@ -1,12 +1,7 @@
-"""The HSA fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`tests.support.faults`): every hsa* function a public
-operation below calls fails in turn (its first three calls, each with every status of
-``CODES``); each run is the AML error of aml-hsa's table (:mod:`aml_hsa.errors`) for the
-status, with the failed function and the status's name as its native cause, and nothing is
-left (in the double, or tracked by aml-hsa) once the caller closes again.
-
-Run as ``python hsa_faults.py OPERATION`` with ``AML_HSA_LIBRARY`` naming the double: it
-prints one JSON line. ``test_hsa_faults.py`` runs each operation in its own process.
+"""What aml-hsa's fault injection runs (issue 9): public operations whose hsa* calls fail
+one at a time with each status of ``CODES``; each run must be the AML error aml-hsa's table
+(:mod:`aml_hsa.errors`) gives, and leave nothing in the double or tracked by aml-hsa once
+the caller closes again. Run by :mod:`tests.support.faults`.
 """
 
 from __future__ import annotations
@@ -17,14 +12,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# isort: off
-from hsa_helpers import HsaDouble  # first: puts aml_hsa on sys.path when it is not installed
 import aml_hsa
 from aml_hsa import MemoryType, Permission
 from aml_hsa import abi as C
 from aml_hsa.errors import make_error_table
+from hsa_helpers import HsaDouble
 
-# isort: on
 from aml_core.errors import ErrorCode
 from aml_core.gpu.vmm import Access
 from tests.support.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo

@@ -8,20 +8,15 @@ example. Host mode only: the forward mode has no HSA IPC (no CUDA counterpart of
 
 from __future__ import annotations
 
-import os
-
 import aml_hsa
 import pytest
 from aml_hsa import abi as C
 from hsa_helpers import HsaDouble, build_double
-from hypothesis import HealthCheck, settings
 
 from aml_core.area import Area
 from tests.support.ipc_machine import IpcMachine
 
 pytestmark = pytest.mark.host_double
-
-EXAMPLES = int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40"))
 
 
 class HsaMachine(IpcMachine):
@@ -35,12 +30,4 @@ class HsaMachine(IpcMachine):
 
 
 def test_state_machine() -> None:
-    HsaMachine.run(
-        build_double(),
-        settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+    HsaMachine.run(build_double())

@@ -10,24 +10,17 @@ tests that need the host mode (emulated devices, budgets) then skip.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 # ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
 from ze_helpers import ZeDouble, aml_ze, build_double
 
-from tests.support.double_fixtures import double_hooks
+from tests.support.double_fixtures import double_conftest
 
-pytest_configure, pytest_collection_modifyitems = double_hooks(
-    ZeDouble, ("ze",), "emulated devices", "AML_ZE_TEST_DOUBLE=forward"
+pytest_configure, pytest_collection_modifyitems, ze, double_library = double_conftest(
+    ZeDouble, "ze", "emulated devices", "AML_ZE_TEST_DOUBLE=forward"
 )
-ze = ZeDouble.fixture("ze")
-
-
-@pytest.fixture(scope="session")
-def double_library() -> Path:
-    return build_double()
 
 
 @pytest.fixture

@@ -1,12 +1,7 @@
-"""The Level Zero fault-injection table (issue 9), generated from the double's exported
-functions by the shared runner (:mod:`tests.support.faults`): every ze* function a
-public operation below calls fails in turn (its first three calls, each with every code
-of ``CODES``); each run is the AML error of the area's table (docs/aml-contract.md#level-zero-area)
-for the code, with the failed function and the code's name as its native cause, and
-nothing is left once the caller closes again.
-
-Run as ``python ze_faults.py OPERATION`` with ``AML_ZE_LIBRARY`` naming the double: it
-prints one JSON line. ``test_ze_faults.py`` runs each operation in its own process.
+"""Level Zero's fault table (issue 9): each public operation below runs with every ze*
+call it makes failing in turn, with each code of ``CODES``, and must raise the AML error
+of the area's table (docs/aml-contract.md#level-zero-area) or absorb it where ``tolerated``
+says why. :mod:`tests.support.faults` runs it, one process per operation.
 """
 
 from __future__ import annotations
@@ -14,14 +9,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-# isort: off
-from ze_helpers import ZeDouble  # first: puts aml_ze on sys.path when it is not installed
 import aml_ze
 from aml_ze import Access, ZeFlags
 from aml_ze import abi as C
 from aml_ze.errors import ERRORS
+from ze_helpers import ZeDouble
 
-# isort: on
 from aml_core.errors import ErrorCode
 from tests.support.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
 
