@@ -25,12 +25,16 @@ cannot be built) and gives child processes an environment that imports this chec
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import importlib.util
+import json
 import os
+import pickle
+import subprocess
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar, cast
@@ -49,6 +53,7 @@ __all__ = [
     "double_mode",
     "load_module",
     "mark_double_items",
+    "pickled",
 ]
 
 D = TypeVar("D", bound="DriverDouble")
@@ -200,6 +205,29 @@ class DriverDouble:
         if have < count:
             pytest.skip(f"needs {count} GPUs, this machine has {have}")
 
+    def run_child(
+        self, args: Sequence[str], request: object, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Run ``python *args`` with ``request`` as JSON on its stdin and this double's
+        environment (:meth:`env`, or ``env``); assert that it exits 0 and reports no ignored
+        exception, and return the JSON object on its last line (``kwargs``: ``pass_fds``...)."""
+        proc = subprocess.run(
+            [sys.executable, *args],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=dict(self.env() if env is None else env),
+            timeout=120,
+            check=False,
+            **kwargs,
+        )
+        assert proc.returncode == 0, (
+            f"the child crashed or raised (rc {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+        assert "Exception ignored" not in proc.stderr, proc.stderr
+        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return report
+
     # -- a test's life --------------------------------------------------------------------
     def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Point the backend at this double, reset both; forward mode: skip without a GPU."""
@@ -273,6 +301,11 @@ def add_double_markers(config: pytest.Config, double: str, host_double: str) -> 
     config.addinivalue_line("markers", GPU2_MARKER)
     config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
+
+
+def pickled(obj: object) -> str:
+    """``obj`` pickled and base64-encoded: an IPC handle in a child's JSON request."""
+    return base64.b64encode(pickle.dumps(obj)).decode()
 
 
 def double_conftest(
