@@ -25,13 +25,11 @@ cannot be built) and gives child processes an environment that imports this chec
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import ctypes
 import importlib.util
 import json
 import os
-import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -53,7 +51,6 @@ __all__ = [
     "double_mode",
     "load_module",
     "mark_double_items",
-    "pickled",
 ]
 
 D = TypeVar("D", bound="DriverDouble")
@@ -301,11 +298,6 @@ def add_double_markers(config: pytest.Config, double: str, host_double: str) -> 
     config.addinivalue_line("markers", GPU2_MARKER)
     config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
-
-
-def pickled(obj: object) -> str:
-    """``obj`` pickled and base64-encoded: an IPC handle in a child's JSON request."""
-    return base64.b64encode(pickle.dumps(obj)).decode()
 
 
 def double_conftest(

@@ -18,7 +18,7 @@ from hip_helpers import HipDouble
 import aml_core
 from aml_core.errors import AMLError
 from aml_core.testing.lifetime import catch_unraisable, collect, collect_often, drop_hammer
-from tests.support.double_fixtures import pickled
+from tests.support.child import pickled
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 INVALID_VALUE = 1  # hipErrorInvalidValue

@@ -17,7 +17,7 @@ from aml_core import Pool
 from aml_core.errors import AMLError, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.testing import AreaConformance
-from tests.support.double_fixtures import pickled
+from tests.support.child import pickled
 
 MiB = 1 << 20
 G = 2 * MiB  # the double's VMM granularity

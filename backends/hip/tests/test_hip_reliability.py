@@ -36,7 +36,7 @@ from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
-from tests.support.double_fixtures import pickled
+from tests.support.child import pickled
 from tests.support.ipc_peer import IpcPeer
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"

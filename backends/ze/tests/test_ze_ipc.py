@@ -21,7 +21,7 @@ from aml_ze import IpcHandle
 from aml_ze import abi as C
 from ze_helpers import ZeDouble
 
-from tests.support.double_fixtures import pickled
+from tests.support.child import pickled
 
 CHILD = Path(__file__).resolve().parent / "ze_children.py"
 
