@@ -41,7 +41,7 @@ import pytest
 
 from aml_core.testing import GPU2_MARKER, GPU_MARKER
 
-from .doubles import Mode
+from .doubles import DoubleBuildError, Mode
 
 __all__ = [
     "DoubleSuite",
@@ -109,7 +109,7 @@ class DoubleSuite:
         if key not in self._built:
             try:
                 self._built[key] = self.build.build_double(self.mode, *args, **kwargs)
-            except self.build.DoubleBuildError as exc:
+            except DoubleBuildError as exc:
                 self._built[key] = f"{self.what} cannot be built in {self.mode} mode: {exc}"
         found = self._built[key]
         if isinstance(found, str):

@@ -29,21 +29,6 @@ from pathlib import Path
 from tests.support import doubles
 from tests.support.doubles import CudaToolkit, DoubleBuildError, Mode
 
-__all__ = [
-    "CFLAGS",
-    "LIVE_KINDS",
-    "SOURCE",
-    "SYSMAN_VARIANTS",
-    "CudaToolkit",
-    "DoubleBuildError",
-    "DoubleControl",
-    "build_double",
-    "build_null_driver",
-    "cache_dir",
-    "compile_forward_object",
-    "find_cuda",
-]
-
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "double.c"
 CFLAGS: tuple[str, ...] = (*doubles.CFLAGS, "-Wl,-soname,libze_loader.so.1")
