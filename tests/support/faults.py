@@ -39,6 +39,7 @@ from typing import Any
 import attrs
 
 from aml_core.errors import AMLError, ErrorCode, error_class
+from aml_core.gpu.vmm import Access
 from aml_core.ipc import IpcHandle
 
 from .ipc_peer import IpcPeer
@@ -47,6 +48,7 @@ __all__ = [
     "DEVICE_COUNT",
     "FaultSuite",
     "FaultTable",
+    "GpuOperations",
     "Made",
     "Operation",
     "PeerExport",
@@ -106,6 +108,90 @@ class PeerExport:
             atexit.register(peer.stop)
             _, self._handle = peer.export(self.size, self.data)
         return self._handle
+
+
+class GpuOperations:
+    """The operations of a GPU backend's table written once over :mod:`aml_core.gpu`'s API:
+    ``ipc-export``, ``ipc-open``, ``vm-mmap-growable`` and ``vm-steps``.
+
+    ``backend``: the backend's package (``ipc_open``, ``ipc_close``, ``virtual_memory``);
+    ``double``: its :class:`~tests.support.double_fixtures.DriverDouble` (the peer that
+    exports the handle ``ipc-open`` opens); ``area(made)``: a device area whose buffers
+    export IPC handles, registered in ``made``; ``read(buffer, size)``: how ``ipc-open``
+    reads the peer's bytes through the opened buffer (None: it does not read); ``share``:
+    what ``vm-steps`` does with an fd of its physical allocation (None: nothing, not
+    exportable; ``"export"``: export and close it; ``"import"``: export, import and release
+    the import)."""
+
+    def __init__(
+        self,
+        backend: Any,
+        double: type[Any],
+        area: Callable[[Made], Any],
+        *,
+        read: Callable[[Any, int], bytes] | None = None,
+        share: str | None = None,
+    ) -> None:
+        self.backend, self.area, self.read, self.share = backend, area, read, share
+        #: A buffer another process exported (the ipc-open operation is the importer).
+        self.shared = PeerExport(double, 8192, b"exported by the peer")
+
+    def ipc_export(self, made: Made) -> None:
+        """Export a device buffer; freeing it releases the handle."""
+        area = self.area(made)
+        buf = area.mmap(8192)
+        export = area.ipc_export(buf)
+        assert export.handle.size == 8192
+        area.munmap(buf)
+        area.close()
+
+    def ipc_open(self, made: Made) -> None:
+        """Open a handle another process exported (twice: the importer's cache), read
+        through it, close both opens."""
+        backend, handle = self.backend, self.shared.handle()
+        buf = backend.ipc_open(handle)
+        opened = Undo("ipc_close", lambda: backend.ipc_close(buf))
+        made.append(opened)
+        if self.read is not None:
+            assert self.read(buf, len(self.shared.data)) == self.shared.data
+        backend.ipc_close(backend.ipc_open(handle))
+        undo(made, opened)
+
+    def vm_mmap(self, made: Made) -> None:
+        """Virtual memory in one step: a buffer, and a growable buffer grown."""
+        vm = self.backend.virtual_memory(0)
+        made.append(vm)
+        g = vm.granularity()
+        buf = vm.mmap(g)
+        vm.munmap(buf)
+        grow = vm.growable(4 * g)
+        grow.grow(2 * g)
+        vm.munmap(grow)
+        vm.close()
+
+    def vm_steps(self, made: Made) -> None:
+        """The shared virtual-memory API step by step (and the fd of ``share``)."""
+        vm = self.backend.virtual_memory(0)
+        made.append(vm)
+        g = vm.granularity(recommended=True)
+        res = vm.reserve(g)
+        phys = vm.create(g, exportable=self.share is not None)
+        vm.map(res.ptr, g, phys)
+        vm.set_access(res.ptr, g, Access.READWRITE)
+        vm.get_access(res.ptr)
+        vm.properties(phys)
+        again = vm.retain(res.ptr)
+        vm.release(again)
+        if self.share == "export":
+            os.close(vm.export_fd(phys))
+        elif self.share == "import":
+            fd = vm.export_fd(phys)
+            made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
+            vm.release(vm.import_fd(fd, g))
+        vm.unmap(res.ptr, g)
+        vm.release(phys)
+        vm.address_free(res)
+        vm.close()
 
 
 def exported_functions(library: Path | str, control_prefix: str) -> list[str]:

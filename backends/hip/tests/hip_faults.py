@@ -19,7 +19,15 @@ from aml_hip.errors import make_error_table
 from hip_helpers import HipDouble
 
 from aml_core.gpu.vmm import Access
-from tests.support.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
+from tests.support.faults import (
+    DEVICE_COUNT,
+    FaultTable,
+    GpuOperations,
+    Made,
+    Operation,
+    Undo,
+    main,
+)
 
 #: Injected codes: one for each AML class of HIP's table, and one it does not list.
 CODES = {
@@ -53,6 +61,11 @@ def _area(made: Made, flags: int) -> Any:
     area = aml_hip.create(0, flags)
     made.append(area)
     return area
+
+
+GPU = GpuOperations(
+    aml_hip, HipDouble, lambda made: _area(made, 0), read=lambda buf, n: buf.area.read(buf, n), share="export"
+)
 
 
 def op_device(made: Made) -> None:
@@ -111,31 +124,6 @@ def op_other_device(made: Made) -> None:
     area.close()
 
 
-def op_ipc_export(made: Made) -> None:
-    area = _area(made, 0)
-    buf = area.mmap(8192)
-    export = area.ipc_export(buf)
-    assert export.handle.size == 8192
-    area.munmap(buf)
-    area.close()
-
-
-#: A buffer another process exported (the ipc-open operation is the importer).
-SHARED = PeerExport(HipDouble, 8192, b"exported by the peer")
-
-
-def op_ipc_open(made: Made) -> None:
-    """Open a handle another process exported (twice: the importer's cache), read through
-    it, close both opens."""
-    handle = SHARED.handle()
-    buf = aml_hip.ipc_open(handle)
-    opened = Undo("ipc_close", lambda: aml_hip.ipc_close(buf))
-    made.append(opened)
-    assert buf.area.read(buf, len(SHARED.data)) == SHARED.data
-    aml_hip.ipc_close(aml_hip.ipc_open(handle))
-    undo(made, opened)
-
-
 def op_pointer(made: Made) -> None:
     area = _area(made, 0)
     buf = area.mmap(4096)
@@ -154,38 +142,6 @@ def op_device_info(made: Made) -> None:
     rt.set_device(0)
     rt.device_info(0)
     rt.device_info(1)
-
-
-def op_vm_mmap(made: Made) -> None:
-    vm = aml_hip.BACKEND.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity()
-    buf = vm.mmap(g)
-    vm.munmap(buf)
-    grow = vm.growable(4 * g)
-    grow.grow(2 * g)
-    vm.munmap(grow)
-    vm.close()
-
-
-def op_vm_steps(made: Made) -> None:
-    vm = aml_hip.BACKEND.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity(recommended=True)
-    res = vm.reserve(g)
-    phys = vm.create(g, exportable=True)
-    vm.map(res.ptr, g, phys)
-    vm.set_access(res.ptr, g, Access.READWRITE)
-    vm.get_access(res.ptr)
-    vm.properties(phys)
-    again = vm.retain(res.ptr)
-    vm.release(again)
-    fd = vm.export_fd(phys)
-    os.close(fd)
-    vm.unmap(res.ptr, g)
-    vm.release(phys)
-    vm.address_free(res)
-    vm.close()
 
 
 def op_vm_share(made: Made) -> None:
@@ -326,12 +282,12 @@ OPERATIONS: dict[str, Operation] = {
     "registered": op_registered,
     "stream": op_stream,
     "other-device": op_other_device,
-    "ipc-export": op_ipc_export,
-    "ipc-open": op_ipc_open,
+    "ipc-export": GPU.ipc_export,
+    "ipc-open": GPU.ipc_open,
     "pointer-memset": op_pointer,
     "device-info": op_device_info,
-    "vm-mmap-growable": op_vm_mmap,
-    "vm-steps": op_vm_steps,
+    "vm-mmap-growable": GPU.vm_mmap,
+    "vm-steps": GPU.vm_steps,
     "vm-share": op_vm_share,
     "stream-ordered": op_stream_ordered,
     "pool-streams": op_pool_streams,
