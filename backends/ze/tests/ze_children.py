@@ -71,17 +71,12 @@ def ipc() -> int:
 
 def _error(call: Callable[[], Any]) -> dict[str, Any] | None:
     from aml_core.errors import AMLError
+    from tests.support.child import error_report
 
     try:
         call()
     except AMLError as exc:
-        return {
-            "class": type(exc).__name__,
-            "code": int(exc.code),
-            "message": str(exc),
-            "function": exc.native.function if exc.native else None,
-            "native": exc.native.code if exc.native else None,
-        }
+        return error_report(exc)
     return None
 
 
