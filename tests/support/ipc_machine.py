@@ -132,7 +132,7 @@ class IpcMachine(RuleBasedStateMachine):
         try:
             with IpcPeer(spec, double.env()) as peer:
                 cls.peer, cls.library, cls.monkeypatch = peer, library, patch
-                run_state_machine_as_test(cls, settings=settings)
+                run_state_machine_as_test(cls, settings=settings)  # type: ignore[no-untyped-call]
         finally:
             cls.peer = cls.library = cls.monkeypatch = None
             patch.undo()
