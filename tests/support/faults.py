@@ -23,6 +23,9 @@ The test side (:class:`FaultSuite`) runs each operation in its own process, so t
 crash is one failed operation with its signal, and checks that every native function
 :func:`exported_functions` finds in the library (``nm -D``) is called by an operation or
 listed in :attr:`FaultTable.not_called`: a function added to a double cannot go untested.
+A backend's ``test_<name>_faults.py`` takes its two tests from :func:`fault_tests`; the
+operations every GPU backend's table has (IPC export and open, virtual memory) are
+:class:`GpuOperations`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The HIP fault-injection table (``hip_faults.py``), run by
-:func:`tests.support.faults.fault_tests`: each run is the AML error HIP's table gives the injected code,
-with the failed function as its native cause; nothing leaks or crashes."""
+"""HIP's fault-injection table (``hip_faults.py``) under test: every hip* call of each
+operation fails in turn and must be the AML error HIP's table gives the code, with the
+failed function as its native cause; nothing leaks or crashes
+(:func:`tests.support.faults.fault_tests`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The HSA fault-injection table (``hsa_faults.py``), run by
-:func:`tests.support.faults.fault_tests`: each run is the AML error aml-hsa's table gives the injected status,
-with the failed function as its native cause; nothing leaks or crashes."""
+"""The HSA fault table (``hsa_faults.py``) under test, by
+:func:`tests.support.faults.fault_tests`: each hsa* call fails in turn and must be the
+AML error of aml-hsa's table for the status, its native cause the failed function; nothing
+leaks (in the double or in aml-hsa's tracking) or crashes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The Level Zero fault-injection table (``ze_faults.py``), run by
-:func:`tests.support.faults.fault_tests`: each run is the AML error the area's table gives the injected code,
-with the failed function as its native cause; nothing leaks or crashes."""
+"""Level Zero's fault table (``ze_faults.py``) under test: each ze* call an operation makes
+fails in turn and must be the error the area's table gives the code, its native cause the
+failed function; nothing leaks or crashes (:func:`tests.support.faults.fault_tests`)."""
 
 from __future__ import annotations
 
