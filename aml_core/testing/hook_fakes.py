@@ -4,9 +4,12 @@
 Each fake has only the names the hooks use and keeps what it is given, so a test can check
 what was installed; put it in ``sys.modules`` in place of the real library::
 
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy())
-    hook = aml_cuda.use_with_cupy(FakeDeviceArea())
-    assert sys.modules["cupy"].state["allocator"] == hook.malloc
+    with faked("cupy") as cupy:
+        hook = aml_cuda.use_with_cupy(FakeDeviceArea())
+        assert cupy.state["allocator"] == hook.malloc
+
+(:func:`faked` also gives each block a fresh hook state: aml keeps one CuPy hook and one
+PyTorch hook per process.)
 
 :class:`FakeDeviceArea` is host memory that calls itself device memory: what a hook sees of
 a GPU area, with memory a test may touch.
@@ -14,13 +17,17 @@ a GPU area, with memory a test may touch.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import types
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
+from ..gpu import hooks
 from ..host import HostArea
 from ..specs import Kind
 
-__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch"]
+__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch", "faked"]
 
 
 class FakeDeviceArea(HostArea):
@@ -116,3 +123,27 @@ def fake_torch() -> types.ModuleType:
     setattr(torch, "_C", types.SimpleNamespace(_cuda_customAllocator=custom_allocator))  # noqa: B010
     setattr(torch, "state", state)  # noqa: B010
     return torch
+
+
+@contextlib.contextmanager
+def faked(name: Literal["cupy", "torch"]) -> Iterator[types.ModuleType]:
+    """:func:`fake_cupy` or :func:`fake_torch` as ``sys.modules[name]`` for the block, with
+    aml's hook of that library fresh: none installed when the block starts; at its end the
+    CuPy hook installed in it is uninstalled (``force``), the PyTorch hook state and the
+    module restored (PyTorch cannot change its allocator back)."""
+    fake = fake_cupy() if name == "cupy" else fake_torch()
+    saved_module, saved_torch_hook = sys.modules.get(name), hooks._torch_hook
+    sys.modules[name] = fake
+    if name == "torch":
+        hooks._torch_hook = None
+    try:
+        yield fake
+    finally:
+        if name == "cupy" and hooks._installed is not None:
+            hooks._installed.uninstall(force=True)
+        if name == "torch":
+            hooks._torch_hook = saved_torch_hook
+        if saved_module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = saved_module

@@ -9,7 +9,7 @@ import os
 
 from aml_core.errors import AMLError
 from aml_core.host import HostArea
-from aml_core.testing.stress import hammer
+from tests.support.stress import hammer
 
 CYCLES = int(os.environ.get("AML_SOAK_CYCLES", str(10**5)))
 #: The resident set may grow this much over the soak (allocator caches, interned ints).

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from cuda_helpers import HERE, cuda_probe
 
-from aml_core.testing.double_fixtures import GPU2_MARKER
+from aml_core.testing import GPU2_MARKER
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -5,7 +5,6 @@ CuPy holds memory, closing the area under CuPy), and with real CuPy on a GPU."""
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,18 +14,14 @@ import pytest
 import aml_core
 from aml_core import Area, Buffer
 from aml_core.errors import AMLBusyError, AMLTypeError, AMLValueError
-from aml_core.gpu import hooks
 from aml_core.host import HostArea
-from aml_core.testing.hook_fakes import FakeDeviceArea, fake_cupy
+from aml_core.testing.hook_fakes import FakeDeviceArea, faked
 
 
 @pytest.fixture
-def cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake = fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    yield fake
-    if hooks._installed is not None:
-        hooks._installed.uninstall(force=True)
+def cupy() -> Iterator[Any]:
+    with faked("cupy") as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -18,20 +18,17 @@ import pytest
 import aml_core
 from aml_core import Area
 from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
-from aml_core.gpu import hooks
 from aml_core.host import HostArea
-from aml_core.testing.hook_fakes import FakeDeviceArea, fake_torch
+from aml_core.testing.hook_fakes import FakeDeviceArea, faked
 
 MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 
 
 @pytest.fixture
-def torch(monkeypatch: pytest.MonkeyPatch) -> Any:
-    fake = fake_torch()
-    monkeypatch.setitem(sys.modules, "torch", fake)
-    monkeypatch.setattr(hooks, "_torch_hook", None)
-    return fake
+def torch() -> Iterator[Any]:
+    with faked("torch") as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -16,34 +16,17 @@ counts are back to 0).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 # hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
-from hip_helpers import MODE, HipDouble, aml_hip, build_double
+from hip_helpers import HipDouble, aml_hip
 
-from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
+from tests.support.double_fixtures import double_conftest
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    add_double_markers(config, "the HIP driver double", "emulated devices or AMD-only behaviour")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_double_items(items, ("hip",), MODE, "AML_HIP_TEST_DOUBLE=forward runs CUDA")
-
-
-@pytest.fixture(scope="session")
-def double_library() -> Path:
-    return build_double()
-
-
-@pytest.fixture
-def hip(double_library: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[HipDouble]:
-    """aml_hip running on the double (reset before, leak-checked after)."""
-    with HipDouble.running(double_library, monkeypatch) as double:
-        yield double
+pytest_configure, pytest_collection_modifyitems, hip, double_library = double_conftest(
+    HipDouble, "hip", "emulated devices or AMD-only behaviour", "AML_HIP_TEST_DOUBLE=forward runs CUDA"
+)
 
 
 @pytest.fixture

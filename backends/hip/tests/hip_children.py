@@ -4,26 +4,17 @@ ipc|ipc-devices|vmm`` with a JSON request on stdin; each prints one JSON line
 
 from __future__ import annotations
 
-import base64
 import ctypes
-import importlib.util
 import json
 import os
-import pickle
 import sys
-from pathlib import Path
 from typing import Any
 
 
 def _control() -> Any:
-    path = Path(__file__).resolve().parent / "native" / "hip_double.py"
-    spec = importlib.util.spec_from_file_location("aml_hip_tests_double_build", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.DoubleControl(os.environ["AML_HIP_LIBRARY"])
+    from hip_helpers import SUITE
+
+    return SUITE.build.DoubleControl(os.environ["AML_HIP_LIBRARY"])
 
 
 def ipc() -> int:
@@ -34,20 +25,16 @@ def ipc() -> int:
     import aml_hip
 
     from aml_core.errors import AMLError
+    from tests.support.child import error_report, unpickled
 
     request = json.loads(sys.stdin.read())
-    handle = pickle.loads(base64.b64decode(request["handle"]))
+    handle = unpickled(request["handle"])
     ctl = _control()
     report: dict[str, Any] = {"pid": os.getpid()}
     try:
         bufs = [aml_hip.ipc_open(handle) for _ in range(int(request.get("opens", 1)))]
     except AMLError as exc:
-        report["error"] = {
-            "class": type(exc).__name__,
-            "code": int(exc.code),
-            "function": exc.native.function if exc.native else None,
-            "native": exc.native.code if exc.native else None,
-        }
+        report["error"] = error_report(exc)
         report["open_calls"] = ctl.calls("hipIpcOpenMemHandle")
         report["live_ipc"] = ctl.live("ipc")  # a failed open leaves no mapping behind
         print(json.dumps(report))
@@ -113,8 +100,10 @@ def ipc_devices() -> int:
     mapping closed with its own device selected) and reports the double's counts."""
     import aml_hip
 
+    from tests.support.child import unpickled
+
     request = json.loads(sys.stdin.read())
-    handle = pickle.loads(base64.b64decode(request["handle"]))
+    handle = unpickled(request["handle"])
     device, n = int(request["device"]), int(request["read"])
     other = 1 - device
     ctl = _control()

@@ -1,11 +1,8 @@
-"""The HIP fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`aml_core.testing.faults`): every hip* function a public operation
-below calls fails in turn (its first three calls, each with every code of ``CODES``); each
-run is the AML error HIP's table gives the code, with the failed function and the code's
-name as its native cause, and nothing is left once the caller closes again.
-
-Run as ``python hip_faults.py OPERATION`` with ``AML_HIP_LIBRARY`` naming the double: it
-prints one JSON line. ``test_hip_faults.py`` runs each operation in its own process.
+"""The HIP fault-injection table (issue 9): the public operations below, whose every hip*
+call fails in turn with each code of ``CODES`` and must raise the AML error of HIP's table
+(:mod:`aml_hip.errors`); the functions no operation calls and the failures an operation
+absorbs, each with why. The runner and its test side are :mod:`tests.support.faults`
+(``python hip_faults.py OPERATION`` with ``AML_HIP_LIBRARY`` naming the double).
 """
 
 from __future__ import annotations
@@ -15,16 +12,22 @@ import os
 import sys
 from typing import Any
 
-# isort: off
-from hip_helpers import HipDouble  # first: puts aml_hip on sys.path when it is not installed
 import aml_hip
 from aml_hip import HipFlags, HipMmapOptions
 from aml_hip import abi as C
 from aml_hip.errors import make_error_table
+from hip_helpers import HipDouble
 
-# isort: on
 from aml_core.gpu.vmm import Access
-from aml_core.testing.faults import DEVICE_COUNT, FaultTable, Made, Operation, PeerExport, Undo, main, undo
+from tests.support.faults import (
+    DEVICE_COUNT,
+    FaultTable,
+    GpuOperations,
+    Made,
+    Operation,
+    Undo,
+    main,
+)
 
 #: Injected codes: one for each AML class of HIP's table, and one it does not list.
 CODES = {
@@ -58,6 +61,11 @@ def _area(made: Made, flags: int) -> Any:
     area = aml_hip.create(0, flags)
     made.append(area)
     return area
+
+
+GPU = GpuOperations(
+    aml_hip, HipDouble, lambda made: _area(made, 0), read=lambda buf, n: buf.area.read(buf, n), share="export"
+)
 
 
 def op_device(made: Made) -> None:
@@ -116,31 +124,6 @@ def op_other_device(made: Made) -> None:
     area.close()
 
 
-def op_ipc_export(made: Made) -> None:
-    area = _area(made, 0)
-    buf = area.mmap(8192)
-    export = area.ipc_export(buf)
-    assert export.handle.size == 8192
-    area.munmap(buf)
-    area.close()
-
-
-#: A buffer another process exported (the ipc-open operation is the importer).
-SHARED = PeerExport(HipDouble, 8192, b"exported by the peer")
-
-
-def op_ipc_open(made: Made) -> None:
-    """Open a handle another process exported (twice: the importer's cache), read through
-    it, close both opens."""
-    handle = SHARED.handle()
-    buf = aml_hip.ipc_open(handle)
-    opened = Undo("ipc_close", lambda: aml_hip.ipc_close(buf))
-    made.append(opened)
-    assert buf.area.read(buf, len(SHARED.data)) == SHARED.data
-    aml_hip.ipc_close(aml_hip.ipc_open(handle))
-    undo(made, opened)
-
-
 def op_pointer(made: Made) -> None:
     area = _area(made, 0)
     buf = area.mmap(4096)
@@ -159,38 +142,6 @@ def op_device_info(made: Made) -> None:
     rt.set_device(0)
     rt.device_info(0)
     rt.device_info(1)
-
-
-def op_vm_mmap(made: Made) -> None:
-    vm = aml_hip.BACKEND.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity()
-    buf = vm.mmap(g)
-    vm.munmap(buf)
-    grow = vm.growable(4 * g)
-    grow.grow(2 * g)
-    vm.munmap(grow)
-    vm.close()
-
-
-def op_vm_steps(made: Made) -> None:
-    vm = aml_hip.BACKEND.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity(recommended=True)
-    res = vm.reserve(g)
-    phys = vm.create(g, exportable=True)
-    vm.map(res.ptr, g, phys)
-    vm.set_access(res.ptr, g, Access.READWRITE)
-    vm.get_access(res.ptr)
-    vm.properties(phys)
-    again = vm.retain(res.ptr)
-    vm.release(again)
-    fd = vm.export_fd(phys)
-    os.close(fd)
-    vm.unmap(res.ptr, g)
-    vm.release(phys)
-    vm.address_free(res)
-    vm.close()
 
 
 def op_vm_share(made: Made) -> None:
@@ -331,12 +282,12 @@ OPERATIONS: dict[str, Operation] = {
     "registered": op_registered,
     "stream": op_stream,
     "other-device": op_other_device,
-    "ipc-export": op_ipc_export,
-    "ipc-open": op_ipc_open,
+    "ipc-export": GPU.ipc_export,
+    "ipc-open": GPU.ipc_open,
     "pointer-memset": op_pointer,
     "device-info": op_device_info,
-    "vm-mmap-growable": op_vm_mmap,
-    "vm-steps": op_vm_steps,
+    "vm-mmap-growable": GPU.vm_mmap,
+    "vm-steps": GPU.vm_steps,
     "vm-share": op_vm_share,
     "stream-ordered": op_stream_ordered,
     "pool-streams": op_pool_streams,

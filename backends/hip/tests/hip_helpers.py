@@ -2,44 +2,33 @@
 module name, so that these tests can run in one pytest session with other packages').
 
 The tests run the backend against the HIP driver double (``backends/hip/tests/native/double.c``),
-in the mode named by ``AML_HIP_TEST_DOUBLE`` (``host``, the default, or ``forward``).
+in the mode named by ``AML_HIP_TEST_DOUBLE`` (``host``, the default, or ``forward``); what
+every backend on a double shares is :mod:`tests.support.double_fixtures`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if importlib.util.find_spec("aml_core") is None:  # a checkout without aml-core installed
-    sys.path.insert(0, str(HERE.parents[2]))
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:  # tests.support (and aml_core, if not installed) from this checkout
+    sys.path.insert(0, str(REPO))
 
 from aml_core.errors import AMLError  # noqa: E402
-from aml_core.testing.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
+from tests.support.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
 
 # the suite first: it puts aml_hip on sys.path when it is not installed
 SUITE = DoubleSuite(__file__, "aml_hip", "AML_HIP_TEST_DOUBLE", "hip_double.py", "the HIP driver double")
-REPO, BACKEND_ROOT, MODE, build = SUITE.repo, SUITE.backend_root, SUITE.mode, SUITE.build
+BACKEND_ROOT = SUITE.backend_root
+#: The environment of a child process that imports aml_hip from this checkout.
+child_env = SUITE.child_env
+#: The double in the session's mode (cached; ``version=``: HIP_VERSION); skips if it cannot be built.
+build_double = SUITE.build_double
 
 import aml_hip  # noqa: E402
-
-__all__ = [
-    "BACKEND_ROOT",
-    "DOUBLE_ENV",
-    "LIVE_KINDS",
-    "MODE",
-    "REPO",
-    "SUITE",
-    "HipDouble",
-    "aml_hip",
-    "build",
-    "build_double",
-    "child_env",
-]
 
 #: Kinds of live objects the double counts (DoubleControl.live) and a test must leave at 0.
 #: Not among them: ``async`` (hipMallocAsync memory, counted under ``device`` too) and
@@ -60,16 +49,6 @@ LIVE_KINDS = (
 )
 #: Environment variables of the double that must not leak in from the caller.
 DOUBLE_ENV = ("HIPDOUBLE_VERSION", "HIPDOUBLE_FAULTS", "HIPDOUBLE_DEVICES", "HIPDOUBLE_DEVICE_MEMORY")
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child process that imports aml_hip from this checkout."""
-    return SUITE.child_env(**extra)
-
-
-def build_double(version: int | None = None) -> Path:
-    """Build the double in the session's mode (cached); skip with the reason if it cannot be."""
-    return SUITE.build_double(version=version)
 
 
 class HipDouble(DriverDouble):
@@ -100,18 +79,10 @@ class HipDouble(DriverDouble):
         result: tuple[int, ...] | None = self.ctl.last_args(function)
         return result
 
-    def read_memory(self, ptr: int, size: int) -> bytes:
-        out = ctypes.create_string_buffer(size)
-        if size:
-            aml_hip.get_runtime().memcpy(ctypes.addressof(out), ptr, size)
-        return out.raw
-
-    def write_memory(self, ptr: int, data: bytes) -> None:
-        if data:
-            rt = aml_hip.get_runtime()
-            src = ctypes.create_string_buffer(data, len(data))
-            rt.memcpy(ptr, ctypes.addressof(src), len(data))
-            rt.synchronize()
+    def copy(self, dst: int, src: int, size: int) -> None:
+        rt = aml_hip.get_runtime()
+        rt.memcpy(dst, src, size)
+        rt.synchronize()
 
     def env(self, **extra: str) -> dict[str, str]:
         """A child process's environment: the same double, emulating the same version."""

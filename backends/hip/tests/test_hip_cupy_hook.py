@@ -10,7 +10,6 @@ on an AMD GPU."""
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,16 +22,13 @@ import aml_core
 from aml_core.errors import AMLBusyError, AMLTypeError, AMLValueError
 from aml_core.gpu import hooks
 from aml_core.gpu.plugin import GPU_HOOKS
-from aml_core.testing.hook_fakes import FakeDeviceArea, fake_cupy
+from aml_core.testing.hook_fakes import FakeDeviceArea, faked
 
 
 @pytest.fixture
-def cupy(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    fake = fake_cupy()
-    monkeypatch.setitem(sys.modules, "cupy", fake)
-    yield fake
-    if hooks._installed is not None:
-        hooks._installed.uninstall(force=True)
+def cupy() -> Iterator[Any]:
+    with faked("cupy") as fake:
+        yield fake
 
 
 def test_aml_hip_exports_the_shared_hooks() -> None:

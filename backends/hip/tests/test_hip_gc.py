@@ -6,11 +6,6 @@ The ``hip`` fixture checks after each test that nothing native leaked."""
 
 from __future__ import annotations
 
-import base64
-import json
-import pickle
-import subprocess
-import sys
 import weakref
 from pathlib import Path
 from typing import Any
@@ -23,6 +18,7 @@ from hip_helpers import HipDouble
 import aml_core
 from aml_core.errors import AMLError
 from aml_core.testing.lifetime import catch_unraisable, collect, collect_often, drop_hammer
+from tests.support.child import pickled
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 INVALID_VALUE = 1  # hipErrorInvalidValue
@@ -224,20 +220,7 @@ def test_dropped_virtual_memory_buffers(hip: HipDouble) -> None:
 
 # -- IPC -----------------------------------------------------------------------------------
 def _child(hip: HipDouble, handle: Any, **request: Any) -> dict[str, Any]:
-    request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), "ipc"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=hip.env(),
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "Exception ignored" not in proc.stderr, proc.stderr
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return report
+    return hip.run_child([str(CHILD), "ipc"], {**request, "handle": pickled(handle)})
 
 
 def test_a_dropped_ipc_import_is_unmapped(hip: HipDouble) -> None:

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import base64
 import ctypes
-import json
 import os
 import pickle
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,19 +47,7 @@ def pattern(seed: int, n: int) -> bytes:
 
 def child(hip: HipDouble, name: str, request: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     env = hip.env(HIPDOUBLE_DEVICES="2") if hip.mode == "host" else hip.env()
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), name],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-        **kwargs,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return report
+    return hip.run_child([str(CHILD), name], request, env, **kwargs)
 
 
 def read_on(device: int, ptr: int, n: int) -> bytes:

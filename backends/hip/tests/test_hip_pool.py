@@ -17,6 +17,7 @@ from aml_core import Pool
 from aml_core.errors import AMLError, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.testing import AreaConformance
+from tests.support.child import pickled
 
 MiB = 1 << 20
 G = 2 * MiB  # the double's VMM granularity
@@ -205,11 +206,7 @@ print(json.dumps(report))
 def test_pooled_blocks_are_shared_with_their_offsets(hip: HipDouble) -> None:
     """Two blocks of one slab cross the process boundary as one native handle and two
     offsets: the importer maps the slab once and sees each block at its own address."""
-    import base64
-    import json
     import pickle
-    import subprocess
-    import sys
     from pathlib import Path
 
     with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
@@ -220,17 +217,8 @@ def test_pooled_blocks_are_shared_with_their_offsets(hip: HipDouble) -> None:
         assert ha.data == hb.data  # one slab, one native handle
         assert (ha.offset, ha.size, hb.offset, hb.size) == (0, 4096, 4096, 1000)
         assert pickle.loads(pickle.dumps(hb)) == hb
-        proc = subprocess.run(
-            [sys.executable, "-c", _POOL_CHILD, str(Path(__file__).resolve().parent)],
-            input=json.dumps([base64.b64encode(pickle.dumps(h)).decode() for h in (ha, hb)]),
-            capture_output=True,
-            text=True,
-            env=hip.env(),
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        child = ["-c", _POOL_CHILD, str(Path(__file__).resolve().parent)]
+        report = hip.run_child(child, [pickled(h) for h in (ha, hb)])
         assert [bytes.fromhex(r) for r in report["read"]] == [b"block A!", b"block B!"]
         assert report["ptrs"][1] - report["ptrs"][0] == 4096
         assert report["sizes"] == [4096, 1000]

@@ -24,13 +24,8 @@ another size                                           unchanged (closing it unm
 
 from __future__ import annotations
 
-import base64
 import copy
 import gc
-import json
-import pickle
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -41,7 +36,8 @@ from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
 from aml_core.errors import AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
-from aml_core.testing.ipc_peer import IpcPeer
+from tests.support.child import pickled
+from tests.support.ipc_peer import IpcPeer
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 INVALID_VALUE = 1  # hipErrorInvalidValue
@@ -204,19 +200,7 @@ def test_vm_import_fd_out_of_range(hip: HipDouble, fd: int) -> None:
 
 # -- tampered IPC handles ----------------------------------------------------------------------
 def _open_in_child(hip: HipDouble, handle: Any) -> dict[str, Any]:
-    request = {"handle": base64.b64encode(pickle.dumps(handle)).decode()}
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), "ipc"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=hip.env(),
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, f"the importer crashed or raised a bare error:\n{proc.stderr[-3000:]}"
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return report
+    return hip.run_child([str(CHILD), "ipc"], {"handle": pickled(handle)})
 
 
 TAMPERED: dict[str, tuple[str, object, str]] = {

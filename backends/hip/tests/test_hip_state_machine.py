@@ -1,5 +1,5 @@
 """A hypothesis state machine over the HIP double (issue 9): the shared IPC machine
-(:mod:`aml_core.testing.ipc_machine`: mmap / munmap / close of a device area, its buffers
+(:mod:`tests.support.ipc_machine`: mmap / munmap / close of a device area, its buffers
 opened, written, read and closed in a long-lived second process, tampered handles) plus a
 managed area and virtual memory reserve-create-map-unmap-release and one-step vm.mmap, each
 with an optional injected native failure; invariants are the areas' stats against the
@@ -11,7 +11,6 @@ stats consistent at the end and nothing left in the double."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,16 @@ import aml_hip
 import pytest
 from aml_hip import HipFlags
 from hip_helpers import HipDouble
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, invariant, precondition, rule
 
 from aml_core import Buffer
 from aml_core.area import Area
 from aml_core.errors import AMLError
-from aml_core.testing.ipc_machine import IpcMachine
-from aml_core.testing.stress import hammer
+from tests.support.ipc_machine import IpcMachine
+from tests.support.stress import hammer
 
 pytestmark = pytest.mark.host_double
-
-EXAMPLES = int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40"))
 INVALID_VALUE, OUT_OF_MEMORY = 1, 2
 
 
@@ -136,15 +132,7 @@ class HipMachine(IpcMachine):
 
 
 def test_state_machine(double_library: Path) -> None:
-    HipMachine.run(
-        double_library,
-        settings(
-            max_examples=EXAMPLES,
-            stateful_step_count=25,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
-    )
+    HipMachine.run(double_library)
 
 
 def test_sixteen_threads_on_one_area(hip: object) -> None:

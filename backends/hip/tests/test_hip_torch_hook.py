@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,7 @@ from hip_helpers import HipDouble
 
 import aml_core
 from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
-from aml_core.gpu import hooks
-from aml_core.testing.hook_fakes import fake_torch
+from aml_core.testing.hook_fakes import faked
 
 HERE = Path(__file__).resolve().parent
 MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
@@ -30,11 +30,9 @@ FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, c
 
 
 @pytest.fixture
-def torch(monkeypatch: pytest.MonkeyPatch) -> Any:
-    fake = fake_torch()
-    monkeypatch.setitem(sys.modules, "torch", fake)
-    monkeypatch.setattr(hooks, "_torch_hook", None)
-    return fake
+def torch() -> Iterator[Any]:
+    with faked("torch") as fake:
+        yield fake
 
 
 def _entry_points(torch: Any) -> tuple[Any, Any]:

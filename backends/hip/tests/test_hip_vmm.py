@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -156,20 +153,11 @@ def test_share_with_another_process(hip: HipDouble, version: int) -> None:
         rt.memcpy(res.ptr, ctypes.addressof(src), len(payload))
         fd = vm.export_fd(phys)
         try:
-            proc = subprocess.run(
-                [sys.executable, str(CHILD), "vmm"],
-                input=json.dumps({"fd": fd, "size": g, "read": len(payload)}),
-                capture_output=True,
-                text=True,
-                env=hip.env(),
-                pass_fds=(fd,),
-                timeout=120,
-                check=False,
+            report = hip.run_child(
+                [str(CHILD), "vmm"], {"fd": fd, "size": g, "read": len(payload)}, pass_fds=(fd,)
             )
         finally:
             os.close(fd)
-        assert proc.returncode == 0, proc.stderr
-        report = json.loads(proc.stdout.strip().splitlines()[-1])
         assert "error" not in report, report
         assert bytes.fromhex(report["read"]) == payload
         assert report["properties"] == [1, 0]

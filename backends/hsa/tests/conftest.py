@@ -13,23 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from hsa_helpers import MODE, HsaDouble, build_double
+from hsa_helpers import HsaDouble
 
-from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
+from tests.support.double_fixtures import double_conftest
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    add_double_markers(config, "the HSA driver double", "host memory, IPC")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_double_items(items, ("hsa", "hsa_built"), MODE, "this run forwards to CUDA")
-
-
-@pytest.fixture
-def hsa(monkeypatch: pytest.MonkeyPatch) -> Iterator[HsaDouble]:
-    with HsaDouble.running(build_double(), monkeypatch) as double:
-        yield double
+pytest_configure, pytest_collection_modifyitems, hsa, double_library = double_conftest(
+    HsaDouble, "hsa", "host memory, IPC", "this run forwards to CUDA", also=("hsa_built",)
+)
 
 
 @pytest.fixture

@@ -1,12 +1,7 @@
-"""The HSA fault-injection table (issue 9), generated from the double's exported functions
-by the shared runner (:mod:`aml_core.testing.faults`): every hsa* function a public
-operation below calls fails in turn (its first three calls, each with every status of
-``CODES``); each run is the AML error of aml-hsa's table (:mod:`aml_hsa.errors`) for the
-status, with the failed function and the status's name as its native cause, and nothing is
-left (in the double, or tracked by aml-hsa) once the caller closes again.
-
-Run as ``python hsa_faults.py OPERATION`` with ``AML_HSA_LIBRARY`` naming the double: it
-prints one JSON line. ``test_hsa_faults.py`` runs each operation in its own process.
+"""What aml-hsa's fault injection runs (issue 9): public operations whose hsa* calls fail
+one at a time with each status of ``CODES``; each run must be the AML error aml-hsa's table
+(:mod:`aml_hsa.errors`) gives, and leave nothing in the double or tracked by aml-hsa once
+the caller closes again. Run by :mod:`tests.support.faults`.
 """
 
 from __future__ import annotations
@@ -17,17 +12,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# isort: off
-from hsa_helpers import HsaDouble  # first: puts aml_hsa on sys.path when it is not installed
 import aml_hsa
 from aml_hsa import MemoryType, Permission
 from aml_hsa import abi as C
 from aml_hsa.errors import make_error_table
+from hsa_helpers import HsaDouble
 
-# isort: on
 from aml_core.errors import ErrorCode
-from aml_core.gpu.vmm import Access
-from aml_core.testing.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
+from tests.support.faults import (
+    FaultTable,
+    GpuOperations,
+    Made,
+    Operation,
+    Rule,
+    Undo,
+    main,
+    undo,
+)
 
 #: Injected statuses: one for each AML class of aml-hsa's table, and HSA_STATUS_ERROR (FAILURE).
 CODES = {
@@ -57,6 +58,15 @@ def _area(made: Made, host: bool = False) -> Any:
     return area
 
 
+def _read(buf: Any, size: int) -> bytes:
+    out = ctypes.create_string_buffer(size)
+    aml_hsa.get_runtime().memory_copy(ctypes.addressof(out), buf.ptr, size)
+    return out.raw
+
+
+GPU = GpuOperations(aml_hsa, HsaDouble, _area, read=_read, share="import")
+
+
 def op_device(made: Made) -> None:
     area = _area(made)
     buf = area.mmap(8192)
@@ -77,68 +87,6 @@ def op_agents(made: Made) -> None:
     for agent in aml_hsa.agents():
         aml_hsa.pools(agent)
     aml_hsa.get_runtime().device_info(0)
-
-
-def op_ipc_export(made: Made) -> None:
-    area = _area(made)
-    buf = area.mmap(8192)
-    export = area.ipc_export(buf)
-    assert export.handle.size == 8192
-    area.munmap(buf)
-    area.close()
-
-
-#: A buffer another process exported (the ipc-open operation is the importer).
-SHARED = PeerExport(HsaDouble, 8192, b"exported by the peer")
-
-
-def op_ipc_open(made: Made) -> None:
-    """Attach a handle another process exported (twice: the importer's cache), read
-    through it, close both opens."""
-    handle = SHARED.handle()
-    buf = aml_hsa.ipc_open(handle)
-    opened = Undo("ipc_close", lambda: aml_hsa.ipc_close(buf))
-    made.append(opened)
-    out = ctypes.create_string_buffer(len(SHARED.data))
-    aml_hsa.get_runtime().memory_copy(ctypes.addressof(out), buf.ptr, len(SHARED.data))
-    assert out.raw == SHARED.data
-    aml_hsa.ipc_close(aml_hsa.ipc_open(handle))
-    undo(made, opened)
-
-
-def op_vm_mmap(made: Made) -> None:
-    vm = aml_hsa.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity()
-    buf = vm.mmap(g)
-    vm.munmap(buf)
-    grow = vm.growable(4 * g)
-    grow.grow(2 * g)
-    vm.munmap(grow)
-    vm.close()
-
-
-def op_vm_steps(made: Made) -> None:
-    """The shared virtual-memory API, a dma-buf fd exported and imported included."""
-    vm = aml_hsa.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity(recommended=True)
-    res = vm.reserve(g)
-    phys = vm.create(g, exportable=True)
-    vm.map(res.ptr, g, phys)
-    vm.set_access(res.ptr, g, Access.READWRITE)
-    vm.get_access(res.ptr)
-    vm.properties(phys)
-    again = vm.retain(res.ptr)
-    vm.release(again)
-    fd = vm.export_fd(phys)
-    made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
-    imported = vm.import_fd(fd, g)
-    vm.release(imported)
-    vm.unmap(res.ptr, g)
-    vm.release(phys)
-    vm.address_free(res)
-    vm.close()
 
 
 def op_vmem(made: Made) -> None:
@@ -180,10 +128,10 @@ OPERATIONS: dict[str, Operation] = {
     "device": op_device,
     "host": op_host,
     "agents-pools-info": op_agents,
-    "ipc-export": op_ipc_export,
-    "ipc-open": op_ipc_open,
-    "vm-mmap-growable": op_vm_mmap,
-    "vm-steps": op_vm_steps,
+    "ipc-export": GPU.ipc_export,
+    "ipc-open": GPU.ipc_open,
+    "vm-mmap-growable": GPU.vm_mmap,
+    "vm-steps": GPU.vm_steps,
     "vmem": op_vmem,
 }
 

@@ -3,42 +3,37 @@ pytest session).
 
 The tests run the backend against the HSA driver double (``native/double.c``) in the mode
 named by ``AML_HSA_TEST_DOUBLE`` (``host``, the default, or ``forward``: memory forwarded to
-CUDA on an NVIDIA GPU).
+CUDA on an NVIDIA GPU); what every backend on a double shares is
+:mod:`tests.support.double_fixtures`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-if importlib.util.find_spec("aml_core") is None:  # a checkout without aml-core installed
-    sys.path.insert(0, str(HERE.parents[2]))
+REPO = HERE.parents[2]
+if str(REPO) not in sys.path:  # tests.support (and aml_core, if not installed) from this checkout
+    sys.path.insert(0, str(REPO))
 
-from aml_core.testing.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
+from tests.support.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
 
 # the suite first: it puts aml_hsa on sys.path when it is not installed
 SUITE = DoubleSuite(__file__, "aml_hsa", "AML_HSA_TEST_DOUBLE", "hsa_double.py", "the HSA driver double")
-REPO, BACKEND_ROOT, MODE, build = SUITE.repo, SUITE.backend_root, SUITE.mode, SUITE.build
+MODE, build = SUITE.mode, SUITE.build
+#: The double in this session's mode (cached; an older ``interface``, default (1, 6), as
+#: its argument); skips with the reason if it cannot be built.
+build_double = SUITE.build_double
+#: The environment of a child process that imports aml_hsa from this checkout.
+child_env = SUITE.child_env
 
 import aml_hsa  # noqa: E402
 import aml_hsa.native  # noqa: E402
 
 #: Environment variables of the double that must not leak in from the caller.
 DOUBLE_ENV = ("HSADOUBLE_GPUS", "HSADOUBLE_NO_KFD", "HSADOUBLE_FAULTS")
-
-
-def build_double(interface: tuple[int, int] = (1, 6)) -> Path:
-    """The double in this session's mode (cached); skip with the reason if it cannot be built."""
-    return SUITE.build_double(interface)
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child process that imports aml_hsa from this checkout."""
-    return SUITE.child_env(**extra)
 
 
 def open_fds() -> set[int]:
@@ -82,16 +77,8 @@ class HsaDouble(DriverDouble):
         """Live native objects other than the hsa_init count."""
         return {k: v for k, v in self.live().items() if k != "init" and v}
 
-    def read_memory(self, ptr: int, size: int) -> bytes:
-        out = ctypes.create_string_buffer(size)
-        if size:
-            aml_hsa.get_runtime().memory_copy(ctypes.addressof(out), ptr, size)
-        return out.raw
-
-    def write_memory(self, ptr: int, data: bytes) -> None:
-        if data:
-            src = ctypes.create_string_buffer(data, len(data))
-            aml_hsa.get_runtime().memory_copy(ptr, ctypes.addressof(src), len(data))
+    def copy(self, dst: int, src: int, size: int) -> None:
+        aml_hsa.get_runtime().memory_copy(dst, src, size)
 
     def env(self, **extra: str) -> dict[str, str]:
         return super().env(AML_HSA_TEST_DOUBLE=MODE, **extra)

@@ -13,6 +13,8 @@ import sys
 import pytest
 from hsa_helpers import HERE, build, child_env
 
+from tests.support.doubles import DoubleBuildError
+
 pytestmark = pytest.mark.host_double
 
 
@@ -20,7 +22,7 @@ pytestmark = pytest.mark.host_double
 def fake_env() -> dict[str, str]:
     try:
         fake = build.build_fake_cuda()
-    except build.DoubleBuildError as exc:
+    except DoubleBuildError as exc:
         pytest.skip(f"no cuda.h for the forward double: {exc}")
     env = child_env(HSADOUBLE_LIBCUDA=str(fake), AML_HSA_TEST_DOUBLE="forward")
     env.pop("AML_HSA_LIBRARY", None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import aml_hsa
 from hsa_helpers import HsaDouble
 
-from aml_core.testing.stress import hammer
+from tests.support.stress import hammer
 
 
 def test_sixteen_threads_on_one_area(hsa: HsaDouble) -> None:

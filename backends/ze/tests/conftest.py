@@ -10,34 +10,17 @@ tests that need the host mode (emulated devices, budgets) then skip.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
 # ze_helpers first: it puts aml_core / aml_ze on sys.path when they are not installed.
-from ze_helpers import MODE, ZeDouble, aml_ze, build_double
+from ze_helpers import ZeDouble, aml_ze, build_double
 
-from aml_core.testing.double_fixtures import add_double_markers, mark_double_items
+from tests.support.double_fixtures import double_conftest
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    add_double_markers(config, "the Level Zero driver double", "emulated devices")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    mark_double_items(items, ("ze",), MODE, "AML_ZE_TEST_DOUBLE=forward")
-
-
-@pytest.fixture(scope="session")
-def double_library() -> Path:
-    return build_double()
-
-
-@pytest.fixture
-def ze(double_library: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[ZeDouble]:
-    """aml_ze running on the double (reset before, leak-checked after)."""
-    with ZeDouble.running(double_library, monkeypatch) as double:
-        yield double
+pytest_configure, pytest_collection_modifyitems, ze, double_library = double_conftest(
+    ZeDouble, "ze", "emulated devices", "AML_ZE_TEST_DOUBLE=forward"
+)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ without it; the error paths."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 import pickle
 import subprocess
@@ -22,23 +21,13 @@ from aml_ze import IpcHandle
 from aml_ze import abi as C
 from ze_helpers import ZeDouble
 
+from tests.support.child import pickled
+
 CHILD = Path(__file__).resolve().parent / "ze_children.py"
 
 
 def run_child(ze: ZeDouble, handle: IpcHandle, **request: Any) -> dict[str, Any]:
-    request["handle"] = base64.b64encode(pickle.dumps(handle)).decode()
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), "ipc"],
-        input=json.dumps(request),
-        capture_output=True,
-        text=True,
-        env=ze.env(),
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return report
+    return ze.run_child([str(CHILD), "ipc"], {**request, "handle": pickled(handle)})
 
 
 def test_share_between_processes(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:

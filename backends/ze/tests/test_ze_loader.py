@@ -23,6 +23,8 @@ import pytest
 from aml_ze import abi as C
 from ze_helpers import build, child_env, run_python
 
+from tests.support.doubles import DoubleBuildError
+
 CHILD = Path(__file__).resolve().parent / "ze_children.py"
 LOADER = "libze_loader.so.1"
 
@@ -47,7 +49,7 @@ def _scenario(name: str, **env: str) -> dict[str, Any]:
 def null_driver() -> Path:
     try:
         path: Path = build.build_null_driver()
-    except build.DoubleBuildError as exc:
+    except DoubleBuildError as exc:
         pytest.skip(f"Level Zero's null driver cannot be built here: {exc}")
     return path
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import aml_ze
 from ze_helpers import ZeDouble
 
-from aml_core.testing.stress import hammer
+from tests.support.stress import hammer
 
 
 def test_sixteen_threads_on_one_area(ze: ZeDouble) -> None:

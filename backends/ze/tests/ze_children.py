@@ -11,10 +11,8 @@ Each prints a JSON report as its last line.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import pickle
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +28,10 @@ def ipc() -> int:
     from ze_helpers import build
 
     from aml_core.errors import AMLError
+    from tests.support.child import error_report, unpickled
 
     request = json.loads(sys.stdin.read())
-    handle = pickle.loads(base64.b64decode(request["handle"]))
+    handle = unpickled(request["handle"])
     ctl = build.DoubleControl(os.environ["AML_ZE_LIBRARY"])
     report: dict[str, Any] = {"pid": os.getpid()}
     if request.get("devices"):
@@ -43,13 +42,7 @@ def ipc() -> int:
     try:
         bufs = [aml_ze.ipc_open(handle) for _ in range(int(request.get("opens", 1)))]
     except AMLError as exc:
-        report["error"] = {
-            "class": type(exc).__name__,
-            "code": int(exc.code),
-            "message": str(exc),
-            "function": exc.native.function if exc.native else None,
-            "native": exc.native.code if exc.native else None,
-        }
+        report["error"] = error_report(exc)
         aml_ze.BACKEND.reset()
         report["live"] = ctl.lives()
         print(json.dumps(report))
@@ -78,17 +71,12 @@ def ipc() -> int:
 
 def _error(call: Callable[[], Any]) -> dict[str, Any] | None:
     from aml_core.errors import AMLError
+    from tests.support.child import error_report
 
     try:
         call()
     except AMLError as exc:
-        return {
-            "class": type(exc).__name__,
-            "code": int(exc.code),
-            "message": str(exc),
-            "function": exc.native.function if exc.native else None,
-            "native": exc.native.code if exc.native else None,
-        }
+        return error_report(exc)
     return None
 
 

@@ -1,12 +1,7 @@
-"""The Level Zero fault-injection table (issue 9), generated from the double's exported
-functions by the shared runner (:mod:`aml_core.testing.faults`): every ze* function a
-public operation below calls fails in turn (its first three calls, each with every code
-of ``CODES``); each run is the AML error of the area's table (docs/aml-contract.md#level-zero-area)
-for the code, with the failed function and the code's name as its native cause, and
-nothing is left once the caller closes again.
-
-Run as ``python ze_faults.py OPERATION`` with ``AML_ZE_LIBRARY`` naming the double: it
-prints one JSON line. ``test_ze_faults.py`` runs each operation in its own process.
+"""Level Zero's fault table (issue 9): each public operation below runs with every ze*
+call it makes failing in turn, with each code of ``CODES``, and must raise the AML error
+of the area's table (docs/aml-contract.md#level-zero-area) or absorb it where ``tolerated``
+says why. :mod:`tests.support.faults` runs it, one process per operation.
 """
 
 from __future__ import annotations
@@ -14,16 +9,21 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-# isort: off
-from ze_helpers import ZeDouble  # first: puts aml_ze on sys.path when it is not installed
 import aml_ze
-from aml_ze import Access, ZeFlags
+from aml_ze import ZeFlags
 from aml_ze import abi as C
 from aml_ze.errors import ERRORS
+from ze_helpers import ZeDouble
 
-# isort: on
 from aml_core.errors import ErrorCode
-from aml_core.testing.faults import FaultTable, Made, Operation, PeerExport, Rule, Undo, main, undo
+from tests.support.faults import (
+    FaultTable,
+    GpuOperations,
+    Made,
+    Operation,
+    Rule,
+    main,
+)
 
 #: Injected codes: one for each AML class of the area's table, and one it does not list.
 CODES = {
@@ -42,6 +42,9 @@ def _area(made: Made, kind: str) -> Any:
         area = aml_ze.device_area(flags=ZeFlags.SHARED if kind == "shared" else ZeFlags.DEVICE)
     made.append(area)
     return area
+
+
+GPU = GpuOperations(aml_ze, ZeDouble, lambda made: _area(made, "device"))
 
 
 def op_device(made: Made) -> None:
@@ -73,69 +76,15 @@ def op_device_info(made: Made) -> None:
     rt.device_info(0)
 
 
-def op_ipc_export(made: Made) -> None:
-    """Export a device buffer; freeing it releases the handle (zeMemPutIpcHandle)."""
-    area = _area(made, "device")
-    buf = area.mmap(8192)
-    export = area.ipc_export(buf)
-    assert export.handle.size == 8192
-    area.munmap(buf)
-    area.close()
-
-
-#: A buffer another process exported (the ipc-open operation is the importer).
-SHARED = PeerExport(ZeDouble, 8192, b"exported by the peer")
-
-
-def op_ipc_open(made: Made) -> None:
-    """Open a handle another process exported (twice: the importer's cache), close both."""
-    handle = SHARED.handle()
-    buf = aml_ze.ipc_open(handle)
-    opened = Undo("ipc_close", lambda: aml_ze.ipc_close(buf))
-    made.append(opened)
-    aml_ze.ipc_close(aml_ze.ipc_open(handle))
-    undo(made, opened)
-
-
-def op_vm_mmap(made: Made) -> None:
-    vm = aml_ze.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity()
-    buf = vm.mmap(g)
-    vm.munmap(buf)
-    grow = vm.growable(4 * g)
-    grow.grow(2 * g)
-    vm.munmap(grow)
-    vm.close()
-
-
-def op_vm_steps(made: Made) -> None:
-    vm = aml_ze.virtual_memory(0)
-    made.append(vm)
-    g = vm.granularity(recommended=True)
-    res = vm.reserve(g)
-    phys = vm.create(g)
-    vm.map(res.ptr, g, phys)
-    vm.set_access(res.ptr, g, Access.READWRITE)
-    vm.get_access(res.ptr)
-    vm.properties(phys)
-    again = vm.retain(res.ptr)
-    vm.release(again)
-    vm.unmap(res.ptr, g)
-    vm.release(phys)
-    vm.address_free(res)
-    vm.close()
-
-
 OPERATIONS: dict[str, Operation] = {
     "device": op_device,
     "shared": op_shared,
     "host": op_host,
     "device-info": op_device_info,
-    "ipc-export": op_ipc_export,
-    "ipc-open": op_ipc_open,
-    "vm-mmap-growable": op_vm_mmap,
-    "vm-steps": op_vm_steps,
+    "ipc-export": GPU.ipc_export,
+    "ipc-open": GPU.ipc_open,
+    "vm-mmap-growable": GPU.vm_mmap,
+    "vm-steps": GPU.vm_steps,
 }
 
 TABLE = FaultTable(

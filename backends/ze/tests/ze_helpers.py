@@ -5,44 +5,30 @@ The tests run the backend against the Level Zero driver double
 (``backends/ze/tests/native/double.c``) in the mode named by ``AML_ZE_TEST_DOUBLE``
 (``host``, the default, or ``forward``), against Debian's real loader without a driver,
 and against the loader with Level Zero's own null driver and validation layer (in child
-processes: the loader reads its environment once).
+processes: the loader reads its environment once). What every backend on a double shares
+is :mod:`tests.support.double_fixtures`.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if importlib.util.find_spec("aml_core") is None:  # a checkout without aml-core installed
-    sys.path.insert(0, str(HERE.parents[2]))
+REPO = Path(__file__).resolve().parents[3]
+if str(REPO) not in sys.path:  # tests.support (and aml_core, if not installed) from this checkout
+    sys.path.insert(0, str(REPO))
 
 from aml_core.errors import AMLError  # noqa: E402
-from aml_core.testing.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
+from tests.support.double_fixtures import DoubleSuite, DriverDouble  # noqa: E402
 
 # the suite first: it puts aml_ze on sys.path when it is not installed
 SUITE = DoubleSuite(__file__, "aml_ze", "AML_ZE_TEST_DOUBLE", "ze_double.py", "the Level Zero double")
-REPO, BACKEND_ROOT, MODE, build = SUITE.repo, SUITE.backend_root, SUITE.mode, SUITE.build
+build = SUITE.build
 
 import aml_ze  # noqa: E402
-
-__all__ = [
-    "BACKEND_ROOT",
-    "LOADER_ENV",
-    "MODE",
-    "REPO",
-    "SUITE",
-    "ZeDouble",
-    "aml_ze",
-    "build",
-    "build_double",
-    "child_env",
-    "run_python",
-]
 
 #: Environment variables of the loader and the double that must not leak in from the caller.
 LOADER_ENV = (
@@ -71,9 +57,9 @@ def run_python(code: str, env: dict[str, str], timeout: float = 120) -> dict[str
     return result
 
 
-def build_double(put: bool = True) -> Path:
-    """Build the double in the session's mode (cached); skip with the reason if it cannot be."""
-    return SUITE.build_double(put=put)
+#: The double in the session's mode (cached; ``put=False``: without zeMemPutIpcHandle);
+#: skips with the reason if it cannot be built.
+build_double = SUITE.build_double
 
 
 class ZeDouble(DriverDouble):

@@ -20,19 +20,8 @@ import ctypes
 import tempfile
 from pathlib import Path
 
-from aml_core.testing import doubles
-from aml_core.testing.doubles import CFLAGS, CudaToolkit, DoubleBuildError, Mode
-
-__all__ = [
-    "CFLAGS",
-    "SOURCE",
-    "CudaToolkit",
-    "DoubleBuildError",
-    "DoubleControl",
-    "build_double",
-    "find_cuda",
-    "hip_version",
-]
+from tests.support import doubles
+from tests.support.doubles import CFLAGS, CudaToolkit, Mode
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "double.c"

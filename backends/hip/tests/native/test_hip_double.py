@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hip_double import DoubleBuildError, DoubleControl, build_double, find_cuda, hip_version
+from hip_double import DoubleControl, build_double, find_cuda, hip_version
+
+from tests.support.doubles import DoubleBuildError
 
 V52 = hip_version(5, 2, 21153)
 V55 = hip_version(5, 5)

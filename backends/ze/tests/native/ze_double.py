@@ -26,23 +26,8 @@ import os
 import shutil
 from pathlib import Path
 
-from aml_core.testing import doubles
-from aml_core.testing.doubles import CudaToolkit, DoubleBuildError, Mode
-
-__all__ = [
-    "CFLAGS",
-    "LIVE_KINDS",
-    "SOURCE",
-    "SYSMAN_VARIANTS",
-    "CudaToolkit",
-    "DoubleBuildError",
-    "DoubleControl",
-    "build_double",
-    "build_null_driver",
-    "cache_dir",
-    "compile_forward_object",
-    "find_cuda",
-]
+from tests.support import doubles
+from tests.support.doubles import CudaToolkit, DoubleBuildError, Mode
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "double.c"

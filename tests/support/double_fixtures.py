@@ -1,24 +1,21 @@
-"""The test side of a backend verified on a C driver double (see :mod:`aml_core.testing.doubles`).
+"""The test side of a backend verified on a C driver double (see :mod:`tests.support.doubles`).
 
 A backend's ``tests/<name>_helpers.py`` makes one :class:`DoubleSuite` and subclasses
 :class:`DriverDouble`; its conftest builds its fixtures from them::
 
-    # tests/<name>_helpers.py (after putting aml_core on sys.path if it is not installed)
+    # tests/<name>_helpers.py (after putting the repository root on sys.path: tests.support)
     SUITE = DoubleSuite(__file__, "aml_cxl", "AML_CXL_TEST_DOUBLE", "cxl_double.py", "the CXL double")
     import aml_cxl
 
     class CxlDouble(DriverDouble):
+        suite, backend = SUITE, aml_cxl
         library_var = "AML_CXL_LIBRARY"
         clean_env = ("CXLDOUBLE_FAULTS",)
 
     # tests/conftest.py
-    def pytest_collection_modifyitems(config, items):
-        mark_double_items(items, ("cxl",), SUITE.mode, "AML_CXL_TEST_DOUBLE=forward")
-
-    @pytest.fixture
-    def cxl(monkeypatch):
-        with CxlDouble.running(SUITE.build_double(), monkeypatch) as double:
-            yield double
+    pytest_configure, pytest_collection_modifyitems, cxl, double_library = double_conftest(
+        CxlDouble, "cxl", "emulated devices", "AML_CXL_TEST_DOUBLE=forward"
+    )
 
 The suite reads its mode from the environment (``host``, the default, or ``forward``), puts
 the backend's tree on ``sys.path`` when it is not installed, loads the build helper under a
@@ -29,36 +26,34 @@ cannot be built) and gives child processes an environment that imports this chec
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
+import json
 import os
+import subprocess
 import sys
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar, cast
 
 import pytest
 
-from .doubles import Mode
+from aml_core.testing import GPU2_MARKER, GPU_MARKER
+
+from .doubles import DoubleBuildError, Mode
 
 __all__ = [
     "DoubleSuite",
     "DriverDouble",
-    "GPU2_MARKER",
     "add_double_markers",
+    "double_conftest",
     "double_mode",
     "load_module",
     "mark_double_items",
 ]
 
 D = TypeVar("D", bound="DriverDouble")
-
-#: The ``gpu2`` marker (issue 13): a test of two devices. A double's host mode emulates
-#: them; on real GPUs the test skips with "needs 2 GPUs, this machine has 1".
-GPU2_MARKER = (
-    "gpu2: needs two devices: two GPUs, or a driver double's host mode emulating them "
-    "(skipped elsewhere with the reason)"
-)
 
 
 def double_mode(variable: str) -> Mode:
@@ -114,7 +109,7 @@ class DoubleSuite:
         if key not in self._built:
             try:
                 self._built[key] = self.build.build_double(self.mode, *args, **kwargs)
-            except self.build.DoubleBuildError as exc:
+            except DoubleBuildError as exc:
                 self._built[key] = f"{self.what} cannot be built in {self.mode} mode: {exc}"
         found = self._built[key]
         if isinstance(found, str):
@@ -164,14 +159,24 @@ class DriverDouble:
         self.ctl.set_devices(count, memory)
         self.forget()
 
+    def copy(self, dst: int, src: int, size: int) -> None:
+        """Copy ``size`` bytes from ``src`` to ``dst``, device memory included (the backend's
+        copy or the double's), and wait until they are there."""
+        raise NotImplementedError(f"{type(self).__name__} does not say how to copy device memory")
+
     def read_memory(self, ptr: int, size: int) -> bytes:
-        """``size`` bytes at ``ptr``, device memory included (the backend's copy or the
-        double's): how IPC tests see the bytes behind a buffer."""
-        raise NotImplementedError(f"{type(self).__name__} does not say how to read device memory")
+        """``size`` bytes at ``ptr``, device memory included (:meth:`copy`): how IPC tests
+        see the bytes behind a buffer."""
+        out = ctypes.create_string_buffer(size)
+        if size:
+            self.copy(ctypes.addressof(out), ptr, size)
+        return out.raw
 
     def write_memory(self, ptr: int, data: bytes) -> None:
-        """Write ``data`` at ``ptr``, device memory included, and wait until it is there."""
-        raise NotImplementedError(f"{type(self).__name__} does not say how to write device memory")
+        """Write ``data`` at ``ptr``, device memory included (:meth:`copy`)."""
+        if data:
+            src = ctypes.create_string_buffer(data, len(data))
+            self.copy(ptr, ctypes.addressof(src), len(data))
 
     # -- control --------------------------------------------------------------------------
     def inject(self, function: str, error: int, skip: int = 0, times: int = 1) -> None:
@@ -196,6 +201,29 @@ class DriverDouble:
         have = self.backend.get_runtime().device_count()
         if have < count:
             pytest.skip(f"needs {count} GPUs, this machine has {have}")
+
+    def run_child(
+        self, args: Sequence[str], request: object, env: Mapping[str, str] | None = None, **kwargs: Any
+    ) -> dict[str, Any]:
+        """Run ``python *args`` with ``request`` as JSON on its stdin and this double's
+        environment (:meth:`env`, or ``env``); assert that it exits 0 and reports no ignored
+        exception, and return the JSON object on its last line (``kwargs``: ``pass_fds``...)."""
+        proc = subprocess.run(
+            [sys.executable, *args],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=dict(self.env() if env is None else env),
+            timeout=120,
+            check=False,
+            **kwargs,
+        )
+        assert proc.returncode == 0, (
+            f"the child crashed or raised (rc {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
+        assert "Exception ignored" not in proc.stderr, proc.stderr
+        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return report
 
     # -- a test's life --------------------------------------------------------------------
     def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -232,6 +260,20 @@ class DriverDouble:
         double.leave()
 
     @classmethod
+    def fixture(cls, name: str) -> Any:
+        """The backend's fixture ``name`` for a conftest: the backend on the suite's default
+        double (:meth:`running`: reset before, leak-checked after)."""
+
+        def running(monkeypatch: pytest.MonkeyPatch) -> Iterator[DriverDouble]:
+            with cls.running(cls.suite.build_double(), monkeypatch) as double:
+                yield double
+
+        running.__doc__ = (
+            f"{cls.suite.package} running on {cls.suite.what} (reset before, leak-checked after)."
+        )
+        return pytest.fixture(name=name)(running)
+
+    @classmethod
     @contextlib.contextmanager
     def factory(cls: type[D], monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., D]]:
         """``make(*variant)``: the backend on the double built for that variant (the suite's
@@ -252,11 +294,37 @@ class DriverDouble:
 def add_double_markers(config: pytest.Config, double: str, host_double: str) -> None:
     """Register the markers: ``gpu``, ``double`` (``double`` says what the tests run
     against) and ``host_double`` (``host_double`` says what of the host mode they need)."""
-    gpu = "gpu: needs a real GPU and its driver (skipped elsewhere with the reason)"
-    config.addinivalue_line("markers", gpu)
+    config.addinivalue_line("markers", GPU_MARKER)
     config.addinivalue_line("markers", GPU2_MARKER)
     config.addinivalue_line("markers", f"double: runs against {double} (needs gcc)")
     config.addinivalue_line("markers", f"host_double: needs the double's host mode ({host_double})")
+
+
+def double_conftest(
+    double: type[DriverDouble], fixture: str, host_double: str, forward: str, also: Collection[str] = ()
+) -> tuple[Callable[[pytest.Config], None], Callable[[pytest.Config, list[pytest.Item]], None], Any, Any]:
+    """What a backend's conftest takes from here, to assign to these names::
+
+        pytest_configure, pytest_collection_modifyitems, <fixture>, double_library = double_conftest(...)
+
+    ``pytest_configure`` registers the markers (:func:`add_double_markers`; ``host_double``
+    says what of the host mode the ``host_double`` tests need);
+    ``pytest_collection_modifyitems`` marks the tests using ``fixture`` or one of ``also``
+    (:func:`mark_double_items`; ``forward`` says what the forward mode runs); the fixture
+    ``fixture`` is :meth:`DriverDouble.fixture`; ``double_library`` (session) the path of
+    the suite's default double."""
+
+    def pytest_configure(config: pytest.Config) -> None:
+        add_double_markers(config, double.suite.what, host_double)
+
+    def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+        mark_double_items(items, (fixture, *also), double.suite.mode, forward)
+
+    def double_library() -> Path:
+        return double.suite.build_double()
+
+    library = pytest.fixture(scope="session", name="double_library")(double_library)
+    return pytest_configure, pytest_collection_modifyitems, double.fixture(fixture), library
 
 
 def mark_double_items(items: list[pytest.Item], fixtures: Collection[str], mode: str, why: str) -> None:

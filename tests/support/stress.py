@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import threading
 
-from ..area import Area
-from ..buffer import Buffer
-from ..specs import AreaStats
+from aml_core.area import Area
+from aml_core.buffer import Buffer
+from aml_core.specs import AreaStats
 
 __all__ = ["hammer"]
 

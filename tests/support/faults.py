@@ -1,5 +1,5 @@
 """Fault injection into every native function a driver double exports (issue 9), written
-once for every backend tested on a C double (:mod:`aml_core.testing.doubles`).
+once for every backend tested on a C double (:mod:`tests.support.doubles`).
 
 A backend describes its table with a :class:`FaultTable` in ``tests/<name>_faults.py``:
 its public operations (each registers what it makes in ``made``, so that a failed run can
@@ -23,6 +23,9 @@ The test side (:class:`FaultSuite`) runs each operation in its own process, so t
 crash is one failed operation with its signal, and checks that every native function
 :func:`exported_functions` finds in the library (``nm -D``) is called by an operation or
 listed in :attr:`FaultTable.not_called`: a function added to a double cannot go untested.
+A backend's ``test_<name>_faults.py`` takes its two tests from :func:`fault_tests`; the
+operations every GPU backend's table has (IPC export and open, virtual memory) are
+:class:`GpuOperations`.
 """
 
 from __future__ import annotations
@@ -38,20 +41,24 @@ from typing import Any
 
 import attrs
 
-from ..errors import AMLError, ErrorCode, error_class
-from ..ipc import IpcHandle
+from aml_core.errors import AMLError, ErrorCode, error_class
+from aml_core.gpu.vmm import Access
+from aml_core.ipc import IpcHandle
+
 from .ipc_peer import IpcPeer
 
 __all__ = [
     "DEVICE_COUNT",
     "FaultSuite",
     "FaultTable",
+    "GpuOperations",
     "Made",
     "Operation",
     "PeerExport",
     "Rule",
     "Undo",
     "exported_functions",
+    "fault_tests",
     "main",
     "run",
     "undo",
@@ -89,7 +96,7 @@ def undo(made: Made, step: Undo) -> None:
 
 class PeerExport:
     """A device buffer exported by a second process, for operations that open IPC handles
-    (the importer's calls): an :class:`~aml_core.testing.ipc_peer.IpcPeer` on the same
+    (the importer's calls): an :class:`~tests.support.ipc_peer.IpcPeer` on the same
     double, started on first use, maps ``size`` bytes starting with ``data``, exports them
     and keeps them until the fault process ends. Each run then opens, reads and closes."""
 
@@ -104,6 +111,90 @@ class PeerExport:
             atexit.register(peer.stop)
             _, self._handle = peer.export(self.size, self.data)
         return self._handle
+
+
+class GpuOperations:
+    """The operations of a GPU backend's table written once over :mod:`aml_core.gpu`'s API:
+    ``ipc-export``, ``ipc-open``, ``vm-mmap-growable`` and ``vm-steps``.
+
+    ``backend``: the backend's package (``ipc_open``, ``ipc_close``, ``virtual_memory``);
+    ``double``: its :class:`~tests.support.double_fixtures.DriverDouble` (the peer that
+    exports the handle ``ipc-open`` opens); ``area(made)``: a device area whose buffers
+    export IPC handles, registered in ``made``; ``read(buffer, size)``: how ``ipc-open``
+    reads the peer's bytes through the opened buffer (None: it does not read); ``share``:
+    what ``vm-steps`` does with an fd of its physical allocation (None: nothing, not
+    exportable; ``"export"``: export and close it; ``"import"``: export, import and release
+    the import)."""
+
+    def __init__(
+        self,
+        backend: Any,
+        double: type[Any],
+        area: Callable[[Made], Any],
+        *,
+        read: Callable[[Any, int], bytes] | None = None,
+        share: str | None = None,
+    ) -> None:
+        self.backend, self.area, self.read, self.share = backend, area, read, share
+        #: A buffer another process exported (the ipc-open operation is the importer).
+        self.shared = PeerExport(double, 8192, b"exported by the peer")
+
+    def ipc_export(self, made: Made) -> None:
+        """Export a device buffer; freeing it releases the handle."""
+        area = self.area(made)
+        buf = area.mmap(8192)
+        export = area.ipc_export(buf)
+        assert export.handle.size == 8192
+        area.munmap(buf)
+        area.close()
+
+    def ipc_open(self, made: Made) -> None:
+        """Open a handle another process exported (twice: the importer's cache), read
+        through it, close both opens."""
+        backend, handle = self.backend, self.shared.handle()
+        buf = backend.ipc_open(handle)
+        opened = Undo("ipc_close", lambda: backend.ipc_close(buf))
+        made.append(opened)
+        if self.read is not None:
+            assert self.read(buf, len(self.shared.data)) == self.shared.data
+        backend.ipc_close(backend.ipc_open(handle))
+        undo(made, opened)
+
+    def vm_mmap(self, made: Made) -> None:
+        """Virtual memory in one step: a buffer, and a growable buffer grown."""
+        vm = self.backend.virtual_memory(0)
+        made.append(vm)
+        g = vm.granularity()
+        buf = vm.mmap(g)
+        vm.munmap(buf)
+        grow = vm.growable(4 * g)
+        grow.grow(2 * g)
+        vm.munmap(grow)
+        vm.close()
+
+    def vm_steps(self, made: Made) -> None:
+        """The shared virtual-memory API step by step (and the fd of ``share``)."""
+        vm = self.backend.virtual_memory(0)
+        made.append(vm)
+        g = vm.granularity(recommended=True)
+        res = vm.reserve(g)
+        phys = vm.create(g, exportable=self.share is not None)
+        vm.map(res.ptr, g, phys)
+        vm.set_access(res.ptr, g, Access.READWRITE)
+        vm.get_access(res.ptr)
+        vm.properties(phys)
+        again = vm.retain(res.ptr)
+        vm.release(again)
+        if self.share == "export":
+            os.close(vm.export_fd(phys))
+        elif self.share == "import":
+            fd = vm.export_fd(phys)
+            made.append(Undo(f"close fd {fd}", lambda: os.close(fd)))
+            vm.release(vm.import_fd(fd, g))
+        vm.unmap(res.ptr, g)
+        vm.release(phys)
+        vm.address_free(res)
+        vm.close()
 
 
 def exported_functions(library: Path | str, control_prefix: str) -> list[str]:
@@ -151,7 +242,7 @@ DEVICE_COUNT = Rule(
 class FaultTable:
     """One backend's fault table (see the module doc)."""
 
-    #: The backend's test double class (a :class:`~aml_core.testing.double_fixtures.DriverDouble`):
+    #: The backend's test double class (a :class:`~tests.support.double_fixtures.DriverDouble`):
     #: its ``ctl``, ``forget()``, ``live()``, ``tracked()`` and ``emulate_devices()``.
     double: type[Any]
     #: The public operations, by name.
@@ -341,3 +432,35 @@ class FaultSuite:
         missing, stale = self.coverage(library, env)
         assert not missing, f"no operation calls {missing}: add one to the fault table's operations"
         assert not stale, f"{stale} are called now or not exported: drop them from not_called"
+
+
+def fault_tests(table_module: Any, fixture: str) -> tuple[Callable[..., None], Callable[..., None]]:
+    """A backend's two fault tests, on the table of ``table_module`` (its ``TABLE`` and
+    ``OPERATIONS``; the file is the script each operation's process runs) and the double of
+    its fixture ``fixture``; assign them to module names starting with ``test_``:
+
+    * every call of each operation fails cleanly (:meth:`FaultSuite.check`, one test per
+      operation);
+    * the table covers every function the double exports (:meth:`FaultSuite.check_coverage`).
+    """
+    import pytest
+
+    suite = FaultSuite(table_module.TABLE, Path(table_module.__file__))
+
+    @pytest.mark.host_double
+    @pytest.mark.usefixtures(fixture)
+    @pytest.mark.parametrize("operation", list(table_module.OPERATIONS))
+    def test_every_call_of_the_operation_fails_cleanly(
+        request: pytest.FixtureRequest, operation: str
+    ) -> None:
+        suite.check(operation, request.getfixturevalue(fixture).env())
+
+    @pytest.mark.host_double
+    @pytest.mark.usefixtures(fixture)
+    def test_the_table_covers_every_exported_function(request: pytest.FixtureRequest) -> None:
+        """Every function the double exports is called by an operation of the table, or
+        listed in ``not_called`` with the reason."""
+        double = request.getfixturevalue(fixture)
+        suite.check_coverage(double.path, double.env())
+
+    return test_every_call_of_the_operation_fails_cleanly, test_the_table_covers_every_exported_function

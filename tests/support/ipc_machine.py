@@ -2,7 +2,7 @@
 written once for every backend whose device area exports IPC handles.
 
 This process maps device buffers (mmap, munmap, close the area, each with an optional
-injected native failure), exports them, and a long-lived :class:`~aml_core.testing.ipc_peer.IpcPeer`
+injected native failure), exports them, and a long-lived :class:`~tests.support.ipc_peer.IpcPeer`
 opens the handles, writes and reads through them and closes them, interleaved with the
 exporter's own operations; it also opens tampered handles. The model holds every live
 buffer's bytes and how many times the peer has each one open. Invariants after each step:
@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from hypothesis import HealthCheck
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -44,12 +45,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from ..buffer import Buffer
-from ..errors import AMLError, AMLTypeError, AMLValueError
-from ..ipc import IpcHandle
+from aml_core.buffer import Buffer
+from aml_core.errors import AMLError, AMLTypeError, AMLValueError
+from aml_core.ipc import IpcHandle
+
 from .ipc_peer import IpcPeer
 
-__all__ = ["TAMPERED", "IpcMachine"]
+__all__ = ["TAMPERED", "IpcMachine", "bounded"]
 
 #: Tampered handles every backend must refuse in the importer with an AML error, mapping
 #: nothing: (field, value, error class). ``"peer"`` stands for the importer's own pid.
@@ -69,6 +71,17 @@ TAMPERED: dict[str, tuple[str, object, type[AMLError]]] = {
     "pid=0": ("pid", 0, AMLValueError),
     "pid=the importer's": ("pid", "peer", AMLValueError),
 }
+
+
+def bounded() -> Settings:
+    """The settings a backend's state machine runs with: ``$AML_STATE_MACHINE_EXAMPLES``
+    examples (default 40) of 25 steps, no deadline (a step may start a process)."""
+    return Settings(
+        max_examples=int(os.environ.get("AML_STATE_MACHINE_EXAMPLES", "40")),
+        stateful_step_count=25,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def _pattern(seed: int, size: int) -> bytearray:
@@ -109,15 +122,17 @@ class IpcMachine(RuleBasedStateMachine):
         return [self.area]
 
     @classmethod
-    def run(cls, library: Path, settings: Settings) -> None:
-        """Run the machine on the double at ``library`` with one peer for every example."""
+    def run(cls, library: Path, settings: Settings | None = None) -> None:
+        """Run the machine on the double at ``library`` with one peer for every example
+        (default settings: :func:`bounded`)."""
+        settings = bounded() if settings is None else settings
         patch = pytest.MonkeyPatch()
         double = cls.double_class(library)
         spec = f"{cls.double_class.__module__}:{cls.double_class.__qualname__}"
         try:
             with IpcPeer(spec, double.env()) as peer:
                 cls.peer, cls.library, cls.monkeypatch = peer, library, patch
-                run_state_machine_as_test(cls, settings=settings)
+                run_state_machine_as_test(cls, settings=settings)  # type: ignore[no-untyped-call]
         finally:
             cls.peer = cls.library = cls.monkeypatch = None
             patch.undo()

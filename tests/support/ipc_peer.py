@@ -20,8 +20,8 @@ class with the same code and native cause (AML errors pickle), with a note sayin
 from the peer; anything else the peer raises is a :class:`PeerCrash` with its traceback,
 as is the peer dying.
 
-The peer is ``python -m aml_core.testing.ipc_peer MODULE:CLASS``: ``CLASS`` is the
-backend's :class:`~aml_core.testing.double_fixtures.DriverDouble` (its ``backend``,
+The peer is ``python -m tests.support.ipc_peer MODULE:CLASS``: ``CLASS`` is the
+backend's :class:`~tests.support.double_fixtures.DriverDouble` (its ``backend``,
 ``ctl``, ``live()``, ``tracked()``, ``forget()``, ``read_memory()`` and
 ``write_memory()``), built on the library its ``library_var`` names. Start it with the
 double's child environment (``double.env()``), which puts the tests directory on the path.
@@ -44,8 +44,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import AMLError
-from ..ipc import IpcHandle
+from aml_core.errors import AMLError
+from aml_core.ipc import IpcHandle
 
 __all__ = ["IpcPeer", "PeerCrash", "serve"]
 
@@ -74,7 +74,7 @@ class IpcPeer:
         double's child environment."""
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed by stop())
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "aml_core.testing.ipc_peer", double],
+            [sys.executable, "-m", "tests.support.ipc_peer", double],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -203,7 +203,7 @@ class _Peer:
     """What the peer holds: its double, the buffers it opened and those it exported."""
 
     def __init__(self, double: Any) -> None:
-        from ..specs import Kind
+        from aml_core.specs import Kind
 
         self.double = double
         self.backend = double.backend.BACKEND
