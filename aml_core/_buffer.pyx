@@ -91,7 +91,7 @@ from ._dlpack cimport (
 )
 
 from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
-from .specs import as_size
+from .checks import size as _check_size
 
 cdef extern from "Python.h":
     # Declared here without exception checks: the callers test and clear errors.
@@ -1720,7 +1720,7 @@ cdef class AreaBase:
             raise AMLTypeError(f"munmap takes a Buffer or an int pointer, not {type(target).__name__}")
         if size is not None and not (type(size) is int and size == buf.size and buf.size > 0):
             try:
-                n = as_size(size)
+                n = _check_size(size)
             except AMLDomainError:  # larger than any mapping: a mismatch, not a domain error
                 raise AMLValueError(f"munmap size {size} does not match the mapping's size {buf.size}") from None
             if n != buf.size:
@@ -1746,7 +1746,7 @@ cdef class AreaBase:
             n = _as_ssize(size)
             if n == -1 and PyErr_Occurred() != NULL:
                 PyErr_Clear()
-        n_obj = size if n > 0 else as_size(size)
+        n_obj = size if n > 0 else _check_size(size)
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None

@@ -131,7 +131,7 @@ from ._buffer import PoolCache, address_of
 from .area import Area
 from .buffer import Buffer, native_as
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
-from .specs import MAX_SIZE, Capability, as_size
+from .specs import Capability
 
 if TYPE_CHECKING:
     from .gpu.ipc import IpcExport
@@ -348,20 +348,20 @@ class Pool(Area):
         if not isinstance(area, Area):
             raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
         area._check_open()
-        granule = checks.power_of_two(as_size(granule, "granule"), "granule")
-        small_max = as_size(small_max, "small_max")
-        small_slab = as_size(small_slab, "small_slab")
-        medium_slab = as_size(medium_slab, "medium_slab")
+        granule = checks.power_of_two(checks.size(granule, "granule"), "granule")
+        small_max = checks.size(small_max, "small_max")
+        small_slab = checks.size(small_slab, "small_slab")
+        medium_slab = checks.size(medium_slab, "medium_slab")
         if small_max < granule or small_slab < small_max:
             raise AMLValueError(
                 f"need granule <= small_max <= small_slab, got {granule}, {small_max}, {small_slab}"
             )
         if limit is not None:
-            limit = as_size(limit, "limit")
+            limit = checks.size(limit, "limit")
             if limit < granule:
                 raise AMLValueError(f"limit {limit} is smaller than one block ({granule} bytes)")
         if release_threshold is not None:
-            release_threshold = as_size(release_threshold, "release_threshold", allow_zero=True)
+            release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
         # One device per pool: an area of the current device binds the pool to one device
         # (Area._pool_binding), so cached blocks never cross devices.
         options, device = area._pool_binding(options)
@@ -450,7 +450,7 @@ class Pool(Area):
         g = area.granularity()
         if capacity is None:
             capacity = self._limit if self._limit is not None else 1 << 40
-        cap = _round_up(as_size(capacity, "capacity"), g)
+        cap = _round_up(checks.size(capacity, "capacity"), g)
         self._vm = area
         self._reservation = area.reserve(cap)
         seg = _Slab(
@@ -759,7 +759,7 @@ class Pool(Area):
                     f"the pool's limit of {self._limit} bytes is reached: {self._reserved} reserved "
                     f"({self._cache.blocks} in live blocks), {n} more asked"
                 )
-        if want > MAX_SIZE:
+        if want > checks.MAX_SIZE:
             raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
         try:
             buf = self._area.mmap(want, self._options)
@@ -933,7 +933,7 @@ class Pool(Area):
         wholly free slabs, or free chunks at the end of an expandable segment, can go).
         Returns the bytes released."""
         self._check_open()
-        keep = as_size(keep, "keep", allow_zero=True)
+        keep = checks.size(keep, "keep", zero=True)
         with self._plock:
             return self._trim_locked(keep)
 

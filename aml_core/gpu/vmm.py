@@ -34,14 +34,11 @@ from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
-from ..specs import Capability, Kind, as_size
+from ..specs import Capability, Kind
 from .runtime import AllocationProperties, Group
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-#: The largest mapping the address space holds.
-_MAX_SIZE = (1 << 63) - 1
 
 __all__ = ["Access", "GrowableBuffer", "Physical", "Reservation", "VirtualMemory"]
 
@@ -159,7 +156,7 @@ class VirtualMemory(Area):
         return self._ops.vmm_granularity(self.device or 0, True)
 
     def _aligned(self, size: object, what: str = "size") -> int:
-        n = as_size(size, what)
+        n = checks.size(size, what)
         if n % self._granularity:
             raise AMLValueError(
                 f"{what} {n} is not a multiple of the granularity {self._granularity} "
@@ -338,7 +335,7 @@ class VirtualMemory(Area):
 
     def _allocate(self, size: int, options: VmmOptions) -> Buffer:
         n = self._round(size)
-        if n > _MAX_SIZE:  # a size the address space cannot hold once rounded up
+        if n > checks.MAX_SIZE:  # a size the address space cannot hold once rounded up
             raise AMLMemoryError(
                 f"{size} bytes round up to {n} (granularity {self._granularity}): more than 2**63 - 1"
             )
@@ -391,8 +388,8 @@ class VirtualMemory(Area):
         """A device buffer of ``size`` bytes (default: one granule) at an address that
         stays put while it grows up to ``max_size``."""
         self._check_open()
-        cap = self._round(as_size(max_size, "max_size"))
-        first = self._granularity if size is None else as_size(size)
+        cap = self._round(checks.size(max_size, "max_size"))
+        first = self._granularity if size is None else checks.size(size)
         if first > cap:
             raise AMLValueError(f"size {first} is larger than max_size {cap}")
         res = self.reserve(cap)
@@ -412,7 +409,7 @@ class VirtualMemory(Area):
         return self._track(buf, "growable")
 
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:
-        n = as_size(size)
+        n = checks.size(size)
         with self._vlock:
             if not self._is_live(buffer):
                 raise AMLValueError(f"{buffer!r} is not live in this area")
