@@ -479,7 +479,8 @@ ctypedef int (*free_fn)(void *) noexcept nogil
 #: The operations of a NativeAllocator, as named in its ``names``.
 OPS = ("get_device", "malloc", "free", "malloc_managed", "host_alloc", "free_host")
 
-# Modes an area may run natively (AreaBase._set_native).
+# Modes an area may run natively (AreaBase._set_native), named by the values of
+# aml_core.gpu.flags.AllocMode (a GPU area's flags decoded once, by decode_flags).
 cdef enum:
     N_NONE = 0
     N_DEVICE = 1  # malloc / free
