@@ -157,13 +157,6 @@ class Area(AreaBase, abc.ABC):
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         """Make the buffer's pending work visible to a DLPack consumer's stream."""
 
-    def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
-        """The mmap options a pool over this area passes for every slab, and the device
-        the pool's memory is on (:class:`aml_core.pool.Pool`). By default ``options`` and
-        this area's device; an area whose device is chosen at mmap time binds the pool to
-        one device here (GPU areas of the current device do)."""
-        return options, self.device
-
     # -- helpers for subclasses ---------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
         cls = self.options_type

@@ -32,7 +32,8 @@ Layout
 
 Expandable pools
     ``aml_core.pool(vm, expandable=True)`` over a
-    :class:`~aml_core.gpu.vmm.VirtualMemory` area reserves one large virtual range
+    :class:`~aml_core.gpu.vmm.VirtualMemory` area (any
+    :class:`~aml_core.protocols.GrowableMemory`) reserves one large virtual range
     (``capacity``) and maps physical chunks at its end on demand, as PyTorch's
     expandable segments do with CUDA VMM: the single segment grows in place instead of
     adding slabs, so a freed large block and the new bytes after it merge into one
@@ -73,9 +74,16 @@ Streams (GPU pools)
     stream after making ``t`` wait for an event recorded on that stream (no host wait);
     before the pool would grow, trim or close, every stream holding freed blocks is
     synchronized and the blocks return to host order. Requests without a stream never
-    take a block still held by a stream. This needs the area's runtime to provide the
-    ``STREAMS`` and ``STREAM_ORDERED`` groups (AMLNotSupported otherwise); slabs are still
+    take a block still held by a stream. This needs an area that orders work on streams
+    (:class:`~aml_core.protocols.StreamOrderedArea`: a GPU area whose runtime provides the
+    ``STREAMS`` and ``STREAM_ORDERED`` groups; AMLNotSupported otherwise); slabs are still
     allocated with the area's ordinary (synchronous) mmap.
+
+What the area offers
+    The pool asks its area for more than mmap and munmap only through the protocols of
+    :mod:`aml_core.protocols` (stream ordering, device copies for :meth:`Pool.write` and
+    :meth:`Pool.read`, IPC export, growable memory for expandable pools, the device a
+    pool binds to), never by testing for GPU types.
 
 Fast path
     The exact-size stacks and the counters the statistics need (hits, requested bytes
@@ -122,7 +130,7 @@ from __future__ import annotations
 import bisect
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
@@ -131,12 +139,17 @@ from ._buffer import PoolCache, address_of
 from .area import Area
 from .buffer import Buffer, native_as
 from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
+from .ipc import IpcExport
+from .protocols import (
+    AddressRange,
+    DeviceCopies,
+    GrowableMemory,
+    IpcExporter,
+    PoolBinding,
+    StreamOrderedArea,
+    StreamOrdering,
+)
 from .specs import Capability
-
-if TYPE_CHECKING:
-    from .gpu.ipc import IpcExport
-    from .gpu.runtime import AllocationOps, StreamOps
-    from .gpu.vmm import Reservation, VirtualMemory
 
 __all__ = ["Pool", "PoolOptions", "PoolStats", "pool"]
 
@@ -363,8 +376,11 @@ class Pool(Area):
         if release_threshold is not None:
             release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
         # One device per pool: an area of the current device binds the pool to one device
-        # (Area._pool_binding), so cached blocks never cross devices.
-        options, device = area._pool_binding(options)
+        # (PoolBinding), so cached blocks never cross devices.
+        if isinstance(area, PoolBinding):
+            options, device = area._pool_binding(options)
+        else:
+            device = area.device
         super().__init__(
             backend=area.backend,
             kind=area.kind,
@@ -393,8 +409,8 @@ class Pool(Area):
         self._native_allocs = 0
         self._native_frees = 0
         self._misses = 0
-        self._vm: VirtualMemory | None = None
-        self._reservation: Reservation | None = None
+        self._vm: GrowableMemory[Any] | None = None
+        self._reservation: AddressRange | None = None
         self._segment: _Slab | None = None
         self._closing = False
         # Freed blocks by exact size, not coalesced yet (LIFO), are the cache's ``fast``:
@@ -408,7 +424,7 @@ class Pool(Area):
         self._stream_held: dict[int, int] = {}
         self._any_stream = False
         self._tls = threading.local()
-        self._stream_ops: Any = None
+        self._stream_ops: StreamOrdering | None = None
         self._event: int | None = None
         if expandable:
             self._init_expandable(area, capacity)
@@ -440,9 +456,7 @@ class Pool(Area):
         return self._segment is not None
 
     def _init_expandable(self, area: Area, capacity: int | None) -> None:
-        from .gpu.vmm import VirtualMemory
-
-        if not isinstance(area, VirtualMemory):
+        if not isinstance(area, GrowableMemory):
             raise AMLNotSupported(
                 f"an expandable pool maps physical memory on demand: it needs a VirtualMemory "
                 f"area, not {type(area).__name__}"
@@ -461,7 +475,7 @@ class Pool(Area):
             device_ptr=self._reservation.ptr,
             host_accessible=False,
             readonly=False,
-            dl_device=(int(area.runtime.traits.dl_device), area.device or 0),
+            dl_device=area.dlpack_device(),
             device=area.device,
         )
         self._segment = seg
@@ -491,24 +505,23 @@ class Pool(Area):
             return _NO_STREAM  # frozen: one instance serves every mmap
         return super()._coerce_options(options)
 
-    def _streams(self) -> StreamOps:
-        from .gpu.runtime import Group
-
-        return self._area.runtime.require(Group.STREAMS)  # type: ignore[attr-defined,no-any-return]
+    def _streams(self) -> StreamOrdering:
+        """The area's stream operations (set by the first stream used: _stream_handle)."""
+        assert self._stream_ops is not None
+        return self._stream_ops
 
     def _stream_handle(self, stream: Any) -> int:
-        from .gpu.runtime import Group
         from .gpu.stream import as_stream_handle
 
         handle = as_stream_handle(stream)
         if self._stream_ops is None:
-            runtime = getattr(self._area, "runtime", None)
-            if runtime is None or not hasattr(runtime, "require"):
+            area = self._area
+            if not isinstance(area, StreamOrderedArea):
                 raise AMLNotSupported(
-                    f"streams need a GPU area; the pooled {type(self._area).__name__} has no runtime"
+                    f"streams need a GPU area; the pooled {type(area).__name__} has no runtime "
+                    "that orders work on streams"
                 )
-            runtime.require(Group.STREAMS)
-            self._stream_ops = runtime.require(Group.STREAM_ORDERED)
+            self._stream_ops = area.stream_ordering()
         self._any_stream = True
         return handle
 
@@ -613,7 +626,7 @@ class Pool(Area):
             if size == n and stack:
                 blk = stack.pop()
                 self._stream_held[other] -= 1
-                ops = self._stream_ops
+                ops = self._streams()
                 if self._event is None:
                     self._event = ops.event_create()
                 # The wait captures the event's state now: one event serves every hand-over.
@@ -863,7 +876,7 @@ class Pool(Area):
                 f"the expandable pool's reservation of {res.size} bytes is full "
                 f"({seg.size} mapped, {chunk} more needed); make the pool with a larger capacity"
             )
-        self._map_chunk(end, chunk)
+        vm.commit(end, chunk)
         seg.size += chunk
         seg.chunks.append((end, chunk))
         self._count_reserved(chunk)
@@ -879,22 +892,6 @@ class Pool(Area):
             seg.last = tail
         seg.heap.insert(tail)
         return tail
-
-    def _map_chunk(self, ptr: int, size: int) -> None:
-        from .gpu.vmm import Access
-
-        vm = self._vm
-        assert vm is not None
-        phys = vm.create(size)
-        try:
-            vm.map(ptr, size, phys)
-            try:
-                vm.set_access(ptr, size, Access.READWRITE)
-            except BaseException:
-                vm.unmap(ptr, size)
-                raise
-        finally:
-            vm.release(phys)  # the mapping keeps the memory alive
 
     def _trim_segment(self, keep: int) -> int:
         """Unmap chunks at the segment's end that lie wholly in its free tail."""
@@ -979,10 +976,8 @@ class Pool(Area):
         """Share a pooled device buffer with another process: its slab's IPC handle with
         the block's offset and size (``aml_core.ipc_open`` maps the slab once per process
         and returns a buffer at the block's address)."""
-        from .gpu.ipc import IpcExport
-
-        export_slab = getattr(self._area, "ipc_export", None)
-        if export_slab is None or self._segment is not None:
+        area = self._area
+        if not isinstance(area, IpcExporter) or self._segment is not None:
             raise AMLNotSupported(
                 f"this pool's memory cannot be shared by IPC handle ({type(self._area).__name__}"
                 f"{', expandable' if self._segment is not None else ''})"
@@ -992,48 +987,51 @@ class Pool(Area):
             buf = self._lookup(buffer, None)
         slab, offset = self.slab_of(buf)
         assert slab is not None
-        handle = export_slab(slab).handle
+        handle = area.ipc_export(slab).handle
         return IpcExport(buf, attrs.evolve(handle, size=buf.size, offset=offset))
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
-        """Copy host bytes into a pooled buffer: through the area's ``write`` (GPU areas)
-        or, in an expandable pool, the runtime's copy."""
-        slab, base = self._slab_io(buffer)
+        """Copy host bytes into a pooled buffer: through the area's ``write`` (an area with
+        DeviceCopies, as GPU areas) or, in an expandable pool, the area's copy."""
+        copies, slab, base = self._slab_io(buffer)
         n = memoryview(data).nbytes
         if offset < 0 or offset + n > buffer.size:
             raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
-        if slab is None:
-            if n:
-                src, _, _ = address_of(data)
-                self._copy_ops().memcpy(buffer.device_ptr + offset, src, n)
-            return
-        self._area.write(slab, data, base + offset)  # type: ignore[attr-defined]
+        if copies is not None:
+            assert slab is not None
+            copies.write(slab, data, base + offset)
+        elif n:
+            assert self._vm is not None
+            src, _, _ = address_of(data)
+            self._vm.copy(buffer.device_ptr + offset, src, n)
 
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Copy bytes out of a pooled buffer (see :meth:`write`)."""
-        slab, base = self._slab_io(buffer)
+        copies, slab, base = self._slab_io(buffer)
         n = buffer.size - offset if size is None else size
         if offset < 0 or n < 0 or offset + n > buffer.size:
             raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
-        if slab is None:
-            out = bytearray(n)
-            if n:
-                dst, _, _ = address_of(out)
-                self._copy_ops().memcpy(dst, buffer.device_ptr + offset, n)
-            return bytes(out)
-        data: bytes = self._area.read(slab, n, base + offset)  # type: ignore[attr-defined]
-        return data
+        if copies is not None:
+            assert slab is not None
+            return copies.read(slab, n, base + offset)
+        out = bytearray(n)
+        if n:
+            assert self._vm is not None
+            dst, _, _ = address_of(out)
+            self._vm.copy(dst, buffer.device_ptr + offset, n)
+        return bytes(out)
 
-    def _slab_io(self, buffer: Buffer) -> tuple[Buffer | None, int]:
-        if self._segment is None and not hasattr(self._area, "write"):
-            raise AMLNotSupported(f"the pooled {type(self._area).__name__} has no write() or read()")
-        return self.slab_of(buffer)
-
-    def _copy_ops(self) -> AllocationOps:
-        from .gpu.runtime import Group
-
-        assert self._vm is not None
-        return self._vm.runtime.require(Group.ALLOCATION)
+    def _slab_io(self, buffer: Buffer) -> tuple[DeviceCopies | None, Buffer | None, int]:
+        """The area's copies (None in an expandable pool, which copies through its
+        GrowableMemory), the buffer's slab and its offset there."""
+        area = self._area
+        if self._segment is not None:
+            copies = None
+        elif isinstance(area, DeviceCopies):
+            copies = area
+        else:
+            raise AMLNotSupported(f"the pooled {type(area).__name__} has no write() or read()")
+        return (copies, *self.slab_of(buffer))
 
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays
@@ -1078,7 +1076,7 @@ class Pool(Area):
         """Destroy the stream hand-over event, if any (under _plock); a failed destroy
         keeps it, for close() to retry."""
         if self._event is not None:
-            self._stream_ops.event_destroy(self._event)
+            self._streams().event_destroy(self._event)
             self._event = None
 
     def __repr__(self) -> str:

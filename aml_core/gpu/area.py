@@ -33,13 +33,14 @@ from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
+from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from . import managed
 from .devices import usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
-from .stream import as_stream_handle
+from .stream import as_stream_handle, runtime_stream_ordering
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "StreamOrdered"]
 
@@ -186,12 +187,19 @@ class GpuArea(Area):
         # No driver or device: AMLNotSupported "no usable <backend> device: ..." (.devices).
         return usable_device_count(self.runtime)
 
+    # -- what pools use (aml_core.protocols) ---------------------------------------------------
+    def stream_ordering(self) -> StreamOrdering:
+        """The runtime's stream and event operations (StreamOrderedArea: a pool over this
+        area takes and frees blocks in a stream's order); AMLNotSupported when the runtime
+        lacks the STREAMS or STREAM_ORDERED group."""
+        return runtime_stream_ordering(self.runtime)
+
     def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
         """A pool caches the memory of one device (as CuPy's and PyTorch's pools do: one
         per device): over an area of the current device (negative device), the pool is
         bound to the device current when it is made, or to ``options.device`` if it names
         one. Every slab is then allocated there, so a block freed on one device is never
-        handed out as another device's memory."""
+        handed out as another device's memory. (PoolBinding.)"""
         opts = self._coerce_options(options)
         device = self.device if opts.device is None else opts.device
         if device is not None and device >= 0:

@@ -34,8 +34,10 @@ from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
+from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from .runtime import AllocationProperties, Group
+from .stream import runtime_stream_ordering
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -147,6 +149,26 @@ class VirtualMemory(Area):
     def runtime(self) -> Runtime:
         """The runtime this area maps with (pools read its DLPack device type)."""
         return self._runtime
+
+    # -- what pools use (aml_core.protocols) -----------------------------------------
+    def stream_ordering(self) -> StreamOrdering:
+        """The runtime's stream and event operations (StreamOrderedArea)."""
+        return runtime_stream_ordering(self._runtime)
+
+    def commit(self, ptr: int, size: int) -> None:
+        """Back ``[ptr, ptr + size)`` of a live reservation with new physical memory of
+        this device, read-write for it (GrowableMemory: what an expandable pool grows
+        by); :meth:`unmap` gives it back. On failure nothing stays mapped or allocated."""
+        self._map_chunk(ptr, size, False)
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        """Copy ``size`` bytes between host memory and mapped memory, by address
+        (GrowableMemory)."""
+        self._runtime.require(Group.ALLOCATION).memcpy(dst, src, size)
+
+    def dlpack_device(self) -> tuple[int, int]:
+        """The DLPack device (type, id) of this area's memory (GrowableMemory)."""
+        return (int(self._runtime.traits.dl_device), self.device or 0)
 
     # -- checks ---------------------------------------------------------------------
     def granularity(self, recommended: bool = False) -> int:
@@ -349,7 +371,7 @@ class VirtualMemory(Area):
             res.ptr,
             size,
             host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            dl_device=self.dlpack_device(),
             native=_VmmBuffer("vmm", res, [chunk]),
         )
 
@@ -402,7 +424,7 @@ class VirtualMemory(Area):
             res.ptr,
             first,
             host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            dl_device=self.dlpack_device(),
             native=_VmmBuffer("vmm", res, [chunk]),
             buffer_type=GrowableBuffer,
         )
@@ -423,7 +445,7 @@ class VirtualMemory(Area):
             if need > 0:
                 state.chunks.append(self._map_chunk(mapped_end, need, False))
             old = buffer.size
-            buffer._bind(buffer.ptr, n, 0, self._runtime.traits.dl_device, self.device or 0)
+            buffer._bind(buffer.ptr, n, 0, *self.dlpack_device())
             self._resized(buffer, old)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
