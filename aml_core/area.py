@@ -54,7 +54,9 @@ an area's live mappings happens inside one of AreaBase's bookkeeping methods, ea
 which runs under the GIL without releasing it, so each change is atomic; the backend's
 native ``_allocate`` and ``_free`` run outside them. No lock guards the bookkeeping.
 ``_lock`` is a re-entrant :class:`~aml_core._buffer.AreaLock` for subclasses' own state
-only.
+only. Where exactly that (and the pool cache, the buffers' export counts, the deferred
+frees) rests on the GIL, and what each such place needs without it, is listed in
+docs/reliability.md, "Threads and the GIL".
 
 An area may also install a compiled allocator (``_set_native``: C function pointers of
 its runtime's allocation calls, aml_core._buffer.NativeAllocator); ``mmap(size)`` without

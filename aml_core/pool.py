@@ -116,6 +116,8 @@ Threads
     so does one whose free would release a slab while someone is inside the area below.
     The fast path changes its state only after every read and check, and before it makes
     the buffer (an allocation that may run a finalizer that frees another block in C).
+    What of this rests on the GIL, and what it needs without it: docs/reliability.md,
+    "Threads and the GIL".
 
 Garbage collection
     A pooled buffer dropped without munmap goes back to the pool when collected, as
