@@ -152,10 +152,6 @@ class Area(AreaBase, abc.ABC):
         is inside one of its own operations, but otherwise at any allocation point of any
         thread, so it must not wait for a lock that code outside the area's sections holds."""
 
-    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        """The ``__cuda_array_interface__`` of a buffer, or None if this area has none."""
-        return None
-
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         """Make the buffer's pending work visible to a DLPack consumer's stream."""
 

@@ -21,6 +21,9 @@ protocol                    what the area offers                                
                             of "the current device" binds the pool to one)
 ==========================  ===================================================  =========================
 
+and a buffer asks its area through :class:`CudaArrayInterfaceArea` for its
+``__cuda_array_interface__`` (a pool, for the area below it).
+
 Each is ``runtime_checkable``: ``isinstance(area, DeviceCopies)`` says whether an area has
 the methods (not what they accept).
 """
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AddressRange",
+    "CudaArrayInterfaceArea",
     "DeviceCopies",
     "GrowableMemory",
     "IpcExporter",
@@ -144,3 +148,12 @@ class PoolBinding(Protocol):
 
     def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
         """The mmap options a pool passes for every slab, and the device its memory is on."""
+
+
+@runtime_checkable
+class CudaArrayInterfaceArea(Protocol):
+    """An area whose buffers may speak ``__cuda_array_interface__`` (CUDA and HIP memory:
+    device, managed, pinned, mapped)."""
+
+    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
+        """The interface (version 3) of a buffer of the area, or None where it has none."""

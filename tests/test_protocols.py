@@ -12,6 +12,7 @@ from aml_core.errors import AMLNotSupported
 from aml_core.gpu import GpuArea, GpuFlags
 from aml_core.host import HostArea
 from aml_core.protocols import (
+    CudaArrayInterfaceArea,
     DeviceCopies,
     GrowableMemory,
     IpcExporter,
@@ -21,7 +22,7 @@ from aml_core.protocols import (
 
 from .test_groups import HostAllocation
 
-ALL = (DeviceCopies, GrowableMemory, IpcExporter, PoolBinding, StreamOrderedArea)
+ALL = (CudaArrayInterfaceArea, DeviceCopies, GrowableMemory, IpcExporter, PoolBinding, StreamOrderedArea)
 
 
 def _implemented(area: object) -> set[type]:
@@ -30,7 +31,13 @@ def _implemented(area: object) -> set[type]:
 
 def test_a_gpu_area_implements_what_a_pool_uses() -> None:
     with GpuArea(HostAllocation(), 0, GpuFlags.DEFAULT) as area:
-        assert _implemented(area) == {DeviceCopies, IpcExporter, PoolBinding, StreamOrderedArea}
+        assert _implemented(area) == {
+            CudaArrayInterfaceArea,
+            DeviceCopies,
+            IpcExporter,
+            PoolBinding,
+            StreamOrderedArea,
+        }
         # A runtime without the STREAMS group: the protocol is there, the operations are
         # not, and the runtime says why.
         with pytest.raises(AMLNotSupported):
@@ -44,9 +51,10 @@ def test_a_host_area_implements_none() -> None:
 
 def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
     with HostArea() as host, aml_core.pool(host) as pool:
-        assert _implemented(pool) == {DeviceCopies, IpcExporter}
+        assert _implemented(pool) == {CudaArrayInterfaceArea, DeviceCopies, IpcExporter}
         # ... but offers them only where its area does
         buf = pool.mmap(64)
+        assert not hasattr(buf, "__cuda_array_interface__")
         with pytest.raises(AMLNotSupported, match="has no write"):
             pool.write(buf, b"x")
         with pytest.raises(AMLNotSupported, match="cannot be shared by IPC handle"):
@@ -59,6 +67,7 @@ def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
 def test_a_pool_over_a_gpu_area_copies_through_it() -> None:
     with GpuArea(HostAllocation(), 0, GpuFlags.DEFAULT) as area, aml_core.pool(area) as pool:
         a, b = pool.mmap(100), pool.mmap(100)
+        assert b.__cuda_array_interface__["data"] == (b.device_ptr, False)
         pool.write(a, b"first!", 10)
         pool.write(b, b"pooled", 10)
         assert (pool.read(a, 6, 10), pool.read(b, 6, 10)) == (b"first!", b"pooled")

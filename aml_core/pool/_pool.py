@@ -12,7 +12,7 @@ from .._buffer import PoolCache
 from ..area import Area
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLTypeError, AMLValueError
-from ..protocols import AddressRange, GrowableMemory, PoolBinding, StreamOrdering
+from ..protocols import AddressRange, CudaArrayInterfaceArea, GrowableMemory, PoolBinding, StreamOrdering
 from ..specs import Capability
 from ._blocks import Blocks
 from ._expandable import Expandable
@@ -238,7 +238,8 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                 self._give(blk)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        return self._area._cuda_array_interface(buffer)
+        area = self._area  # a CudaArrayInterfaceArea only where the area below is one
+        return area._cuda_array_interface(buffer) if isinstance(area, CudaArrayInterfaceArea) else None
 
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         self._area._dlpack_prepare(buffer, stream)
