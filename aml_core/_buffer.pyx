@@ -91,7 +91,7 @@ from ._dlpack cimport (
 )
 
 from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
-from .specs import as_size
+from .checks import size as _check_size
 
 cdef extern from "Python.h":
     # Declared here without exception checks: the callers test and clear errors.
@@ -484,7 +484,8 @@ ctypedef int (*free_fn)(void *) noexcept nogil
 #: The operations of a NativeAllocator, as named in its ``names``.
 OPS = ("get_device", "malloc", "free", "malloc_managed", "host_alloc", "free_host")
 
-# Modes an area may run natively (AreaBase._set_native).
+# Modes an area may run natively (AreaBase._set_native), named by the values of
+# aml_core.gpu.flags.AllocMode (a GPU area's flags decoded once, by decode_flags).
 cdef enum:
     N_NONE = 0
     N_DEVICE = 1  # malloc / free
@@ -1737,7 +1738,7 @@ cdef class AreaBase:
             raise AMLTypeError(f"munmap takes a Buffer or an int pointer, not {type(target).__name__}")
         if size is not None and not (type(size) is int and size == buf.size and buf.size > 0):
             try:
-                n = as_size(size)
+                n = _check_size(size)
             except AMLDomainError:  # larger than any mapping: a mismatch, not a domain error
                 raise AMLValueError(f"munmap size {size} does not match the mapping's size {buf.size}") from None
             if n != buf.size:
@@ -1768,7 +1769,7 @@ cdef class AreaBase:
             n = _as_ssize(size)
             if n == -1 and PyErr_Occurred() != NULL:
                 PyErr_Clear()
-        n_obj = size if n > 0 else as_size(size)
+        n_obj = size if n > 0 else _check_size(size)
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None

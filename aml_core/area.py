@@ -54,7 +54,9 @@ an area's live mappings happens inside one of AreaBase's bookkeeping methods, ea
 which runs under the GIL without releasing it, so each change is atomic; the backend's
 native ``_allocate`` and ``_free`` run outside them. No lock guards the bookkeeping.
 ``_lock`` is a re-entrant :class:`~aml_core._buffer.AreaLock` for subclasses' own state
-only.
+only. Where exactly that (and the pool cache, the buffers' export counts, the deferred
+frees) rests on the GIL, and what each such place needs without it, is listed in
+docs/reliability.md, "Threads and the GIL".
 
 An area may also install a compiled allocator (``_set_native``: C function pointers of
 its runtime's allocation calls, aml_core._buffer.NativeAllocator); ``mmap(size)`` without
@@ -187,19 +189,8 @@ class Area(AreaBase, abc.ABC):
         is inside one of its own operations, but otherwise at any allocation point of any
         thread, so it must not wait for a lock that code outside the area's sections holds."""
 
-    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        """The ``__cuda_array_interface__`` of a buffer, or None if this area has none."""
-        return None
-
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         """Make the buffer's pending work visible to a DLPack consumer's stream."""
-
-    def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
-        """The mmap options a pool over this area passes for every slab, and the device
-        the pool's memory is on (:class:`aml_core.pool.Pool`). By default ``options`` and
-        this area's device; an area whose device is chosen at mmap time binds the pool to
-        one device here (GPU areas of the current device do)."""
-        return options, self.device
 
     # -- helpers for subclasses ---------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ._buffer import BufferBase
 from .errors import AMLBusyError, AMLError, AMLValueError
+from .protocols import CudaArrayInterfaceArea
 from .specs import Kind, format_size
 
 if TYPE_CHECKING:
@@ -169,7 +170,8 @@ class Buffer(BufferBase):
         managed, pinned and mapped memory. Absent (AttributeError) elsewhere."""
         if self.freed:
             raise AMLValueError("this aml buffer was freed")
-        cai = self.area._cuda_array_interface(self)
+        area = self.area
+        cai = area._cuda_array_interface(self) if isinstance(area, CudaArrayInterfaceArea) else None
         if cai is None:
             raise AttributeError("__cuda_array_interface__")
         return cai

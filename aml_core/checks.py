@@ -5,6 +5,14 @@ raises :class:`~aml_core.errors.AMLTypeError` for the wrong type (a ``bool`` is 
 int here) or :class:`~aml_core.errors.AMLValueError` for a value the C type cannot hold
 or the API does not allow. ``what`` names the argument in the message.
 
+Sizes follow one rule, AML's (docs/aml-contract.md#rules-common-to-every-aml-area), at
+every entry point (``area.mmap``, a pool's layout, virtual memory, an IPC handle, a
+runtime's capability groups): :func:`size`. A size is an int (else EINVAL,
+:class:`~aml_core.errors.AMLTypeError`), positive (or non-negative where zero is allowed;
+else EINVAL), and at most :data:`MAX_SIZE`, 2**63 - 1, the largest object a process can
+address (else EDOM, :class:`~aml_core.errors.AMLDomainError`). Offsets into memory are
+sizes too.
+
 The capability groups of :mod:`aml_core.gpu.runtime` call these in their public methods,
 so a bad value never reaches ctypes or a binding; the areas call them for their options.
 """
@@ -14,11 +22,12 @@ from __future__ import annotations
 import operator
 from collections.abc import Collection
 
-from .errors import AMLTypeError, AMLValueError
+from .errors import AMLDomainError, AMLTypeError, AMLValueError
 
 __all__ = [
     "C_INT_MAX",
     "C_INT_MIN",
+    "MAX_SIZE",
     "U64_MAX",
     "byte",
     "c_int",
@@ -35,6 +44,9 @@ __all__ = [
 
 U64_MAX = (1 << 64) - 1
 C_INT_MIN, C_INT_MAX = -(1 << 31), (1 << 31) - 1
+#: The largest size aml accepts: the largest object a Python process can address
+#: (``sys.maxsize``, 2**63 - 1 on 64-bit machines). Larger sizes are EDOM.
+MAX_SIZE = (1 << 63) - 1
 
 
 def integer(value: object, what: str) -> int:
@@ -71,10 +83,15 @@ def pointer(value: object, what: str = "ptr", *, null: bool = False) -> int:
 
 
 def size(value: object, what: str = "size", *, zero: bool = False) -> int:
-    """A ``size_t``: positive, or non-negative where ``zero`` allows it."""
+    """A byte count or offset: an int, positive (non-negative where ``zero`` allows it)
+    and at most :data:`MAX_SIZE` (the module doc's one size rule: a wrong type is
+    AMLTypeError, zero or negative AMLValueError, both EINVAL; past MAX_SIZE
+    AMLDomainError, EDOM)."""
     v = integer(value, what)
-    if v < 0 or v > U64_MAX or (v == 0 and not zero):
-        raise AMLValueError(f"{what} must be {'>= 0' if zero else '> 0'} and fit in size_t, got {v}")
+    if v < 0 or (v == 0 and not zero):
+        raise AMLValueError(f"{what} must be {'>= 0' if zero else '> 0'}, got {v}")
+    if v > MAX_SIZE:
+        raise AMLDomainError(f"{what} {v} is larger than the address space (at most {MAX_SIZE})")
     return v
 
 

@@ -9,14 +9,14 @@ saying what was wrong and what is allowed.
 from __future__ import annotations
 
 import enum
-import operator
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 import attrs
 
-from .errors import AMLDomainError, AMLTypeError, AMLValueError
+from . import checks
+from .errors import AMLTypeError, AMLValueError
 
 __all__ = [
     "BACKEND_STATES",
@@ -31,9 +31,8 @@ __all__ = [
     "as_size",
 ]
 
-#: The largest size aml accepts: the largest object a Python process can address
-#: (``sys.maxsize``, 2**63 - 1 on 64-bit machines). Larger sizes are EDOM.
-MAX_SIZE = (1 << 63) - 1
+#: The largest size aml accepts (:data:`aml_core.checks.MAX_SIZE`, 2**63 - 1); larger is EDOM.
+MAX_SIZE = checks.MAX_SIZE
 
 
 class Kind(enum.Enum):
@@ -68,26 +67,9 @@ def as_kind(value: Kind | str) -> Kind:
 
 
 def as_size(value: object, what: str = "size", *, allow_zero: bool = False) -> int:
-    """Validate a byte count.
-
-    Non-integers (floats, strings, bools) are :class:`AMLTypeError`; zero (unless
-    allowed) and negative values are :class:`AMLValueError`; values above
-    :data:`MAX_SIZE` are :class:`AMLDomainError`.
-    """
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise AMLTypeError(f"{what} must be an integer number of bytes, not {type(value).__name__}")
-    try:
-        n = operator.index(value)  # type: ignore[arg-type]
-    except Exception as exc:  # a user __index__ that raises, or returns a non-int
-        raise AMLTypeError(
-            f"{what} must be an integer number of bytes; its __index__ failed: {exc!r}"
-        ) from None
-    if n < 0 or (n == 0 and not allow_zero):
-        allowed = ">= 0" if allow_zero else "> 0"
-        raise AMLValueError(f"{what} must be {allowed}, got {n}")
-    if n > MAX_SIZE:
-        raise AMLDomainError(f"{what} {n} is larger than the address space (at most {MAX_SIZE})")
-    return n
+    """Validate a byte count: :func:`aml_core.checks.size`, the one size rule (kept under
+    this name for existing callers)."""
+    return checks.size(value, what, zero=allow_zero)
 
 
 class Capability(enum.Flag):

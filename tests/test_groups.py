@@ -15,7 +15,7 @@ import pytest
 
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
-from aml_core.errors import AMLNotSupported, AMLTypeError, AMLValueError, ErrorTable
+from aml_core.errors import AMLDomainError, AMLNotSupported, AMLTypeError, AMLValueError, ErrorTable
 from aml_core.gpu import GpuArea, GpuFlags, Group, VirtualMemory
 from aml_core.gpu.plugin import GPU_CAPABILITIES, GPU_INTERFACES
 from aml_core.gpu.runtime import (
@@ -174,7 +174,8 @@ def test_device_capabilities_narrow_the_groups() -> None:
 BAD: list[tuple[Callable[[HostAllocation], object], type[Exception]]] = [
     (lambda rt: rt.malloc(0), AMLValueError),
     (lambda rt: rt.malloc(-1), AMLValueError),
-    (lambda rt: rt.malloc(1 << 64), AMLValueError),
+    (lambda rt: rt.malloc(1 << 63), AMLDomainError),  # the one size rule: past 2**63 - 1 is EDOM
+    (lambda rt: rt.malloc(1 << 64), AMLDomainError),
     (lambda rt: rt.malloc("16"), AMLTypeError),  # type: ignore[arg-type]
     (lambda rt: rt.malloc(True), AMLTypeError),
     (lambda rt: rt.free(0), AMLValueError),

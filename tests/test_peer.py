@@ -1,6 +1,7 @@
 """Several devices over a recording runtime of two devices whose memory is host memory:
 the PEER group (aml_core.gpu.runtime.PeerOps), copy_peer (aml_core.gpu.peer),
-selected_device (aml_core.gpu.devices) and one device per pool (Area._pool_binding):
+selected_device (aml_core.gpu.devices) and one device per pool (GpuArea._pool_binding,
+aml_core.protocols.PoolBinding):
 what is checked before the native operation, which device each native call runs on, and
 that the caller's device comes back, also on failure."""
 

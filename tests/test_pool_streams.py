@@ -14,23 +14,18 @@ import pytest
 import aml_core
 from aml_core import Buffer, Pool
 from aml_core.errors import AMLFailure, AMLNotSupported, AMLTypeError
-from aml_core.gpu import Group
 from aml_core.host import HostArea
 
 MiB = 1 << 20
 
 
 class StreamRecorder:
-    """The STREAMS and STREAM_ORDERED operations a pool uses, recorded."""
+    """The stream operations a pool uses (aml_core.protocols.StreamOrdering), recorded."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
         self.events = 0
         self.fail_destroy = False
-
-    def require(self, group: Group) -> StreamRecorder:
-        assert group in (Group.STREAMS, Group.STREAM_ORDERED)
-        return self
 
     def event_create(self) -> int:
         self.events += 1
@@ -60,6 +55,10 @@ class StreamedHost(HostArea):
         super().__init__()
         self.runtime = StreamRecorder()
         self.allocs = 0
+
+    def stream_ordering(self) -> StreamRecorder:
+        """A StreamOrderedArea, as a GPU area is."""
+        return self.runtime
 
     def _allocate(self, size: int, options: Any) -> Buffer:
         self.allocs += 1

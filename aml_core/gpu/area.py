@@ -33,13 +33,14 @@ from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
+from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from . import managed
 from .devices import usable_device_count
-from .flags import AllocMode, GpuFlags, check_flags, kind_of_flags, mode_of_flags
+from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
-from .stream import as_stream_handle
+from .stream import as_stream_handle, runtime_stream_ordering
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
@@ -143,10 +144,12 @@ class GpuArea(Area):
         (ALLOC_HOST, ALLOC_MAPPED, ALLOC_UNIFIED, ALLOC_GLOBAL). Prefer the backend's
         ``create(device, flags)``."""
         device = checks.c_int(device, "device")
-        checked = check_flags(flags)
-        kind = kind_of_flags(checked)
+        decoded = decode_flags(flags)
+        kind = decoded.kind
         self.runtime = runtime
-        self.flags = checked
+        #: The flags decoded once: the allocation paths below read this, never flag bits.
+        self.decoded: DecodedFlags = decoded
+        self.flags = decoded.flags
         #: The groups the hot path calls (the same object as ``runtime``, typed by group).
         self._alloc = runtime.require(Group.ALLOCATION)
         self._managed_ops = runtime.require(Group.MANAGED) if kind is Kind.MANAGED else None
@@ -157,9 +160,6 @@ class GpuArea(Area):
             backend=runtime.traits.name, kind=kind, device=device, capabilities=_capabilities(runtime, kind)
         )
         self._exports: ExportRegistry = {}
-        # The hot path reads these instead of testing flag bits on every mmap.
-        self._mode = mode_of_flags(checked)
-        self._global = bool(checked & GpuFlags.ALLOC_GLOBAL)
         self._default_options = GpuMmapOptions()
         self._stream_ordered: StreamOrderedOps | None = None
         self._free_stream = threading.local()
@@ -176,24 +176,24 @@ class GpuArea(Area):
         if native is None:
             return
         traits = self.runtime.traits
-        mode = self._mode
+        mode, all_devices = self.decoded.mode, self.decoded.all_devices
         if mode is AllocMode.DEVICE:
-            name, dl_type, host, flags, granule = "device", traits.dl_device, False, 0, 1
+            dl_type, host, flags, granule = traits.dl_device, False, 0, 1
         elif mode is AllocMode.MANAGED and native.has("malloc_managed"):
-            flags = native.attach_global if self._global else native.attach_host
-            name, dl_type, host, granule = "managed", traits.dl_managed, True, traits.managed_granule
+            flags = native.attach_global if all_devices else native.attach_host
+            dl_type, host, granule = traits.dl_managed, True, traits.managed_granule
         elif mode is AllocMode.HOST and native.has("host_alloc"):
-            flags = native.host_portable if self._global else 0
-            name, dl_type, host, granule = "host", traits.dl_host, True, 1
+            flags = native.host_portable if all_devices else 0
+            dl_type, host, granule = traits.dl_host, True, 1
         else:
             return
         self._set_native(
             native,
-            name,
+            mode.value,  # the compiled allocator's modes are named by AllocMode's values
             dl_device_type=dl_type,
             host_accessible=host,
             # Pinned host memory's DLPack device is (CUDA_HOST/ROCM_HOST, 0), as _allocate_on says.
-            dl_device_current=name != "host",
+            dl_device_current=mode is not AllocMode.HOST,
             flags=flags,
             granule=granule,
             records=self._records,
@@ -207,7 +207,7 @@ class GpuArea(Area):
         mmap. Keyed by the size alone (an Enum's hash is Python code)."""
         found = self._records.get(alloc_size)
         if found is None:
-            found = GpuAllocation(self._mode, alloc_size)
+            found = GpuAllocation(self.decoded.mode, alloc_size)
             if len(self._records) < _RECORDS_MAX:
                 self._records[alloc_size] = found
         return found
@@ -216,12 +216,19 @@ class GpuArea(Area):
         # No driver or device: AMLNotSupported "no usable <backend> device: ..." (.devices).
         return usable_device_count(self.runtime)
 
+    # -- what pools use (aml_core.protocols) ---------------------------------------------------
+    def stream_ordering(self) -> StreamOrdering:
+        """The runtime's stream and event operations (StreamOrderedArea: a pool over this
+        area takes and frees blocks in a stream's order); AMLNotSupported when the runtime
+        lacks the STREAMS or STREAM_ORDERED group."""
+        return runtime_stream_ordering(self.runtime)
+
     def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
         """A pool caches the memory of one device (as CuPy's and PyTorch's pools do: one
         per device): over an area of the current device (negative device), the pool is
         bound to the device current when it is made, or to ``options.device`` if it names
         one. Every slab is then allocated there, so a block freed on one device is never
-        handed out as another device's memory."""
+        handed out as another device's memory. (PoolBinding.)"""
         opts = self._coerce_options(options)
         device = self.device if opts.device is None else opts.device
         if device is not None and device >= 0:
@@ -297,7 +304,7 @@ class GpuArea(Area):
         ``size`` was checked by :meth:`Area.mmap`: the group's unchecked calls are used."""
         ops = self._alloc
         traits = self.runtime.traits
-        mode = self._mode
+        mode, all_devices = self.decoded.mode, self.decoded.all_devices
         if options.stream is not None:
             if mode is not AllocMode.DEVICE:
                 raise AMLNotSupported(
@@ -333,7 +340,7 @@ class GpuArea(Area):
             assert self._managed_ops is not None
             g = traits.managed_granule
             n = -(-size // g) * g
-            ptr = self._managed_ops._malloc_managed(n, self._global)
+            ptr = self._managed_ops._malloc_managed(n, all_devices)
             return self._new_buffer(
                 ptr,
                 size,
@@ -343,7 +350,7 @@ class GpuArea(Area):
                 device=used,
             )
         if mode is AllocMode.HOST:
-            ptr = ops._host_alloc(size, self._global, False)
+            ptr = ops._host_alloc(size, all_devices, False)
             return self._new_buffer(
                 ptr,
                 size,
@@ -353,7 +360,7 @@ class GpuArea(Area):
                 device=used,
             )
         if mode is AllocMode.HOST_MAPPED:
-            ptr = ops._host_alloc(size, self._global, True)
+            ptr = ops._host_alloc(size, all_devices, True)
             try:
                 dptr = ops._host_device_pointer(ptr)
             except BaseException:
@@ -377,7 +384,7 @@ class GpuArea(Area):
             )
         host, keep = _host_memory(options.ptr, size)
         try:
-            ops._host_register(host, size, self._global, True)
+            ops._host_register(host, size, all_devices, True)
             try:
                 dptr = ops._host_device_pointer(host)
             except BaseException:

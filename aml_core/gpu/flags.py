@@ -1,14 +1,30 @@
-"""AML's GPU area flags (``AML_AREA_HIP_FLAG_*``, docs/aml-contract.md#hip-area), shared by CUDA and HIP."""
+"""AML's GPU area flags (``AML_AREA_HIP_FLAG_*``, docs/aml-contract.md#hip-area), shared by CUDA and HIP.
+
+A flag word is decoded once, by :func:`decode_flags`, into a :class:`DecodedFlags` (the
+mode, the kind, ALLOC_GLOBAL) that the area and everything below it read; AML's flag
+precedence is written there only.
+"""
 
 from __future__ import annotations
 
 import enum
 
+import attrs
+
 from .. import checks
 from ..errors import AMLValueError
 from ..specs import Kind
 
-__all__ = ["AllocMode", "GpuFlags", "check_flags", "flags_for_kind", "kind_of_flags", "mode_of_flags"]
+__all__ = [
+    "AllocMode",
+    "DecodedFlags",
+    "GpuFlags",
+    "check_flags",
+    "decode_flags",
+    "flags_for_kind",
+    "kind_of_flags",
+    "mode_of_flags",
+]
 
 
 class GpuFlags(enum.IntFlag):
@@ -52,7 +68,9 @@ def check_flags(flags: object) -> GpuFlags:
 
 
 class AllocMode(enum.Enum):
-    """How an area of given flags allocates, in AML's precedence (see :class:`GpuFlags`)."""
+    """How an area of given flags allocates, in AML's precedence (see :class:`GpuFlags`).
+    The values of DEVICE, MANAGED and HOST name the compiled allocator's modes
+    (``AreaBase._set_native``)."""
 
     #: ``cudaMalloc`` / ``hipMalloc``.
     DEVICE = "device"
@@ -66,26 +84,58 @@ class AllocMode(enum.Enum):
     REGISTERED = "registered"
 
 
+#: The portable kind each mode allocates.
+_KIND_OF_MODE = {
+    AllocMode.DEVICE: Kind.DEVICE,
+    AllocMode.MANAGED: Kind.MANAGED,
+    AllocMode.HOST: Kind.HOST,
+    AllocMode.HOST_MAPPED: Kind.MAPPED,
+    AllocMode.REGISTERED: Kind.MAPPED,
+}
+
+
+@attrs.frozen
+class DecodedFlags:
+    """A flag set decoded once (:func:`decode_flags`): what a :class:`~aml_core.gpu.GpuArea`
+    and everything below it (the Python allocation path, the compiled allocator's mode and
+    native flags, the native records) read instead of testing flag bits again."""
+
+    #: The checked flags, as given.
+    flags: GpuFlags
+    #: What the area allocates (AML's precedence).
+    mode: AllocMode
+    #: The portable kind of that memory.
+    kind: Kind
+    #: ALLOC_GLOBAL: managed memory attached global, host memory portable.
+    all_devices: bool
+
+
+def decode_flags(flags: object) -> DecodedFlags:
+    """Check ``flags`` (:func:`check_flags`: unknown bits are EINVAL) and decode them in
+    AML's precedence, the one place it is written: ALLOC_UNIFIED (managed; ALLOC_HOST and
+    ALLOC_MAPPED ignored), then ALLOC_MAPPED (with ALLOC_HOST: allocated mapped host
+    memory; alone: the caller's memory registered), then ALLOC_HOST, else device memory.
+    ALLOC_GLOBAL is orthogonal (``all_devices``)."""
+    checked = check_flags(flags)
+    if checked & GpuFlags.ALLOC_UNIFIED:
+        mode = AllocMode.MANAGED
+    elif checked & GpuFlags.ALLOC_MAPPED:
+        mode = AllocMode.HOST_MAPPED if checked & GpuFlags.ALLOC_HOST else AllocMode.REGISTERED
+    elif checked & GpuFlags.ALLOC_HOST:
+        mode = AllocMode.HOST
+    else:
+        mode = AllocMode.DEVICE
+    return DecodedFlags(checked, mode, _KIND_OF_MODE[mode], bool(checked & GpuFlags.ALLOC_GLOBAL))
+
+
 def mode_of_flags(flags: GpuFlags) -> AllocMode:
-    """What an area of these flags allocates."""
-    if flags & GpuFlags.ALLOC_UNIFIED:
-        return AllocMode.MANAGED
-    if flags & GpuFlags.ALLOC_MAPPED:
-        return AllocMode.HOST_MAPPED if flags & GpuFlags.ALLOC_HOST else AllocMode.REGISTERED
-    if flags & GpuFlags.ALLOC_HOST:
-        return AllocMode.HOST
-    return AllocMode.DEVICE
+    """What an area of these flags allocates (``decode_flags(flags).mode``)."""
+    return decode_flags(flags).mode
 
 
 def kind_of_flags(flags: GpuFlags) -> Kind:
-    """The portable kind an AML flag set allocates."""
-    if flags & GpuFlags.ALLOC_UNIFIED:
-        return Kind.MANAGED
-    if flags & GpuFlags.ALLOC_MAPPED:
-        return Kind.MAPPED
-    if flags & GpuFlags.ALLOC_HOST:
-        return Kind.HOST
-    return Kind.DEVICE
+    """The portable kind an AML flag set allocates (``decode_flags(flags).kind``)."""
+    return decode_flags(flags).kind
 
 
 def flags_for_kind(kind: Kind, *, all_devices: bool = False) -> GpuFlags:

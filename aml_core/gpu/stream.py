@@ -14,9 +14,41 @@ from ..errors import AMLError, AMLTypeError, AMLValueError
 from .runtime import Group
 
 if TYPE_CHECKING:
-    from .runtime import Runtime
+    from ..protocols import StreamOrdering
+    from .runtime import Runtime, StreamOps, StreamOrderedOps
 
-__all__ = ["Stream", "as_stream_handle"]
+__all__ = ["Stream", "as_stream_handle", "runtime_stream_ordering"]
+
+
+def runtime_stream_ordering(runtime: Runtime) -> StreamOrdering:
+    """A runtime's STREAMS and STREAM_ORDERED groups as the core's
+    :class:`~aml_core.protocols.StreamOrdering` (what a GPU area's ``stream_ordering()``
+    gives a pool); :class:`~aml_core.errors.AMLNotSupported` with the reason when the
+    runtime lacks either."""
+    return _RuntimeStreamOrdering(runtime.require(Group.STREAMS), runtime.require(Group.STREAM_ORDERED))
+
+
+class _RuntimeStreamOrdering:
+    __slots__ = ("_ordered", "_streams")
+
+    def __init__(self, streams: StreamOps, ordered: StreamOrderedOps) -> None:
+        self._streams = streams
+        self._ordered = ordered
+
+    def stream_synchronize(self, stream: int) -> None:
+        self._streams.stream_synchronize(stream)
+
+    def event_create(self) -> int:
+        return self._ordered.event_create()
+
+    def event_destroy(self, event: int) -> None:
+        self._ordered.event_destroy(event)
+
+    def event_record(self, event: int, stream: int) -> None:
+        self._ordered.event_record(event, stream)
+
+    def stream_wait_event(self, stream: int, event: int) -> None:
+        self._ordered.stream_wait_event(stream, event)
 
 
 class Stream:

@@ -34,14 +34,13 @@ from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLBusyError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
-from ..specs import Capability, Kind, as_size
+from ..protocols import StreamOrdering
+from ..specs import Capability, Kind
 from .runtime import AllocationProperties, Group
+from .stream import runtime_stream_ordering
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-#: The largest mapping the address space holds.
-_MAX_SIZE = (1 << 63) - 1
 
 __all__ = [
     "Access",
@@ -183,6 +182,26 @@ class VirtualMemory(Area):
         """The runtime this area maps with (pools read its DLPack device type)."""
         return self._runtime
 
+    # -- what pools use (aml_core.protocols) -----------------------------------------
+    def stream_ordering(self) -> StreamOrdering:
+        """The runtime's stream and event operations (StreamOrderedArea)."""
+        return runtime_stream_ordering(self._runtime)
+
+    def commit(self, ptr: int, size: int) -> None:
+        """Back ``[ptr, ptr + size)`` of a live reservation with new physical memory of
+        this device, read-write for it (GrowableMemory: what an expandable pool grows
+        by); :meth:`unmap` gives it back. On failure nothing stays mapped or allocated."""
+        self._map_chunk(ptr, size, False)
+
+    def copy(self, dst: int, src: int, size: int) -> None:
+        """Copy ``size`` bytes between host memory and mapped memory, by address
+        (GrowableMemory)."""
+        self._runtime.require(Group.ALLOCATION).memcpy(dst, src, size)
+
+    def dlpack_device(self) -> tuple[int, int]:
+        """The DLPack device (type, id) of this area's memory (GrowableMemory)."""
+        return (int(self._runtime.traits.dl_device), self.device or 0)
+
     # -- checks ---------------------------------------------------------------------
     def granularity(self, recommended: bool = False) -> int:
         """The allocation granularity (minimum, or the recommended one)."""
@@ -191,7 +210,7 @@ class VirtualMemory(Area):
         return self._ops.vmm_granularity(self.device or 0, True)
 
     def _aligned(self, size: object, what: str = "size") -> int:
-        n = as_size(size, what)
+        n = checks.size(size, what)
         if n % self._granularity:
             raise AMLValueError(
                 f"{what} {n} is not a multiple of the granularity {self._granularity} "
@@ -370,7 +389,7 @@ class VirtualMemory(Area):
 
     def _allocate(self, size: int, options: VmmOptions) -> Buffer:
         n = self._round(size)
-        if n > _MAX_SIZE:  # a size the address space cannot hold once rounded up
+        if n > checks.MAX_SIZE:  # a size the address space cannot hold once rounded up
             raise AMLMemoryError(
                 f"{size} bytes round up to {n} (granularity {self._granularity}): more than 2**63 - 1"
             )
@@ -384,7 +403,7 @@ class VirtualMemory(Area):
             res.ptr,
             size,
             host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            dl_device=self.dlpack_device(),
             native=_VmmBuffer("vmm", res, [chunk]),
         )
 
@@ -423,8 +442,8 @@ class VirtualMemory(Area):
         """A device buffer of ``size`` bytes (default: one granule) at an address that
         stays put while it grows up to ``max_size``."""
         self._check_open()
-        cap = self._round(as_size(max_size, "max_size"))
-        first = self._granularity if size is None else as_size(size)
+        cap = self._round(checks.size(max_size, "max_size"))
+        first = self._granularity if size is None else checks.size(size)
         if first > cap:
             raise AMLValueError(f"size {first} is larger than max_size {cap}")
         res = self.reserve(cap)
@@ -437,14 +456,14 @@ class VirtualMemory(Area):
             res.ptr,
             first,
             host_accessible=False,
-            dl_device=(self._runtime.traits.dl_device, self.device or 0),
+            dl_device=self.dlpack_device(),
             native=_VmmBuffer("vmm", res, [chunk]),
             buffer_type=GrowableBuffer,
         )
         return self._track(buf, "growable")
 
     def _grow(self, buffer: GrowableBuffer, size: int) -> None:
-        n = as_size(size)
+        n = checks.size(size)
         with self._vlock:
             if not self._is_live(buffer):
                 raise AMLValueError(f"{buffer!r} is not live in this area")
@@ -458,7 +477,7 @@ class VirtualMemory(Area):
             if need > 0:
                 state.chunks.append(self._map_chunk(mapped_end, need, False))
             old = buffer.size
-            buffer._bind(buffer.ptr, n, 0, self._runtime.traits.dl_device, self.device or 0)
+            buffer._bind(buffer.ptr, n, 0, *self.dlpack_device())
             self._resized(buffer, old)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:

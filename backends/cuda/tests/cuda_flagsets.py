@@ -47,7 +47,7 @@ class AutoRegisteringArea(GpuArea):
     fresh anonymous host memory (kept alive by the buffer) instead of refusing."""
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
-        if options.ptr is None and self._mode is AllocMode.REGISTERED:
+        if options.ptr is None and self.decoded.mode is AllocMode.REGISTERED:
             try:
                 host = _mmap.mmap(-1, max(size, 1))
             except OSError as exc:  # the system cannot provide it: AML's ENOMEM, as any area

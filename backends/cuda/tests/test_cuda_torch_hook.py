@@ -68,9 +68,9 @@ def test_streams_reach_the_pool(torch: Any) -> None:
         def __init__(self) -> None:
             super().__init__()
             self.synced: list[int] = []
-            self.runtime = types.SimpleNamespace(
-                require=lambda group: self.runtime, stream_synchronize=self.synced.append
-            )
+
+        def stream_ordering(self) -> Any:  # a StreamOrderedArea (aml_core.protocols), as GPU areas are
+            return types.SimpleNamespace(stream_synchronize=self.synced.append)
 
     area = Streamed()
     with aml_core.pool(area) as pool:

@@ -5,6 +5,7 @@ checks after each test that nothing native leaked."""
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -53,6 +54,35 @@ def vm(hip: HipDouble) -> Iterator[VirtualMemory]:
     vm = aml_hip.virtual_memory(0)
     yield vm
     vm.close()
+
+
+def test_the_protocols_the_pool_uses(vm: VirtualMemory, hip: HipDouble) -> None:
+    """The GPU areas implement the core's protocols (aml_core.protocols) over the runtime:
+    the virtual-memory area is growable memory; both order work on the runtime's streams."""
+    from aml_core.protocols import DeviceCopies, GrowableMemory, IpcExporter, StreamOrderedArea
+
+    assert isinstance(vm, GrowableMemory)
+    assert isinstance(vm, StreamOrderedArea)
+    with aml_hip.create(0, 0) as device:
+        assert isinstance(device, DeviceCopies)
+        assert isinstance(device, IpcExporter)
+        assert not isinstance(device, GrowableMemory)
+        ops = device.stream_ordering()
+        event = ops.event_create()
+        ops.event_record(event, 0)
+        ops.stream_wait_event(0, event)
+        ops.stream_synchronize(0)
+        ops.event_destroy(event)
+    # commit maps read-write memory in a reservation, unmap gives it back
+    res = vm.reserve(2 * G)
+    vm.commit(res.ptr + G, G)
+    src, dst = ctypes.create_string_buffer(b"committed", 9), ctypes.create_string_buffer(9)
+    vm.copy(res.ptr + G + 100, ctypes.addressof(src), 9)
+    vm.copy(ctypes.addressof(dst), res.ptr + G + 100, 9)
+    assert dst.raw == b"committed"
+    vm.unmap(res.ptr + G, G)
+    vm.address_free(res)
+    assert vm.dlpack_device() == (int(vm.runtime.traits.dl_device), 0)
 
 
 def test_device_pool_blocks_share_a_slab(hip: HipDouble) -> None:

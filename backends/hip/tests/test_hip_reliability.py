@@ -17,6 +17,8 @@ an allocation "succeeds" with a live address           AMLFailure, the live buff
                                                        releases the handle
 a tampered IPC handle (device -5, 2**40, 'x')          AMLValueError/AMLTypeError in the
                                                        importer, no IPC mapping left
+a tampered IPC handle of size (or offset) 2**64        AMLDomainError (EDOM), as every size
+                                                       past 2**63 - 1; no IPC mapping left
 a handle naming memory the importer has open, with     AMLValueError; the open mapping's count
 another size                                           unchanged (closing it unmaps it)
 =====================================================  =====================================
@@ -35,7 +37,9 @@ import pytest
 from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
-from aml_core.errors import AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
+import aml_core
+from aml_core.errors import AMLDomainError, AMLError, AMLFailure, AMLTypeError, AMLValueError, ErrorCode
+from aml_core.gpu import Group
 from tests.support.child import pickled
 from tests.support.ipc_peer import IpcPeer
 
@@ -188,6 +192,31 @@ def test_vm_mmap_past_the_address_space_is_enomem(hip: HipDouble) -> None:
         vm.close()
 
 
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda vm: vm.mmap(2**63),
+        lambda vm: vm.reserve(2**64),
+        lambda vm: vm.create(2**63),
+        lambda vm: vm.growable(2**64),
+        lambda vm: vm.runtime.require(Group.VIRTUAL_MEMORY).vmm_reserve(2**63, 0, 0),
+        lambda vm: aml_core.pool(vm, expandable=True, capacity=2**64),
+    ],
+    ids=["mmap", "reserve", "create", "growable", "vmm_reserve", "pool-capacity"],
+)
+def test_vm_sizes_past_the_address_space_are_edom(hip: HipDouble, call: Any) -> None:
+    """The one size rule (aml_core.checks.size) at the virtual-memory entry points: EDOM
+    before any native call."""
+    vm = aml_hip.BACKEND.virtual_memory(0)
+    try:
+        with pytest.raises(AMLDomainError) as info:
+            call(vm)
+        assert info.value.code is ErrorCode.EDOM
+        assert hip.calls("hipMemAddressReserve") == hip.calls("hipMemCreate") == 0
+    finally:
+        vm.close()
+
+
 @pytest.mark.parametrize("fd", [2**40, -1, 2**31], ids=["2**40", "-1", "2**31"])
 def test_vm_import_fd_out_of_range(hip: HipDouble, fd: int) -> None:
     vm = aml_hip.BACKEND.virtual_memory(0)
@@ -211,6 +240,10 @@ TAMPERED: dict[str, tuple[str, object, str]] = {
     "size=0": ("size", 0, "AMLValueError"),
     "size=-1": ("size", -1, "AMLValueError"),
     "size='big'": ("size", "big", "AMLTypeError"),
+    # the one size rule (aml_core.checks.size): past 2**63 - 1 is EDOM, as at every entry point
+    "size=2**63": ("size", 2**63, "AMLDomainError"),
+    "size=2**64": ("size", 2**64, "AMLDomainError"),
+    "offset=2**64": ("offset", 2**64, "AMLDomainError"),
     # more than the 8 KiB exported: hipMemGetAddressRange after the open says so, and the
     # importer closes the mapping again (reading 1 GiB from it would crash)
     "size=1 GiB": ("size", 1 << 30, "AMLValueError"),

@@ -20,6 +20,7 @@ from hip_helpers import HipDouble, child_env
 
 from aml_core.errors import (
     AMLBusyError,
+    AMLDomainError,
     AMLError,
     AMLFailure,
     AMLMemoryError,
@@ -99,7 +100,7 @@ def test_names_come_from_the_library(hip: HipDouble) -> None:
 BAD_CALLS: list[tuple[str, Callable[[Any], object], type[AMLError]]] = [
     ("hipMalloc", lambda rt: rt.malloc("4096"), AMLTypeError),
     ("hipMalloc", lambda rt: rt.malloc(-1), AMLValueError),
-    ("hipMalloc", lambda rt: rt.malloc(1 << 64), AMLValueError),
+    ("hipMalloc", lambda rt: rt.malloc(1 << 64), AMLDomainError),
     ("hipMalloc", lambda rt: rt.malloc(True), AMLTypeError),
     ("hipFree", lambda rt: rt.free(0), AMLValueError),
     ("hipFree", lambda rt: rt.free(-4096), AMLValueError),

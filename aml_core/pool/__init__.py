@@ -1,0 +1,174 @@
+"""Pools: an :class:`~aml_core.area.Area` that keeps freed memory for reuse.
+
+``aml_core.pool(area)`` returns a :class:`Pool`, itself an area (same ``mmap``,
+``munmap``, ``stats``, ``close`` and the same error table as :mod:`aml_core.area`), over
+any other area: host NUMA, CUDA, HIP, even another pool. It asks the area for large
+*slabs* and hands out *blocks* carved from them, so most ``mmap`` calls make no native
+call at all::
+
+    with aml_core.pool(area, limit=8 << 30) as pool:
+        buf = pool.mmap(4096)          # a normal aml Buffer at the block's address
+        ...
+        pool.munmap(buf)               # back to the pool, not to the area
+        pool.trim()                    # give cached slabs back to the area
+
+Layout
+    Sizes are rounded up to the *granule* (512 bytes; blocks are aligned to it). Requests
+    of at most ``small_max`` (1 MiB) come from a small heap whose slabs are
+    ``small_slab`` (2 MiB) and are split down to the granule; larger requests come from
+    a large heap whose slabs are ``medium_slab`` (20 MiB) for requests under 10 MiB and
+    the request rounded up to 2 MiB otherwise. A large block is split only when at least
+    ``small_max`` would remain (smaller tails stay with the block: bounded waste, no
+    slivers). Each heap indexes its free blocks by exact size (a bin per size: a
+    repeated size is a dictionary hit) over a sorted list of the sizes present, searched
+    with bisect for the best fit. A freed block first goes on a stack of its exact size
+    (the next request of that size pops it: no search, no split); those stacks are
+    coalesced into the heaps (deferred coalescing) when a request finds no fit, and
+    before trimming or reading the statistics. A block that is coalesced merges with its
+    free neighbours in the same slab (blocks of a slab form an address-ordered linked
+    list). With ``release_threshold`` set, freed blocks coalesce at once.
+    Every block remembers its slab: two blocks of one slab are different buffers, with
+    their own addresses, sizes and lifetimes.
+
+Expandable pools
+    ``aml_core.pool(vm, expandable=True)`` over a
+    :class:`~aml_core.gpu.vmm.VirtualMemory` area (any
+    :class:`~aml_core.protocols.GrowableMemory`) reserves one large virtual range
+    (``capacity``) and maps physical chunks at its end on demand, as PyTorch's
+    expandable segments do with CUDA VMM: the single segment grows in place instead of
+    adding slabs, so a freed large block and the new bytes after it merge into one
+    block, and :meth:`Pool.trim` unmaps free chunks at the end.
+
+Limit and release
+    ``limit`` caps the bytes reserved from the area. A slab that would pass it first
+    makes the pool release its cached (wholly free) slabs and retry; if it still does
+    not fit, :class:`~aml_core.errors.AMLMemoryError` (ENOMEM). The same trim-and-retry
+    happens when the area itself reports ENOMEM. A limit smaller than one granule is
+    EINVAL at creation. ``release_threshold`` keeps at most that many cached bytes:
+    a slab that becomes wholly free beyond it is returned to the area at once.
+    :meth:`Pool.trim` returns cached slabs on demand.
+
+Statistics
+    :attr:`Pool.stats` is the area's :class:`~aml_core.specs.AreaStats` (requested
+    bytes); :attr:`Pool.pool_stats` is a :class:`PoolStats` with block and reserved
+    bytes, their peaks (:meth:`Pool.reset_peak`), native calls versus pool hits, the
+    largest free block and ``fragmentation = 1 - largest_free_block / free_bytes``
+    (0 when nothing is free): 0 when all cached memory is one block, near 1 when it is
+    scattered in small pieces that a large request cannot use.
+
+Errors
+    A pool over a closed area is EINVAL at creation, and so is an ``mmap`` after its
+    area was closed (close the pool first: the area's close frees the slabs). Freeing a
+    buffer the pool did not make is EINVAL as on any area. A failure of the area while
+    releasing a slab leaves the slab cached (and counted); :meth:`trim` and
+    :meth:`close` raise it, a release triggered by ``release_threshold`` warns
+    (ResourceWarning) instead, since the block was already returned.
+
+Streams (GPU pools)
+    ``pool.mmap(size, {"stream": s})`` takes a block in ``s``'s order and
+    ``pool.munmap_on(buf, s)`` frees it in that order (a plain munmap: on the stream it
+    was allocated on): the block may still be used by work queued on ``s``, so it goes
+    on ``s``'s own free list
+    and is reused at once only by later requests on ``s``. A request on another stream
+    ``t`` takes host-free memory first, then a block of its exact size freed on another
+    stream after making ``t`` wait for an event recorded on that stream (no host wait);
+    before the pool would grow, trim or close, every stream holding freed blocks is
+    synchronized and the blocks return to host order. Requests without a stream never
+    take a block still held by a stream. This needs an area that orders work on streams
+    (:class:`~aml_core.protocols.StreamOrderedArea`: a GPU area whose runtime provides the
+    ``STREAMS`` and ``STREAM_ORDERED`` groups; AMLNotSupported otherwise); slabs are still
+    allocated with the area's ordinary (synchronous) mmap.
+
+What the area offers
+    The pool asks its area for more than mmap and munmap only through the protocols of
+    :mod:`aml_core.protocols` (stream ordering, device copies for :meth:`Pool.write` and
+    :meth:`Pool.read`, IPC export, growable memory for expandable pools, the device a
+    pool binds to), never by testing for GPU types.
+
+Fast path
+    The exact-size stacks and the counters the statistics need (hits, requested bytes
+    and their peak, live block bytes) live in a compiled
+    :class:`~aml_core._buffer.PoolCache`, which the pool installs in its area base
+    class (``_set_pool``, an explicit ops table as a GPU area's NativeAllocator). Then
+    ``pool.mmap(size)`` without options that finds a block of the rounded size on its
+    stack, and ``pool.munmap`` of a block allocated in host order while the pool keeps
+    stacks, run in C from end to end with no Python frame (a pair costs about a
+    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a
+    miss, options, streams and ``munmap_on``, ``release_threshold``, a closed pool or
+    area, a held lock) runs the Python code below, unchanged. :class:`PoolStats` reads
+    the same counters either way.
+
+Threads
+    One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
+    heaps, slabs, stacks and counters; the area is called with it held (areas are
+    thread-safe and never call back into the pool). The rule of the fast path: a fast
+    operation runs only while no thread holds the lock, entirely under the GIL without
+    releasing it or running Python code, so it is atomic with respect to other fast
+    operations and to any locked section, exactly as if it held the lock. (The cache
+    counts the lock's holder after acquiring and uncounts before releasing, so locked
+    Python code never interleaves with a fast operation.) The buffer bookkeeping is the
+    area base class's, with its own rules. So every public method may be called from
+    any thread. Re-entrant, because code a finalizer runs may use the pool from a
+    thread that is inside it already (a CuPy hook's munmap, run by the garbage collector
+    at an allocation under the lock). A pooled buffer that is itself dropped is freed by
+    its finalizer through munmap's path (see aml_core.area, "Garbage collection"): in C
+    when nobody holds the lock, else it waits until the lock's last holder leaves, and
+    so does one whose free would release a slab while someone is inside the area below.
+    The fast path changes its state only after every read and check, and before it makes
+    the buffer (an allocation that may run a finalizer that frees another block in C).
+    What of this rests on the GIL, and what it needs without it: docs/reliability.md,
+    "Threads and the GIL".
+
+Garbage collection
+    A pooled buffer dropped without munmap goes back to the pool when collected, as
+    munmap would take it: onto its size's stack (compiled), a stream-ordered block onto
+    its stream's free list, with ``release_threshold`` or after close its slab to the
+    area. A pool dropped unclosed goes with its buffers, and its slabs (Buffers of the
+    area) are freed by the area in turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..area import Area
+from ._layout import KiB as KiB  # aml_core.pool.KiB and MiB, as before
+from ._layout import MiB, PoolOptions, PoolOptionsDict, PoolStats
+from ._pool import Pool
+
+__all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
+
+
+def pool(
+    area: Area,
+    *,
+    limit: int | None = None,
+    release_threshold: int | None = None,
+    expandable: bool = False,
+    capacity: int | None = None,
+    options: Any = None,
+    granule: int = 512,
+    small_max: int = 1 * MiB,
+    small_slab: int = 2 * MiB,
+    medium_slab: int = 20 * MiB,
+) -> Pool:
+    """A pool over ``area`` (see :mod:`aml_core.pool`): an area that keeps freed blocks.
+
+    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache);
+    ``release_threshold``: most cached bytes kept; ``expandable``: one growing segment
+    over a VirtualMemory area, reserving ``capacity`` bytes of addresses (default: the
+    limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
+    ``small_max``, ``small_slab``, ``medium_slab``: the layout.
+    """
+    return Pool(
+        area,
+        limit=limit,
+        release_threshold=release_threshold,
+        expandable=expandable,
+        capacity=capacity,
+        options=options,
+        granule=granule,
+        small_max=small_max,
+        small_slab=small_slab,
+        medium_slab=medium_slab,
+    )

@@ -1,0 +1,82 @@
+"""What a pool offers of its area's extras (see aml_core.pool, "What the area offers"):
+IPC export of pooled blocks (:class:`~aml_core.protocols.IpcExporter`) and copies into and
+out of them (:class:`~aml_core.protocols.DeviceCopies`, or the expandable segment's
+:class:`~aml_core.protocols.GrowableMemory`)."""
+
+from __future__ import annotations
+
+import attrs
+
+from .._buffer import address_of
+from ..buffer import Buffer
+from ..errors import AMLNotSupported, AMLValueError
+from ..ipc import IpcExport
+from ..protocols import DeviceCopies, IpcExporter
+from ._layout import PoolBase
+
+__all__ = ["Sharing"]
+
+
+class Sharing(PoolBase):
+    """IPC export, write and read of pooled buffers."""
+
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Share a pooled device buffer with another process: its slab's IPC handle with
+        the block's offset and size (``aml_core.ipc_open`` maps the slab once per process
+        and returns a buffer at the block's address)."""
+        area = self._area
+        if not isinstance(area, IpcExporter) or self._segment is not None:
+            raise AMLNotSupported(
+                f"this pool's memory cannot be shared by IPC handle ({type(self._area).__name__}"
+                f"{', expandable' if self._segment is not None else ''})"
+            )
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+        slab, offset = self.slab_of(buf)
+        assert slab is not None
+        handle = area.ipc_export(slab).handle
+        return IpcExport(buf, attrs.evolve(handle, size=buf.size, offset=offset))
+
+    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
+        """Copy host bytes into a pooled buffer: through the area's ``write`` (an area with
+        DeviceCopies, as GPU areas) or, in an expandable pool, the area's copy."""
+        copies, slab, base = self._slab_io(buffer)
+        n = memoryview(data).nbytes
+        if offset < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        if copies is not None:
+            assert slab is not None
+            copies.write(slab, data, base + offset)
+        elif n:
+            assert self._vm is not None
+            src, _, _ = address_of(data)
+            self._vm.copy(buffer.device_ptr + offset, src, n)
+
+    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
+        """Copy bytes out of a pooled buffer (see :meth:`write`)."""
+        copies, slab, base = self._slab_io(buffer)
+        n = buffer.size - offset if size is None else size
+        if offset < 0 or n < 0 or offset + n > buffer.size:
+            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        if copies is not None:
+            assert slab is not None
+            return copies.read(slab, n, base + offset)
+        out = bytearray(n)
+        if n:
+            assert self._vm is not None
+            dst, _, _ = address_of(out)
+            self._vm.copy(dst, buffer.device_ptr + offset, n)
+        return bytes(out)
+
+    def _slab_io(self, buffer: Buffer) -> tuple[DeviceCopies | None, Buffer | None, int]:
+        """The area's copies (None in an expandable pool, which copies through its
+        GrowableMemory), the buffer's slab and its offset there."""
+        area = self._area
+        if self._segment is not None:
+            copies = None
+        elif isinstance(area, DeviceCopies):
+            copies = area
+        else:
+            raise AMLNotSupported(f"the pooled {type(area).__name__} has no write() or read()")
+        return (copies, *self.slab_of(buffer))
