@@ -50,12 +50,14 @@ class MemAllocator:
         self._alignment = alignment
         self._ctx = c_void_p(context or None)
         self._dev = c_void_p(device or None)
-        self._ddesc = C.ze_device_mem_alloc_desc_t(
+        #: The descriptors every allocation passes (``ze_device_mem_alloc_desc_t``,
+        #: ``ze_host_mem_alloc_desc_t``).
+        self.device_desc = C.ze_device_mem_alloc_desc_t(
             C.ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, None, device_flags, ordinal
         )
-        self._hdesc = C.ze_host_mem_alloc_desc_t(C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, host_flags)
-        self._ddesc_ref = byref(self._ddesc)
-        self._hdesc_ref = byref(self._hdesc)
+        self.host_desc = C.ze_host_mem_alloc_desc_t(C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, host_flags)
+        self._ddesc_ref = byref(self.device_desc)
+        self._hdesc_ref = byref(self.host_desc)
         #: The allocating call's name (for errors).
         self.name = ALLOC_CALLS[kind]
         self._alloc_fn = native.function(self.name)

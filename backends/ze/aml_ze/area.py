@@ -123,7 +123,8 @@ class ZeArea(Area):
     def _bind_calls(self) -> None:
         """Prepare the hot path: the native calls with their constant arguments."""
         settings = self.settings
-        self._alloc = MemAllocator(
+        #: The area's native calls (their descriptors, bound once).
+        self.allocator = MemAllocator(
             self.runtime,
             self.context,
             self.kind,
@@ -139,7 +140,7 @@ class ZeArea(Area):
             self._dl = (DLDeviceType.ONEAPI, settings.device)
 
     def _allocate(self, size: int, options: Any) -> Buffer:
-        ptr = self._alloc.allocate(size)
+        ptr = self.allocator.allocate(size)
         return self._new_buffer(ptr, size, host_accessible=self.kind is not Kind.DEVICE, dl_device=self._dl)
 
     def _free(self, buffer: Buffer) -> None:
@@ -150,7 +151,7 @@ class ZeArea(Area):
                 if export is not None:
                     export.close()
                 self.runtime.ipc_put_handle(self.context, data)
-        self._alloc.free(ptr)
+        self.allocator.free(ptr)
 
     # -- what the driver knows ---------------------------------------------------------------
     def alloc_properties(self, buffer: Buffer | int) -> AllocProperties:
