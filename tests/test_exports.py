@@ -56,7 +56,8 @@ def test_cuda_and_hip_export_the_same_names() -> None:
     assert {n.replace("Cuda", "") for n in set(cuda.__all__) - own["cuda"]} == {
         n.replace("Hip", "") for n in hip.__all__
     }
-    assert cuda.CudaArea is hip.HipArea and cuda.CudaFlags is hip.HipFlags
+    assert cuda.CudaArea is hip.HipArea
+    assert cuda.CudaFlags is hip.HipFlags
 
 
 @pytest.mark.parametrize("name", BACKENDS)
@@ -113,8 +114,10 @@ def test_the_deprecated_name_tables_warn_and_follow_the_stubs() -> None:
         assert set(plugin.GPU_VMM_TYPES) <= set(types)
         assert set(plugin.GPU_PEER_METHODS) <= set(functions)
     assert {"BACKEND", "create", "get_runtime", "stream"} <= set(functions)
-    assert "Stream" in types and "use_with_cupy" in hooks
-    assert exports["create"] == ".api:BACKEND.create" and exports["HipArea"] == "aml_core.gpu:GpuArea"
+    assert "Stream" in types
+    assert "use_with_cupy" in hooks
+    assert exports["create"] == ".api:BACKEND.create"
+    assert exports["HipArea"] == "aml_core.gpu:GpuArea"
     with pytest.raises(AttributeError):
         plugin.GPU_NOTHING  # noqa: B018
 
@@ -137,8 +140,18 @@ def test_mypy_types_every_declared_name(tmp_path: Path) -> None:
         checked.append(tmp_path / "bad_hip.py")
     paths = [str(ROOT), *(str(ROOT / "backends" / b.removeprefix("aml_")) for b in BACKENDS)]
     result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", os.devnull]
-        + ["--show-error-codes", "--no-color-output", *map(str, checked)],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--config-file",
+            os.devnull,
+            "--show-error-codes",
+            "--no-color-output",
+            *map(str, checked),
+        ],
         cwd=tmp_path,
         env=dict(os.environ, MYPYPATH=os.pathsep.join(paths)),
         capture_output=True,
@@ -150,4 +163,6 @@ def test_mypy_types_every_declared_name(tmp_path: Path) -> None:
     assert not [ln for ln in out.splitlines() if ln.startswith("good.py")], out
     assert "bad.py:2: error" in out, out
     if "aml_hip" in present:
-        assert 'bad_hip.py:2: error: Incompatible types in assignment (expression has type "GpuArea"' in out, out
+        assert (
+            'bad_hip.py:2: error: Incompatible types in assignment (expression has type "GpuArea"' in out
+        ), out
