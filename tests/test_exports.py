@@ -5,7 +5,6 @@ and importing the package loads none of them (aml_core.lazy)."""
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,8 @@ from types import ModuleType
 import pytest
 
 from aml_core.lazy import read_stub
+
+from .test_typing import _mypy
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("aml_core.gpu", "aml_cuda", "aml_hip", "aml_ze", "aml_hsa")
@@ -138,27 +139,7 @@ def test_mypy_types_every_declared_name(tmp_path: Path) -> None:
     if "aml_hip" in present:
         (tmp_path / "bad_hip.py").write_text("import aml_hip\nn: int = aml_hip.create(0)\n")
         checked.append(tmp_path / "bad_hip.py")
-    paths = [str(ROOT), *(str(ROOT / "backends" / b.removeprefix("aml_")) for b in BACKENDS)]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--config-file",
-            os.devnull,
-            "--show-error-codes",
-            "--no-color-output",
-            *map(str, checked),
-        ],
-        cwd=tmp_path,
-        env=dict(os.environ, MYPYPATH=os.pathsep.join(paths)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = _mypy(tmp_path, checked, (ROOT, *(ROOT / "backends" / b.removeprefix("aml_") for b in BACKENDS)))
     out = result.stdout
     assert not [ln for ln in out.splitlines() if ln.startswith("good.py")], out
     assert "bad.py:2: error" in out, out

@@ -196,16 +196,8 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
     areas), streams, pointer attributes and peer access, over a runtime that provides the
     ``ALLOCATION`` group (and ``MANAGED``, ``STREAMS``, ``PEER`` for what needs them)."""
 
-    def __init__(
-        self,
-        name: str,
-        load_runtime: Callable[[], RuntimeT],
-        *,
-        description: str = "",
-        precheck: Callable[[], str | None] | None = None,
-    ) -> None:
-        super().__init__(name, load_runtime, description=description, precheck=precheck)
-        self._peer: PeerOps | None = None
+    #: The runtime's PEER group, once asked for (:meth:`_peer_ops`).
+    _peer: PeerOps | None = None
 
     def _unload(self, runtime: RuntimeT) -> None:
         self._peer = None
