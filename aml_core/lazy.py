@@ -6,10 +6,11 @@ not, so packages stay cheap to import this way. After scientific Python's SPEC 1
 (``lazy_loader.attach_stub``): the stub is what type checkers read, and the package's
 ``__init__.py`` is only::
 
-    __getattr__, __dir__, __all__ = lazy_stub(__name__, distribution="aml-hip")
+    __getattr__, __dir__ = lazy_stub(__name__, distribution="aml-hip")
 
 so the lazy ``__getattr__``, ``dir()``, ``__all__`` and the types all follow from the one
-declaration. A stub may hold, at top level, only what :func:`read_stub` reads:
+declaration (read on first use: importing the package parses nothing). A stub may hold,
+at top level, only what :func:`read_stub` reads:
 
 * ``from M import name as name`` (the typing spec's explicit re-export): a public name,
   read from ``M`` (relative to the package, or absolute); ``from M import name`` and
@@ -26,13 +27,15 @@ declaration. A stub may hold, at top level, only what :func:`read_stub` reads:
 
 from __future__ import annotations
 
-import ast
 import importlib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from importlib.util import resolve_name
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ast
 
 __all__ = ["lazy_exports", "lazy_stub", "read_stub"]
 
@@ -42,15 +45,32 @@ _VERSION = "__version__"
 
 def lazy_stub(
     package: str, *, distribution: str | None = None
-) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
-    """``__getattr__``, ``__dir__`` and ``__all__`` of ``package`` from its
-    ``__init__.pyi`` (see the module doc): the public names in it, and ``__version__``
-    when the stub declares it."""
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``__getattr__`` and ``__dir__`` of ``package`` from its ``__init__.pyi`` (see the
+    module doc); ``__all__`` (the stub's public names, and ``__version__`` when the stub
+    declares it) is one of the names ``__getattr__`` gives. The stub is read on first
+    use, not when the package is imported."""
     module = sys.modules[package]
     stub = os.path.join(os.path.dirname(module.__file__ or ""), "__init__.pyi")
-    where, public = read_stub(stub, package, package)
-    getattr_, dir_ = lazy_exports(package, where, distribution=distribution)
-    return getattr_, dir_, public
+    made: list[tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]] = []
+
+    def exports() -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+        if not made:  # two threads may both read the stub: the same table either way
+            where, public = read_stub(stub, package, package)
+            made.append((*lazy_exports(package, where, distribution=distribution), public))
+        return made[0]
+
+    def __getattr__(name: str) -> Any:
+        getattr_, _, public = exports()
+        if name == "__all__":
+            module.__dict__[name] = public
+            return public
+        return getattr_(name)
+
+    def __dir__() -> list[str]:
+        return exports()[1]()
+
+    return __getattr__, __dir__
 
 
 def read_stub(path: str, base: str, home: str) -> tuple[dict[str, str], list[str]]:
@@ -58,6 +78,8 @@ def read_stub(path: str, base: str, home: str) -> tuple[dict[str, str], list[str
     (``"module:attribute.path"``), and the public names in ``__all__`` order (sorted;
     ``__version__`` last). Relative imports are relative to package ``base``; a name
     declared without a value is ``home``'s ``api`` module's."""
+    import ast  # here: importing a package reads no stub
+
     try:
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
@@ -113,6 +135,8 @@ def read_stub(path: str, base: str, home: str) -> tuple[dict[str, str], list[str
 
 def _place(value: ast.expr, bound: Mapping[str, str]) -> str | None:
     """The place of ``bound.attribute.path``, or None for another expression."""
+    import ast
+
     path: list[str] = []
     while isinstance(value, ast.Attribute):
         path.append(value.attr)

@@ -11,4 +11,4 @@ from __future__ import annotations
 
 from ..lazy import lazy_stub
 
-__getattr__, __dir__, __all__ = lazy_stub(__name__)
+__getattr__, __dir__ = lazy_stub(__name__)

@@ -29,4 +29,4 @@ from __future__ import annotations
 from aml_core.lazy import lazy_stub
 
 # The public names are declared once, in __init__.pyi (what type checkers read).
-__getattr__, __dir__, __all__ = lazy_stub(__name__, distribution="aml-hsa")
+__getattr__, __dir__ = lazy_stub(__name__, distribution="aml-hsa")
