@@ -11,7 +11,7 @@ Quick start::
         ...
         area.munmap(buf)
 
-Public API (the same names as aml-hip's: ``aml_core/gpu/exports.pyi``, which both declare):
+Public API (the same names as aml-hip's: both include ``aml_core/gpu/exports.pyi``):
 ``create(device, flags)`` / ``destroy(area)``, ``CudaFlags`` (DEFAULT, ALLOC_HOST,
 ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()``,
 ``ipc_open(handle)`` / ``ipc_close(buffer)``, ``virtual_memory(device)``, ``stream()``,
