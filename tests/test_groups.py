@@ -298,43 +298,6 @@ def test_handle_bytes_type() -> None:
     assert checks.handle_bytes(memoryview(b"y" * 8), 8) == b"y" * 8
 
 
-# -- the names every GPU backend exports ---------------------------------------------------------
-def test_the_typed_exports_stub_matches_the_lazy_names() -> None:
-    """``aml_core/gpu/exports.pyi`` (what type checkers see) names exactly what a GPU backend
-    package resolves at run time, less the two functions each types with its own runtime."""
-    import ast
-    from pathlib import Path
-
-    import aml_core.gpu
-    from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_TYPES
-
-    stub = ast.parse((Path(aml_core.gpu.__file__).parent / "exports.pyi").read_text())
-    declared: set[str] = set()
-    for node in stub.body:
-        if isinstance(node, ast.ImportFrom):
-            declared |= {a.asname for a in node.names if a.asname}
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            declared.add(node.target.id)
-        elif isinstance(node, ast.Assign):
-            declared |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    assert declared == set(GPU_TYPES) | set(GPU_FUNCTIONS) - {"get_runtime", "load_runtime"}
-
-
-def test_the_typed_vmm_exports_stub_matches_gpu_vmm_types() -> None:
-    """``aml_core/gpu/vmm_exports.pyi`` (what type checkers see in aml_ze and aml_hsa) names
-    exactly :data:`~aml_core.gpu.plugin.GPU_VMM_TYPES`, a part of GPU_TYPES."""
-    import ast
-    from pathlib import Path
-
-    import aml_core.gpu
-    from aml_core.gpu.plugin import GPU_TYPES, GPU_VMM_TYPES
-
-    stub = ast.parse((Path(aml_core.gpu.__file__).parent / "vmm_exports.pyi").read_text())
-    declared = {a.asname for node in stub.body if isinstance(node, ast.ImportFrom) for a in node.names}
-    assert declared == set(GPU_VMM_TYPES)
-    assert set(GPU_VMM_TYPES) <= set(GPU_TYPES)
-
-
 class _Ranges:
     """Just what IpcOps.ipc_mapped_size reads: a name and the native range query."""
 

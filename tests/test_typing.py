@@ -149,10 +149,14 @@ def _free_names(code: str) -> set[str]:
     return read - bound - set(dir(builtins))
 
 
-def _mypy(tmp_path: Path, files: list[Path], config: str | None = None) -> subprocess.CompletedProcess[str]:
-    # The source tree: aml_core and the backends (typed packages: py.typed).
-    paths = [ROOT, *(marker.parent.parent for marker in sorted(ROOT.glob("backends/*/aml_*/py.typed")))]
-    env = dict(os.environ, MYPYPATH=os.pathsep.join(map(str, paths)))
+def _mypy(
+    tmp_path: Path, files: list[Path], config: str | None = None, path: tuple[Path, ...] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """mypy --strict on ``files`` as a user's CI runs it, the packages read from ``path``
+    (default: the source tree, aml_core and the backends: typed packages, py.typed)."""
+    if path is None:
+        path = (ROOT, *(marker.parent.parent for marker in sorted(ROOT.glob("backends/*/aml_*/py.typed"))))
+    env = dict(os.environ, MYPYPATH=os.pathsep.join(map(str, path)))
     return subprocess.run(
         [
             sys.executable,

@@ -1,17 +1,30 @@
-"""A GPU backend built from a runtime: AML's area API (``aml_area_<name>_create``,
-``aml_area_<name>_destroy``, the default areas), IPC, virtual memory, streams and the probe
-(the plugin descriptor is in :mod:`.plugin`).
+"""GPU backends built from a runtime, in two layers:
+
+* :class:`BackendBase`, what every GPU backend has (aml-cuda, aml-hip, aml-ze, aml-hsa and a
+  third-party one): the lazily loaded runtime and its devices, areas by kind
+  (:meth:`~BackendBase.create_area`, the ``aml_core.area(kind=...)`` factory), the probe and
+  the capabilities it reports, IPC import and virtual memory (where the runtime provides
+  their groups: without them they raise ENOTSUP with the reason);
+* :class:`GpuBackend`, the CUDA/HIP layer on top: AML's flag-word areas
+  (``aml_area_<name>_create``, ``aml_area_<name>_destroy``, the default areas), streams,
+  pointer attributes and peer access.
 
 ``aml_cuda`` and ``aml_hip`` are each one :class:`GpuBackend` over their own runtime, and
 their public functions *are* its bound methods (``aml_hip.create is aml_hip.BACKEND.create``):
-the API is written here once, and a backend package only names its backend."""
+the API is written here once, and a backend package only names its backend. aml-ze's and
+aml-hsa's backends derive from :class:`BackendBase` and add their own area constructors.
+The plugin descriptor is in :mod:`.plugin`.
+"""
 
 from __future__ import annotations
 
+import abc
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import Any, Generic, TypeVar
 
 from .. import checks
+from ..area import Area
 from ..buffer import Buffer
 from ..descriptor import ProbeResult
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
@@ -26,48 +39,52 @@ from .runtime import Group, PeerOps, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
 
-__all__ = ["GpuBackend"]
+__all__ = ["BackendBase", "GpuBackend"]
+
+#: The runtime class of a backend (``CudaRuntime``, ``ZeRuntime``...).
+RuntimeT = TypeVar("RuntimeT", bound=Runtime)
+#: The area class a backend's :meth:`~BackendBase.create_area` returns.
+AreaT = TypeVar("AreaT", bound=Area)
 
 
-class GpuBackend:
-    """One GPU backend. ``load_runtime`` is called lazily, once; it raises
+class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
+    """What every GPU backend has. ``load_runtime`` is called lazily, once; it raises
     :class:`~aml_core.errors.AMLNotSupported` when the native library or driver is
-    missing."""
+    missing. A subclass implements :meth:`create_area` (the areas it provides, by kind)
+    and adds its own area constructors."""
 
     def __init__(
         self,
         name: str,
-        load_runtime: Callable[[], Runtime],
+        load_runtime: Callable[[], RuntimeT],
         *,
         description: str = "",
         precheck: Callable[[], str | None] | None = None,
     ) -> None:
         """``name`` — the registered backend name; ``load_runtime`` — called once, on
-        first use, to load the :class:`Runtime` (raises ``AMLNotSupported`` when the
-        library or driver is missing); ``description`` — one line for ``aml info``;
-        ``precheck`` — a cheap test run by :meth:`probe` before loading the runtime,
-        returning why the backend cannot work here, or None."""
+        first use, to load the runtime (raises ``AMLNotSupported`` when the library or
+        driver is missing); ``description`` — one line for ``aml info``; ``precheck`` — a
+        cheap test run by :meth:`probe` before loading the runtime, returning why the
+        backend cannot work here, or None."""
         self.name = name
         self.description = description
         self._load_runtime = load_runtime
-        #: A cheaper test run by :meth:`probe` before loading the runtime: it returns
-        #: why the backend cannot work here (no driver library...), or None.
         self._precheck = precheck
-        self._runtime: Runtime | None = None
+        self._runtime: RuntimeT | None = None
         self._lock = threading.Lock()
         self._imports: IpcImportArea | None = None
-        self._defaults: dict[GpuFlags, GpuArea] = {}
-        self._peer: PeerOps | None = None
+        #: The shared areas of :meth:`_default`, by the key their backend gives them.
+        self._defaults: dict[Hashable, AreaT] = {}
 
     @property
-    def runtime(self) -> Runtime:
+    def runtime(self) -> RuntimeT:
         """The loaded runtime (loads it on first use)."""
         with self._lock:
             if self._runtime is None:
                 self._runtime = self._load_runtime()
             return self._runtime
 
-    def _usable_runtime(self) -> Runtime:
+    def _usable_runtime(self) -> RuntimeT:
         """The runtime of a call that needs a device: a missing library, driver or device
         raises :class:`AMLNotSupported` worded as everywhere (:mod:`.devices`)."""
         rt = usable_runtime(self.name, lambda: self.runtime)
@@ -77,62 +94,56 @@ class GpuBackend:
     def reset(self) -> None:
         """Forget the loaded runtime and the cached areas (tests switch libraries)."""
         with self._lock:
-            if self._imports is not None:
-                self._imports.close()
-            for area in self._defaults.values():
-                area.close()
-            self._imports = None
+            imports, self._imports = self._imports, None
+            defaults = list(self._defaults.values())
             self._defaults.clear()
-            self._runtime = None
-            self._peer = None
+            runtime, self._runtime = self._runtime, None
+        if imports is not None:
+            imports.close()
+        for area in defaults:
+            area.close()
+        if runtime is not None:
+            self._unload(runtime)
 
-    # -- AML area API --------------------------------------------------------------------
-    def create(self, device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
-        """``aml_area_cuda_create`` / ``aml_area_hip_create(&area, device, flags)``: a new
-        area; close it (or :meth:`destroy` it) when done.
+    def _unload(self, runtime: RuntimeT) -> None:
+        """Release what a forgotten runtime holds itself (:meth:`reset`, after its areas
+        are closed); nothing by default."""
 
-        ``device`` is a device index, or negative for the current device at mmap time.
-        Errors: no usable driver or device → ENOTSUP
-        (:class:`~aml_core.errors.AMLNotSupported`, "no usable <backend> device: ...");
-        the device count cannot be read for another reason → FAILURE
-        (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
-        unknown flag bits → EINVAL (docs/aml-contract.md#hip-area).
-        """
-        return GpuArea(usable_runtime(self.name, lambda: self.runtime), device, flags)
-
-    @staticmethod
-    def destroy(area: GpuArea) -> None:
-        """``aml_area_cuda_destroy`` / ``aml_area_hip_destroy``: free whatever the area
-        still holds (the same as ``area.close()``). Idempotent."""
-        area.close()
-
-    def _default(self, flags: GpuFlags) -> GpuArea:
+    def _default(self, key: Hashable, make: Callable[[], AreaT]) -> AreaT:
+        """The shared area under ``key``, made by ``make()`` on first use or once closed
+        (AML's default areas: callers must not close them)."""
         with self._lock:
-            area = self._defaults.get(flags)
+            area = self._defaults.get(key)
         if area is None or area.closed:
-            area = GpuArea(usable_runtime(self.name, lambda: self.runtime), -1, flags)
+            area = make()
             with self._lock:
-                self._defaults[flags] = area
+                self._defaults[key] = area
         return area
 
-    def default_area(self) -> GpuArea:
-        """``aml_area_cuda`` / ``aml_area_hip``: device memory on the current device,
-        visible by a single device, not mapped on the host (shared: do not close it)."""
-        return self._default(GpuFlags.DEFAULT)
+    # -- areas ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def create_area(self, kind: Kind, device: int | None = None, **options: Any) -> AreaT:
+        """The ``aml_core.area(kind=..., backend=<name>)`` factory: a new area of ``kind``
+        on ``device`` (None: the backend's default device); ``options`` are the backend's
+        own (unknown ones: :class:`~aml_core.errors.AMLTypeError`; a kind the backend does
+        not provide: :class:`~aml_core.errors.AMLNotSupported`)."""
 
-    def unified_area(self) -> GpuArea:
-        """``aml_area_cuda_unified`` / ``aml_area_hip_unified``: managed memory on the
-        current device (shared: do not close it)."""
-        return self._default(GpuFlags.ALLOC_UNIFIED)
+    @staticmethod
+    def destroy(area: Area) -> None:
+        """``aml_area_<name>_destroy``: free whatever the area still holds (the same as
+        ``area.close()``). Idempotent."""
+        area.close()
 
-    # -- IPC, virtual memory, streams ----------------------------------------------------
+    # -- IPC and virtual memory ----------------------------------------------------------
     def ipc_open(self, handle: IpcHandle) -> Buffer:
         """Open an IPC handle exported by another process: maps the device memory with
         lazy peer access; opening the same handle again returns the same buffer (close it
-        as many times). Close before the exporter frees."""
+        as many times). Close before the exporter frees. A runtime without the IPC group
+        raises :class:`AMLNotSupported` with the reason."""
+        rt = self.runtime
         with self._lock:
             if self._imports is None or self._imports.closed:
-                self._imports = IpcImportArea(self._runtime or self._load_runtime())
+                self._imports = IpcImportArea(rt)
             imports = self._imports
         return imports.open(handle)
 
@@ -150,11 +161,100 @@ class GpuBackend:
             raise AMLValueError(f"device {device!r} is not in 0..{count - 1}")
         return VirtualMemory(rt, device)
 
+    # -- plugin --------------------------------------------------------------------------
+    def probe(self) -> ProbeResult:
+        """Whether the backend is usable here, and why not (never raises): loads the
+        runtime, counts devices and reads their properties."""
+        if self._runtime is None and self._precheck is not None:
+            why = self._precheck()
+            if why:
+                return ProbeResult.unavailable(why)
+        versions: dict[str, str] = {}  # what was found, also when no device is
+        try:
+            rt = self.runtime
+            versions = dict(rt.traits.versions)
+            count = rt.device_count()
+            if count <= 0:
+                return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)
+            devices = tuple(rt.device_info(i) for i in range(count))
+        except AMLError as exc:
+            return ProbeResult(available=False, reason=str(exc), versions=versions)
+        caps = Capability.NONE
+        for dev in devices:
+            caps |= dev.capabilities
+        return ProbeResult(
+            available=True,
+            detail=f"{count} device(s)",
+            devices=devices,
+            capabilities=caps,
+            versions=versions,
+        )
+
+
+class GpuBackend(BackendBase[RuntimeT, GpuArea]):
+    """The CUDA/HIP layer: AML's flag-word areas (:meth:`create`, the default and unified
+    areas), streams, pointer attributes and peer access, over a runtime that provides the
+    ``ALLOCATION`` group (and ``MANAGED``, ``STREAMS``, ``PEER`` for what needs them)."""
+
+    #: The runtime's PEER group, once asked for (:meth:`_peer_ops`).
+    _peer: PeerOps | None = None
+
+    def _unload(self, runtime: RuntimeT) -> None:
+        self._peer = None
+
+    # -- AML area API --------------------------------------------------------------------
+    def create(self, device: int = -1, flags: int | GpuFlags = GpuFlags.DEFAULT) -> GpuArea:
+        """``aml_area_cuda_create`` / ``aml_area_hip_create(&area, device, flags)``: a new
+        area; close it (or :meth:`destroy` it) when done.
+
+        ``device`` is a device index, or negative for the current device at mmap time.
+        Errors: no usable driver or device → ENOTSUP
+        (:class:`~aml_core.errors.AMLNotSupported`, "no usable <backend> device: ...");
+        the device count cannot be read for another reason → FAILURE
+        (:class:`~aml_core.errors.AMLFailure`); ``device`` >= the device count → EINVAL;
+        unknown flag bits → EINVAL (docs/aml-contract.md#hip-area).
+        """
+        return GpuArea(usable_runtime(self.name, lambda: self.runtime), device, flags)
+
+    def _flags_default(self, flags: GpuFlags) -> GpuArea:
+        return self._default(
+            flags, lambda: GpuArea(usable_runtime(self.name, lambda: self.runtime), -1, flags)
+        )
+
+    def default_area(self) -> GpuArea:
+        """``aml_area_cuda`` / ``aml_area_hip``: device memory on the current device,
+        visible by a single device, not mapped on the host (shared: do not close it)."""
+        return self._flags_default(GpuFlags.DEFAULT)
+
+    def unified_area(self) -> GpuArea:
+        """``aml_area_cuda_unified`` / ``aml_area_hip_unified``: managed memory on the
+        current device (shared: do not close it)."""
+        return self._flags_default(GpuFlags.ALLOC_UNIFIED)
+
+    def create_area(
+        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: object
+    ) -> GpuArea:
+        """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
+        MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
+        adds ALLOC_GLOBAL."""
+        if options:
+            raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
+        if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
+            raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
+        return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
+
+    # -- streams and pointers ------------------------------------------------------------
     def stream(self, *, non_blocking: bool = False) -> Stream:
         """A new stream (``cudaStreamCreateWithFlags`` / ``hipStreamCreateWithFlags``);
         close it when done. No usable driver or device: :class:`AMLNotSupported`, as
         :meth:`create` says it."""
         return Stream(self._usable_runtime(), non_blocking=non_blocking)
+
+    def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
+        """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a
+        buffer's ``ptr``."""
+        address = ptr.ptr if isinstance(ptr, Buffer) else ptr
+        return self.runtime.require(Group.ALLOCATION).pointer_attributes(address)
 
     # -- several devices: peer access and copies (docs/aml-contract.md#peer-access) -------
     def _peer_ops(self) -> PeerOps:
@@ -189,50 +289,3 @@ class GpuBackend:
         device buffers, each on its own device (``cudaMemcpyPeer`` / ``hipMemcpyPeer``);
         returns when the bytes are copied. See :func:`aml_core.gpu.peer.copy_peer`."""
         copy_peer(self._peer_ops(), dst, src, size, dst_offset=dst_offset, src_offset=src_offset)
-
-    def pointer_attributes(self, ptr: int | Buffer) -> PointerAttributes:
-        """``cudaPointerGetAttributes`` / ``hipPointerGetAttributes`` of an address or a
-        buffer's ``ptr``."""
-        address = ptr.ptr if isinstance(ptr, Buffer) else ptr
-        return self.runtime.require(Group.ALLOCATION).pointer_attributes(address)
-
-    # -- plugin --------------------------------------------------------------------------
-    def probe(self) -> ProbeResult:
-        """Whether the backend is usable here, and why not (never raises): loads the
-        runtime, counts devices and reads their properties."""
-        if self._runtime is None and self._precheck is not None:
-            why = self._precheck()
-            if why:
-                return ProbeResult.unavailable(why)
-        versions: dict[str, str] = {}  # what was found, also when no device is
-        try:
-            rt = self.runtime
-            versions = dict(rt.traits.versions)
-            count = rt.device_count()
-            if count <= 0:
-                return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)
-            devices = tuple(rt.device_info(i) for i in range(count))
-        except AMLError as exc:
-            return ProbeResult(available=False, reason=str(exc), versions=versions)
-        caps = Capability.NONE
-        for dev in devices:
-            caps |= dev.capabilities
-        return ProbeResult(
-            available=True,
-            detail=f"{count} device(s)",
-            devices=devices,
-            capabilities=caps,
-            versions=versions,
-        )
-
-    def create_area(
-        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: object
-    ) -> GpuArea:
-        """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
-        MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
-        adds ALLOC_GLOBAL."""
-        if options:
-            raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
-        if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
-            raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
-        return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))

@@ -1,5 +1,5 @@
 """What a GPU backend's plugin module needs: its kinds, its capabilities (derived from the
-capability groups its runtime provides), the names its package exports, and a descriptor
+capability groups its runtime provides) and a descriptor
 whose probe, area factory and IPC opener load the backend lazily.
 
 Cheap to import (no runtime, no area code): a plugin module is imported by every
@@ -16,23 +16,9 @@ from ..specs import Capability, Kind
 from .groups import Group, capabilities
 
 if TYPE_CHECKING:
-    from .backend import GpuBackend
+    from .backend import BackendBase
 
-__all__ = [
-    "GPU_CAPABILITIES",
-    "GPU_FUNCTIONS",
-    "GPU_GROUPS",
-    "GPU_HOOKS",
-    "GPU_INTERFACES",
-    "GPU_KINDS",
-    "GPU_METHODS",
-    "GPU_PEER_METHODS",
-    "GPU_PRIORITY",
-    "GPU_TYPES",
-    "GPU_VMM_TYPES",
-    "gpu_exports",
-    "lazy_descriptor",
-]
+__all__ = ["GPU_CAPABILITIES", "GPU_GROUPS", "GPU_INTERFACES", "GPU_KINDS", "GPU_PRIORITY", "lazy_descriptor"]
 
 #: Above the host backend (0): on a node with a GPU, device, pinned, managed and mapped
 #: memory come from the GPU backend.
@@ -48,91 +34,57 @@ GPU_INTERFACES = Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE
 #: it really has (a missing group, concurrent managed access, pageable access).
 GPU_CAPABILITIES = capabilities(GPU_GROUPS, GPU_INTERFACES)
 
-#: The public names every GPU backend package (aml_cuda, aml_hip) exports for the same
-#: things, typed once in ``aml_core/gpu/exports.pyi``: the types of :mod:`aml_core.gpu`,
-#: its ``BACKEND`` (a :class:`~aml_core.gpu.backend.GpuBackend`) and that backend's bound
-#: methods, AML's area API among them. Each package also exports ``get_runtime`` and
-#: ``load_runtime`` (typed with its own runtime class) and AML's names for its area, flags
-#: and options (``CudaArea``, ``HipFlags``...); aml_cuda alone exports ``MIN_BINDINGS``, the
-#: oldest cuda-bindings it runs on (aml-hip loads its library through ctypes: no binding).
-GPU_TYPES = (
-    "CPU",
-    "INVALID",
-    "Access",
-    "Advice",
-    "AllocationProperties",
-    "AttachFlags",
-    "CoherencyMode",
-    "GrowableBuffer",
-    "IpcExport",
-    "IpcHandle",
-    "LocationType",
-    "Physical",
-    "PointerAttributes",
-    "RangeAttribute",
-    "Reservation",
-    "Stream",
-    "VirtualMemory",
-)
-#: Of :data:`GPU_TYPES`, those of the virtual-memory and IPC API that every GPU backend has,
-#: Level Zero's and HSA's too (they have no managed advice or streams); typed once in
-#: ``aml_core/gpu/vmm_exports.pyi`` for the packages that export these and not all of GPU_TYPES.
-GPU_VMM_TYPES = (
-    "Access",
-    "AllocationProperties",
-    "GrowableBuffer",
-    "IpcExport",
-    "IpcHandle",
-    "Physical",
-    "Reservation",
-    "VirtualMemory",
-)
-#: Of :data:`GPU_METHODS`, those of the ``PEER`` group (several devices: peer access and
-#: copies), which CUDA and HIP have and aml-ze does not.
-GPU_PEER_METHODS = ("can_access_peer", "copy_peer", "disable_peer_access", "enable_peer_access")
-#: The methods of ``BACKEND`` a GPU backend package exports as functions.
-GPU_METHODS = (
-    "can_access_peer",
-    "copy_peer",
-    "create",
-    "default_area",
-    "destroy",
-    "disable_peer_access",
-    "enable_peer_access",
-    "ipc_close",
-    "ipc_open",
-    "pointer_attributes",
-    "probe",
-    "stream",
-    "unified_area",
-    "virtual_memory",
-)
-GPU_FUNCTIONS = ("BACKEND", "get_runtime", "load_runtime", *GPU_METHODS)
-#: The allocator hooks of the backends whose device pointers CuPy and PyTorch use (aml_cuda,
-#: aml_hip): each package's ``hooks`` module binds :mod:`aml_core.gpu.hooks` to its backend,
-#: and the package exports these names from it (typed in its own ``__init__.py``).
-GPU_HOOKS = ("CupyHook", "TorchHook", "use_with_cupy", "use_with_torch")
+#: The name tables this module had, deprecated in 0.3 (removed in 0.4): a backend package's
+#: public names are declared in its ``__init__.pyi`` now; :func:`__getattr__` reads them
+#: from the stubs shared by the GPU backends.
+_DEPRECATED = ("GPU_TYPES", "GPU_VMM_TYPES", "GPU_METHODS", "GPU_PEER_METHODS", "GPU_FUNCTIONS", "GPU_HOOKS")
 
 
-def gpu_exports(prefix: str) -> dict[str, str]:
-    """The lazy-export table of a GPU backend package: :data:`GPU_TYPES` from
-    :mod:`aml_core.gpu`, :data:`GPU_METHODS` from its ``api.BACKEND``, ``BACKEND``,
-    ``get_runtime`` and ``load_runtime`` from its ``api`` module, and AML's
-    names for the area, its flags and mmap options: ``<prefix>Area``, ``<prefix>Flags``
-    and ``<prefix>MmapOptions`` (``HipFlags`` is :class:`~aml_core.gpu.GpuFlags`...)."""
-    aliases = {f"{prefix}{what}": f"aml_core.gpu:Gpu{what}" for what in ("Area", "Flags", "MmapOptions")}
-    return (
-        dict.fromkeys(GPU_TYPES, "aml_core.gpu")
-        | {name: f".api:BACKEND.{name}" for name in GPU_METHODS}
-        | dict.fromkeys(("BACKEND", "get_runtime", "load_runtime"), ".api")
-        | aliases
+def __getattr__(name: str) -> Any:
+    """The deprecated tables (and ``gpu_exports``), with a :class:`DeprecationWarning`."""
+    if name not in (*_DEPRECATED, "gpu_exports"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(
+        f"aml_core.gpu.plugin.{name} is deprecated: a GPU backend package declares its names in "
+        "its __init__.pyi (aml_core.lazy.lazy_stub); read them from the package's __all__",
+        DeprecationWarning,
+        stacklevel=2,
     )
+    shared = _shared("exports")
+    if name == "gpu_exports":
+        own = dict.fromkeys(("get_runtime", "load_runtime"), ".api")
+        return lambda prefix: (
+            shared | own | {f"{prefix}{w}": f"aml_core.gpu:Gpu{w}" for w in ("Area", "Flags", "MmapOptions")}
+        )
+    methods = tuple(sorted(n for n, place in shared.items() if ":BACKEND." in place))
+    from .hooks import __all__ as hooks
+
+    return {
+        "GPU_TYPES": tuple(sorted(set(shared) - {"BACKEND", *methods})),
+        "GPU_VMM_TYPES": tuple(sorted(_shared("vmm_exports"))),
+        "GPU_METHODS": methods,
+        "GPU_PEER_METHODS": tuple(n for n in methods if "peer" in n),
+        "GPU_FUNCTIONS": ("BACKEND", "get_runtime", "load_runtime", *methods),
+        "GPU_HOOKS": tuple(hooks),
+    }[name]
+
+
+def _shared(stub: str) -> dict[str, str]:
+    """The places of the names a shared stub of this package declares (``.api:BACKEND``
+    for the including package's backend)."""
+    import os
+
+    from ..lazy import read_stub
+
+    return read_stub(os.path.join(os.path.dirname(__file__), f"{stub}.pyi"), __name__, "")[0]
 
 
 def lazy_descriptor(
     name: str,
     description: str,
-    backend: Callable[[], GpuBackend],
+    backend: Callable[[], BackendBase[Any, Any]],
     *,
     priority: int = GPU_PRIORITY,
     capabilities: Capability = GPU_CAPABILITIES,

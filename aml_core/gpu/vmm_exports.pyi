@@ -1,7 +1,6 @@
-# The typed names of aml_core.gpu.plugin.GPU_VMM_TYPES: the virtual-memory and IPC types a GPU
-# backend package without all of GPU_TYPES (aml_ze, aml_hsa) re-exports. Its __init__.py
-# imports this under TYPE_CHECKING; at run time its lazy __getattr__ resolves the same
-# names from aml_core.gpu. tests/test_groups.py checks that the two lists agree.
+# The types of aml_core.gpu's virtual-memory and IPC API that every GPU backend package
+# re-exports (aml_cuda, aml_hip, aml_ze, aml_hsa): its __init__.pyi includes them with
+# `from aml_core.gpu.vmm_exports import *` (aml_core.lazy reads the inclusion too).
 
 from aml_core.gpu import Access as Access
 from aml_core.gpu import AllocationProperties as AllocationProperties

@@ -11,7 +11,7 @@ Quick start::
         ...
         area.munmap(buf)
 
-Public API (the same names as aml-hip's, see :data:`aml_core.gpu.plugin.GPU_FUNCTIONS`):
+Public API (the same names as aml-hip's: both include ``aml_core/gpu/exports.pyi``):
 ``create(device, flags)`` / ``destroy(area)``, ``CudaFlags`` (DEFAULT, ALLOC_HOST,
 ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()``,
 ``ipc_open(handle)`` / ``ipc_close(buffer)``, ``virtual_memory(device)``, ``stream()``,
@@ -28,36 +28,7 @@ the plugin on machines without CUDA.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from aml_core.lazy import lazy_stub
 
-from aml_core.gpu.plugin import GPU_FUNCTIONS, GPU_HOOKS, GPU_TYPES, gpu_exports
-from aml_core.lazy import lazy_exports
-
-if TYPE_CHECKING:
-    # AML's names for the area, its flags and mmap options (aml_area_cuda_*).
-    from aml_core.gpu import GpuArea as CudaArea
-    from aml_core.gpu import GpuFlags as CudaFlags
-    from aml_core.gpu import GpuMmapOptions as CudaMmapOptions
-    from aml_core.gpu.exports import *  # noqa: F403  (the names every GPU backend exports)
-
-    from .api import get_runtime as get_runtime
-    from .api import load_runtime as load_runtime
-    from .hooks import CupyHook as CupyHook
-    from .hooks import TorchHook as TorchHook
-    from .hooks import use_with_cupy as use_with_cupy
-    from .hooks import use_with_torch as use_with_torch
-    from .native import MIN_BINDINGS as MIN_BINDINGS
-
-__all__ = [  # noqa: PLE0604  (the shared names, then this backend's own)
-    *GPU_TYPES,
-    *GPU_FUNCTIONS,
-    *GPU_HOOKS,
-    "CudaArea",
-    "CudaFlags",
-    "CudaMmapOptions",
-    "MIN_BINDINGS",
-]
-_HOOKS = dict.fromkeys(GPU_HOOKS, ".hooks")
-__getattr__, __dir__ = lazy_exports(
-    __name__, gpu_exports("Cuda") | {"MIN_BINDINGS": ".native"} | _HOOKS, distribution="aml-cuda"
-)
+# The public names are declared once, in __init__.pyi (what type checkers read).
+__getattr__, __dir__ = lazy_stub(__name__, distribution="aml-cuda")

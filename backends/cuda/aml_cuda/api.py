@@ -4,15 +4,16 @@
 :class:`aml_cuda.runtime.CudaRuntime`; the package's functions are its bound methods:
 AML's CUDA
 area API (``aml_area_cuda_create``, ``aml_area_cuda_destroy``, ``aml_area_cuda``,
-``aml_area_cuda_unified``) plus IPC, virtual memory and streams.
+``aml_area_cuda_unified``) plus IPC, virtual memory and streams. The public names are declared once, in
+``aml_cuda/__init__.pyi``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from aml_core.errors import AMLNotSupported
-from aml_core.gpu import GpuBackend
+from aml_core.gpu.backend import GpuBackend
 
 from . import plugin
 
@@ -46,4 +47,4 @@ BACKEND = GpuBackend(plugin.NAME, load_runtime, precheck=plugin.precheck, descri
 
 def get_runtime() -> CudaRuntime:
     """The loaded :class:`~aml_cuda.runtime.CudaRuntime` (ENOTSUP without cuda-bindings)."""
-    return cast("CudaRuntime", BACKEND.runtime)
+    return BACKEND.runtime

@@ -16,6 +16,8 @@ from aml_core.hookspecs import hookimpl
 if TYPE_CHECKING:
     from aml_core.gpu.backend import GpuBackend
 
+    from .runtime import CudaRuntime
+
 __all__ = ["DESCRIPTION", "NAME", "aml_backends", "precheck"]
 
 NAME = "cuda"
@@ -38,7 +40,7 @@ def precheck() -> str | None:
     return None
 
 
-def _backend() -> GpuBackend:
+def _backend() -> GpuBackend[CudaRuntime]:
     from .api import BACKEND
 
     return BACKEND

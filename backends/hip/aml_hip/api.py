@@ -4,14 +4,15 @@
 :class:`aml_hip.runtime.HipRuntime`; the package's functions are its bound methods:
 AML's HIP area
 API (``aml_area_hip_create``, ``aml_area_hip_destroy``, ``aml_area_hip``,
-``aml_area_hip_unified``) plus IPC, virtual memory and streams.
+``aml_area_hip_unified``) plus IPC, virtual memory and streams. The public names are declared once, in
+``aml_hip/__init__.pyi``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from aml_core.gpu import GpuBackend
+from aml_core.gpu.backend import GpuBackend
 
 from . import plugin
 
@@ -35,4 +36,4 @@ BACKEND = GpuBackend(plugin.NAME, load_runtime, precheck=plugin.precheck, descri
 
 def get_runtime() -> HipRuntime:
     """The loaded :class:`~aml_hip.runtime.HipRuntime` (loads the library)."""
-    return cast("HipRuntime", BACKEND.runtime)
+    return BACKEND.runtime

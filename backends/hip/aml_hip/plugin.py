@@ -17,6 +17,8 @@ from aml_core.hookspecs import hookimpl
 if TYPE_CHECKING:
     from aml_core.gpu.backend import GpuBackend
 
+    from .runtime import HipRuntime
+
 __all__ = ["DESCRIPTION", "NAME", "aml_backends", "precheck"]
 
 NAME = "hip"
@@ -28,7 +30,7 @@ DESCRIPTION = (
 precheck = None
 
 
-def _backend() -> GpuBackend:
+def _backend() -> GpuBackend[HipRuntime]:
     from .api import BACKEND
 
     return BACKEND

@@ -9,13 +9,18 @@ reaches ctypes; native failures raise through the HIP error table (:mod:`aml_hip
 Version differences come from :class:`~aml_hip.abi.HipAbi`; a library without the
 virtual-memory calls, or without the stream-ordered ones (``hipMallocAsync``... , exported
 since HIP 5.1), does not provide that group (:meth:`HipRuntime.missing_groups`).
+
+The runtime is written by concern: this module holds the devices, allocation and managed
+memory; :mod:`aml_hip.streams` the STREAMS and STREAM_ORDERED groups, :mod:`aml_hip.sharing`
+PEER and IPC, :mod:`aml_hip.vmm` VIRTUAL_MEMORY, each a part of :class:`HipRuntime` that calls
+the library through :class:`aml_hip.calls.HipCalls`.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
-from ctypes import byref, c_int, c_size_t, c_ulonglong, c_void_p
+from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import NoReturn
 
 from aml_core import checks
@@ -26,7 +31,11 @@ from aml_core.gpu import runtime as core
 from aml_core.specs import DeviceInfo
 
 from . import abi as C
+from .calls import vp as _vp
 from .native import STREAM_ORDERED_FUNCTIONS, VMM_FUNCTIONS, HipLibrary
+from .sharing import HipSharing
+from .streams import HipStreams
+from .vmm import HipVirtualMemory
 
 __all__ = ["HipRuntime"]
 
@@ -60,19 +69,13 @@ _COUNT_MESSAGES = {
 MANAGED_GRANULE = 4096
 
 
-def _vp(value: int) -> c_void_p:
-    return c_void_p(value or None)
-
-
 class HipRuntime(
     core.Runtime,
     core.AllocationOps,
     core.ManagedOps,
-    core.StreamOps,
-    core.IpcOps,
-    core.VirtualMemoryOps,
-    core.StreamOrderedOps,
-    core.PeerOps,
+    HipStreams,
+    HipSharing,
+    HipVirtualMemory,
 ):
     """HIP's native calls for the shared GPU logic (:mod:`aml_core.gpu`)."""
 
@@ -96,18 +99,6 @@ class HipRuntime(
         )
         self._native: NativeAllocator | None = None
         self._native_checked = False
-
-    # -- helpers -----------------------------------------------------------------------------
-    def _out_ptr(self, name: str, *args: object) -> int:
-        out = c_void_p()
-        self.lib.call(name, byref(out), *args)
-        return int(out.value or 0)
-
-    def _out_ptr_message(self, name: str, message: str, *args: object) -> int:
-        """:meth:`_out_ptr` with the message a failure raises."""
-        out = c_void_p()
-        self.lib.call(name, byref(out), *args, message=message)
-        return int(out.value or 0)
 
     def missing_groups(self) -> Mapping[core.Group, str]:
         """HIP libraries without the virtual-memory calls (``hipMemCreate``...) or the
@@ -362,214 +353,4 @@ class HipRuntime(
             _vp(ptr),
             size,
             flags,
-        )
-
-    # -- streams -----------------------------------------------------------------------------
-    def _stream_create(self, non_blocking: bool) -> int:
-        flags = C.hipStreamNonBlocking if non_blocking else C.hipStreamDefault
-        return self._out_ptr("hipStreamCreateWithFlags", flags)
-
-    def _stream_destroy(self, stream: int) -> None:
-        self.lib.call("hipStreamDestroy", _vp(stream))
-
-    def _stream_synchronize(self, stream: int) -> None:
-        self.lib.call("hipStreamSynchronize", _vp(stream))
-
-    # -- stream-ordered allocation (docs/native-abi.md#hip-stream-ordered-allocation) ----------
-    def _malloc_async(self, size: int, stream: int) -> int:
-        return self._out_ptr_message(
-            "hipMallocAsync", f"hipMallocAsync of {size} bytes failed", size, _vp(stream)
-        )
-
-    def _free_async(self, ptr: int, stream: int) -> None:
-        self.lib.call("hipFreeAsync", _vp(ptr), _vp(stream))
-
-    def _event_create(self) -> int:
-        return self._out_ptr("hipEventCreateWithFlags", C.hipEventDisableTiming)
-
-    def _event_destroy(self, event: int) -> None:
-        self.lib.call("hipEventDestroy", _vp(event))
-
-    def _event_record(self, event: int, stream: int) -> None:
-        self.lib.call("hipEventRecord", _vp(event), _vp(stream))
-
-    def _event_query(self, event: int) -> bool:
-        rc = self.lib.raw("hipEventQuery", _vp(event))
-        if rc == C.hipSuccess:
-            return True
-        if rc == C.hipErrorNotReady:  # the recorded work is still running: not an error
-            return False
-        raise self.errors.error("hipEventQuery", rc, None)
-
-    def _event_synchronize(self, event: int) -> None:
-        self.lib.call("hipEventSynchronize", _vp(event))
-
-    def _stream_wait_event(self, stream: int, event: int) -> None:
-        self.lib.call("hipStreamWaitEvent", _vp(stream), _vp(event), 0)
-
-    # -- peer access (docs/aml-contract.md#peer-access) -----------------------------------------
-    def _can_access_peer(self, device: int, peer: int) -> bool:
-        can = c_int(0)
-        self.lib.call("hipDeviceCanAccessPeer", byref(can), device, peer)
-        return bool(can.value)
-
-    def _peer_call(self, name: str, answered: int, *args: int) -> bool:
-        """A peer enable/disable: True on success, False on ``answered`` (704 "already
-        enabled" / 705 "not enabled": an answer of the idempotent call, cleared from
-        hipGetLastError, which HIP 7 keeps until read), else the translated error."""
-        rc = self.lib.raw(name, *args)
-        if rc == C.hipSuccess:
-            return True
-        if rc == answered:
-            self.lib.raw("hipGetLastError")
-            return False
-        raise self.errors.error(name, rc, None)
-
-    def _enable_peer_access(self, peer: int) -> bool:
-        return self._peer_call("hipDeviceEnablePeerAccess", C.hipErrorPeerAccessAlreadyEnabled, peer, 0)
-
-    def _disable_peer_access(self, peer: int) -> bool:
-        return self._peer_call("hipDeviceDisablePeerAccess", C.hipErrorPeerAccessNotEnabled, peer)
-
-    def _memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
-        """``hipMemcpyPeer``, then a synchronization of the null stream: CLR queues the
-        device-to-device copy on the current device's null stream without waiting for it
-        (as CUDA does), and aml's returns when the bytes are there."""
-        self.lib.call("hipMemcpyPeer", _vp(dst), dst_device, _vp(src), src_device, size)
-        self.lib.call("hipStreamSynchronize", None)
-
-    # -- IPC (docs/aml-contract.md#hip-ipc) -----------------------------------------------------
-    def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
-        handle = C.hipIpcMemHandle_t()
-        self.lib.call("hipIpcGetMemHandle", byref(handle), _vp(ptr))
-        return ctypes.string_at(byref(handle), C.HIP_IPC_HANDLE_SIZE)
-
-    def _ipc_open_handle(self, handle: bytes, size: int) -> int:
-        native = C.hipIpcMemHandle_t.from_buffer_copy(handle)
-        # hipIpcMemLazyEnablePeerAccess: 0 up to HIP 5.7, 1 from 6.0 (docs/native-abi.md#hip-ipc).
-        return self._out_ptr("hipIpcOpenMemHandle", native, self.abi.ipc_lazy_enable_peer_access)
-
-    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
-        """``hipMemGetAddressRange``: the exporter's allocation behind an opened handle
-        (the importer refuses a handle that claims more)."""
-        base, size = c_void_p(), c_size_t(0)
-        self.lib.call("hipMemGetAddressRange", byref(base), byref(size), _vp(ptr))
-        return int(base.value or 0), int(size.value)
-
-    def _ipc_close_handle(self, ptr: int) -> None:
-        self.lib.call("hipIpcCloseMemHandle", _vp(ptr))
-
-    # -- virtual memory ----------------------------------------------------------------------
-    def _prop(self, device: int, exportable: bool) -> ctypes.Structure:
-        """A hipMemAllocationProp in this version's layout (docs/native-abi.md#hip-virtual-memory)."""
-        prop = self.abi.allocation_prop()
-        prop.type = C.hipMemAllocationTypePinned
-        prop.requestedHandleType = (
-            C.hipMemHandleTypePosixFileDescriptor if exportable else C.hipMemHandleTypeNone
-        )
-        prop.location.type = C.hipMemLocationTypeDevice
-        prop.location.id = device
-        return prop
-
-    def _vmm_granularity(self, device: int, recommended: bool) -> int:
-        prop = self._prop(device, False)
-        out = c_size_t(0)
-        option = (
-            C.hipMemAllocationGranularityRecommended if recommended else C.hipMemAllocationGranularityMinimum
-        )
-        self.lib.call("hipMemGetAllocationGranularity", byref(out), byref(prop), option)
-        return int(out.value)
-
-    def _vmm_reserve(self, size: int, alignment: int, address: int) -> int:
-        return self._out_ptr(
-            "hipMemAddressReserve",
-            size,
-            alignment,
-            _vp(address),
-            0,
-        )
-
-    def _vmm_address_free(self, ptr: int, size: int) -> None:
-        self.lib.call("hipMemAddressFree", _vp(ptr), size)
-
-    def _vmm_create(self, size: int, device: int, exportable: bool) -> int:
-        prop = self._prop(device, exportable)
-        return self._out_ptr("hipMemCreate", size, byref(prop), 0)
-
-    def _vmm_release(self, handle: int) -> None:
-        self.lib.call("hipMemRelease", _vp(handle))
-
-    def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
-        self.lib.call(
-            "hipMemMap",
-            _vp(ptr),
-            size,
-            offset,
-            _vp(handle),
-            0,
-        )
-
-    def _vmm_unmap(self, ptr: int, size: int) -> None:
-        self.lib.call("hipMemUnmap", _vp(ptr), size)
-
-    def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
-        descs = (C.hipMemAccessDesc * len(access))()
-        for desc, (device, flags) in zip(descs, access, strict=True):
-            desc.location.type = C.hipMemLocationTypeDevice
-            desc.location.id = device
-            desc.flags = flags
-        self.lib.call("hipMemSetAccess", _vp(ptr), size, descs, len(access))
-
-    def _vmm_get_access(self, ptr: int, device: int) -> int:
-        location = C.hipMemLocation(C.hipMemLocationTypeDevice, device)
-        flags = c_ulonglong(0)
-        self.lib.call("hipMemGetAccess", byref(flags), byref(location), _vp(ptr))
-        return int(flags.value)
-
-    def _shareable(self) -> None:
-        if self.abi.shareable == "unsupported":
-            raise AMLNotSupported(
-                f"HIP {C.version_string(self.version)} cannot export or import virtual memory "
-                "(hipMemExportToShareableHandle / hipMemImportFromShareableHandle return "
-                "hipErrorNotSupported in HIP 6.0 and 6.1)"
-            )
-
-    def _vmm_export_fd(self, handle: int) -> int:
-        self._shareable()
-        fd = c_int(-1)
-        self.lib.call(
-            "hipMemExportToShareableHandle",
-            byref(fd),
-            _vp(handle),
-            C.hipMemHandleTypePosixFileDescriptor,
-            0,
-        )
-        return fd.value
-
-    def _vmm_import_fd(self, fd: int) -> int:
-        self._shareable()
-        value = fd
-        if self.abi.shareable == "value":
-            # HIP >= 7.0: the fd cast to void*, like CUDA (docs/native-abi.md#hip-virtual-memory).
-            return self._out_ptr(
-                "hipMemImportFromShareableHandle", c_void_p(value), C.hipMemHandleTypePosixFileDescriptor
-            )
-        # HIP 6.2/6.3 (and 5.x, unverified): a pointer to the int fd (docs/native-abi.md#hip-virtual-memory).
-        boxed = c_int(value)
-        return self._out_ptr(
-            "hipMemImportFromShareableHandle",
-            c_void_p(ctypes.addressof(boxed)),
-            C.hipMemHandleTypePosixFileDescriptor,
-        )
-
-    def _vmm_retain(self, ptr: int) -> int:
-        return self._out_ptr("hipMemRetainAllocationHandle", _vp(ptr))
-
-    def _vmm_properties(self, handle: int) -> core.AllocationProperties:
-        prop = self.abi.allocation_prop()
-        self.lib.call("hipMemGetAllocationPropertiesFromHandle", byref(prop), _vp(handle))
-        return core.AllocationProperties(
-            type=int(prop.type),
-            location_device=int(prop.location.id),
-            handle_types=int(prop.requestedHandleType),
         )

@@ -21,7 +21,6 @@ from hip_helpers import HipDouble
 import aml_core
 from aml_core.errors import AMLBusyError, AMLTypeError, AMLValueError
 from aml_core.gpu import hooks
-from aml_core.gpu.plugin import GPU_HOOKS
 from aml_core.testing.hook_fakes import FakeDeviceArea, faked
 
 
@@ -34,8 +33,8 @@ def cupy() -> Iterator[Any]:
 def test_aml_hip_exports_the_shared_hooks() -> None:
     from aml_hip import hooks as hip_hooks
 
-    assert set(GPU_HOOKS) <= set(aml_hip.__all__)
-    assert set(GPU_HOOKS) <= set(dir(aml_hip))
+    assert set(hooks.__all__) <= set(aml_hip.__all__)
+    assert set(hooks.__all__) <= set(dir(aml_hip))
     assert aml_hip.use_with_cupy is hip_hooks.use_with_cupy
     assert aml_hip.use_with_torch is hip_hooks.use_with_torch
     assert aml_hip.CupyHook is hooks.CupyHook

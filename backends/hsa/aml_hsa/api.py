@@ -8,19 +8,19 @@ areas. The functions are its bound methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from aml_core.errors import AMLNotSupported, AMLTypeError
-from aml_core.gpu import GpuBackend
+from aml_core.gpu.backend import BackendBase
 from aml_core.specs import Kind
 
 from . import plugin
+from .area import PoolArea
 
 if TYPE_CHECKING:
-    from .area import PoolArea
     from .runtime import HsaRuntime
 
-# The public names are listed once, in aml_hsa/__init__.py (its lazy exports).
+# The public names are declared once, in aml_hsa/__init__.pyi (the lazy exports follow it).
 
 
 def load_runtime() -> HsaRuntime:
@@ -33,38 +33,32 @@ def load_runtime() -> HsaRuntime:
     return HsaRuntime(load())
 
 
-class HsaBackend(GpuBackend):
+class HsaBackend(BackendBase["HsaRuntime", PoolArea]):
     """The GPU backend of HSA: areas are pool areas (DEVICE: a GPU's coarse-grained pool,
     HOST: a CPU fine-grained pool); there is no managed memory and no stream."""
 
-    def create(self, device: int = -1, flags: object = 0) -> PoolArea:  # type: ignore[override]
+    def create(self, device: int = -1, flags: object = 0) -> PoolArea:
         """Device memory of GPU ``device`` (negative: device 0; HSA has no current device).
         ``flags`` must be 0: HSA picks memory by pool, not by AML's CUDA-style flags."""
-        from .area import PoolArea
-
         if flags:
             raise AMLNotSupported(
                 "hsa areas take no flags: use create() for device memory, host_area() for host"
             )
-        rt = cast("HsaRuntime", self.runtime)
-        return PoolArea(rt, Kind.DEVICE, 0 if device is None or device < 0 else device)
+        return PoolArea(self.runtime, Kind.DEVICE, 0 if device is None or device < 0 else device)
 
     def host_area(self) -> PoolArea:
         """Host memory from a CPU agent's fine-grained pool, accessible to every GPU."""
-        from .area import PoolArea
+        return PoolArea(self.runtime, Kind.HOST)
 
-        return PoolArea(cast("HsaRuntime", self.runtime), Kind.HOST)
-
-    def default_area(self) -> PoolArea:  # type: ignore[override]
+    def default_area(self) -> PoolArea:
         """Device memory of device 0 (a new area each call: close it)."""
         return self.create(0)
 
-    def unified_area(self) -> PoolArea:  # type: ignore[override]
+    def unified_area(self) -> PoolArea:
+        """HSA has no managed memory: always ENOTSUP (aml-hip's ``unified_area`` has it)."""
         raise AMLNotSupported("hsa has no managed memory (use aml-hip for hipMallocManaged)")
 
-    def create_area(  # type: ignore[override]
-        self, kind: Kind, device: int | None = None, **options: object
-    ) -> PoolArea:
+    def create_area(self, kind: Kind, device: int | None = None, **options: object) -> PoolArea:
         """The ``aml_core.area(kind=..., backend="hsa")`` factory: DEVICE → the GPU's
         coarse-grained pool, HOST → a CPU fine-grained pool."""
         if options:
@@ -83,14 +77,4 @@ BACKEND = HsaBackend(plugin.NAME, load_runtime, precheck=plugin.precheck, descri
 
 def get_runtime() -> HsaRuntime:
     """The loaded :class:`~aml_hsa.runtime.HsaRuntime` (loads and initializes the library)."""
-    return cast("HsaRuntime", BACKEND.runtime)
-
-
-create = BACKEND.create
-destroy = BACKEND.destroy
-default_area = BACKEND.default_area
-host_area = BACKEND.host_area
-ipc_open = BACKEND.ipc_open
-ipc_close = BACKEND.ipc_close
-virtual_memory = BACKEND.virtual_memory
-probe = BACKEND.probe
+    return BACKEND.runtime

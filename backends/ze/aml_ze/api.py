@@ -1,43 +1,21 @@
-"""The public API of aml-ze (imported on first use by :mod:`aml_ze`).
+"""The backend object of aml-ze (imported on first use by :mod:`aml_ze`).
 
 :data:`BACKEND` is a :class:`aml_ze.area.ZeBackend` over :class:`aml_ze.runtime.ZeRuntime`;
-the functions are its bound methods: AML's Level Zero area API
+the package's functions are its bound methods: AML's Level Zero area API
 (``aml_area_ze_device_create``, ``aml_area_ze_host_create``, ``aml_area_ze_destroy``,
-``aml_area_ze_device``, ``aml_area_ze_host``) plus IPC, virtual memory and the probe.
+``aml_area_ze_device``, ``aml_area_ze_host``) plus IPC, virtual memory and the probe. The
+public names are declared once, in ``aml_ze/__init__.pyi``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from . import plugin
-from .area import ZeArea, ZeBackend, ZeDeviceFlags, ZeFlags, ZeHostFlags
-from .runtime import AllocProperties
+from .area import ZeBackend
 
 if TYPE_CHECKING:
     from .runtime import ZeRuntime
-
-__all__ = [
-    "BACKEND",
-    "AllocProperties",
-    "ZeArea",
-    "ZeDeviceFlags",
-    "ZeFlags",
-    "ZeHostFlags",
-    "alloc_properties",
-    "default_device_area",
-    "default_host_area",
-    "destroy",
-    "device_area",
-    "get_runtime",
-    "host_area",
-    "ipc_close",
-    "ipc_open",
-    "load_runtime",
-    "pointer_attributes",
-    "probe",
-    "virtual_memory",
-]
 
 
 def load_runtime() -> ZeRuntime:
@@ -56,17 +34,4 @@ BACKEND = ZeBackend(plugin.NAME, load_runtime, precheck=plugin.precheck, descrip
 
 def get_runtime() -> ZeRuntime:
     """The loaded :class:`~aml_ze.runtime.ZeRuntime` (loads the loader)."""
-    return cast("ZeRuntime", BACKEND.runtime)
-
-
-device_area = BACKEND.device_area
-host_area = BACKEND.host_area
-destroy = BACKEND.destroy
-default_device_area = BACKEND.default_device_area
-default_host_area = BACKEND.default_host_area
-ipc_open = BACKEND.ipc_open
-ipc_close = BACKEND.ipc_close
-virtual_memory = BACKEND.virtual_memory
-probe = BACKEND.probe
-pointer_attributes = BACKEND.pointer_attributes
-alloc_properties = BACKEND.alloc_properties
+    return BACKEND.runtime

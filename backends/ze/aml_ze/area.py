@@ -4,7 +4,7 @@ The backend template (docs/backend-authoring.md §1) lets a backend whose area i
 own have an area module: Level Zero's area is not the CUDA/HIP area of
 :mod:`aml_core.gpu` (no flag word of ALLOC_HOST/UNIFIED/MAPPED, no current device, and
 one context per area), so it lives here, with :class:`ZeBackend`, the
-:class:`~aml_core.gpu.backend.GpuBackend` whose bound methods are aml-ze's API.
+:class:`~aml_core.gpu.backend.BackendBase` whose bound methods are aml-ze's API.
 
 :class:`ZeArea` behaves as ``aml_area_ze_device_create`` / ``aml_area_ze_host_create``
 (docs/aml-contract.md#level-zero-area):
@@ -28,7 +28,6 @@ import enum
 import os
 import threading
 import weakref
-from ctypes import byref, c_void_p
 from typing import Any
 
 import attrs
@@ -37,13 +36,14 @@ from aml_core import checks
 from aml_core._buffer import AreaLock
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer, DLDeviceType
-from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
-from aml_core.gpu.backend import GpuBackend
+from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.gpu.backend import BackendBase
 from aml_core.gpu.ipc import IpcExport, IpcHandle
 from aml_core.gpu.runtime import Group
 from aml_core.specs import Capability, Kind
 
 from . import abi as C
+from .alloc import MemAllocator
 from .runtime import AllocProperties, ZeRuntime
 
 __all__ = ["ZeArea", "ZeBackend", "ZeDeviceFlags", "ZeFlags", "ZeHostFlags"]
@@ -112,13 +112,6 @@ class ZeArea(Area):
         kind = settings.kind
         device = None if kind is Kind.HOST else settings.device
         super().__init__(backend="ze", kind=kind, device=device, capabilities=_CAPABILITIES[kind])
-        self._device_handle = runtime.devices[settings.device] if kind is not Kind.HOST else 0
-        self._ddesc = C.ze_device_mem_alloc_desc_t(
-            C.ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, None, settings.device_flags, settings.ordinal
-        )
-        self._hdesc = C.ze_host_mem_alloc_desc_t(
-            C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, settings.host_flags
-        )
         #: ptr -> (the export, held weakly; its native handle data) for each export.
         self._exports: dict[int, list[tuple[weakref.ref[IpcExport], bytes]]] = {}
         self._ctx_lock = AreaLock(self, threading.RLock())
@@ -145,40 +138,27 @@ class ZeArea(Area):
         return super().mmap(size, options)
 
     def _bind_calls(self) -> None:
-        """Prepare the hot path: the native functions and their constant arguments."""
-        native = self.runtime.lib.native
-        self._ctx = c_void_p(self.context)
-        self._dev = c_void_p(self._device_handle or None)
-        self._ddesc_ref = byref(self._ddesc)
-        self._hdesc_ref = byref(self._hdesc)
-        self._alloc_name = {Kind.DEVICE: "zeMemAllocDevice", Kind.MANAGED: "zeMemAllocShared"}.get(
-            self.kind, "zeMemAllocHost"
+        """Prepare the hot path: the native calls with their constant arguments."""
+        settings = self.settings
+        #: The area's native calls (their descriptors, bound once).
+        self.allocator = MemAllocator(
+            self.runtime,
+            self.context,
+            self.kind,
+            device=self.runtime.devices[settings.device] if self.kind is not Kind.HOST else 0,
+            ordinal=settings.ordinal,
+            device_flags=settings.device_flags,
+            host_flags=settings.host_flags,
+            alignment=settings.alignment,
         )
-        self._alloc_fn = native.function(self._alloc_name)
-        self._free_fn = native.function("zeMemFree")
         if self.kind is Kind.HOST:
             self._dl: tuple[int, int] = (DLDeviceType.CPU, 0)
         else:
-            self._dl = (DLDeviceType.ONEAPI, self.settings.device)
+            self._dl = (DLDeviceType.ONEAPI, settings.device)
 
     def _allocate(self, size: int, options: Any) -> Buffer:
-        out = c_void_p()
-        kind = self.kind
-        if kind is Kind.DEVICE:
-            rc = self._alloc_fn(self._ctx, self._ddesc_ref, size, self.alignment, self._dev, byref(out))
-        elif kind is Kind.MANAGED:
-            rc = self._alloc_fn(
-                self._ctx, self._ddesc_ref, self._hdesc_ref, size, self.alignment, self._dev, byref(out)
-            )
-        else:
-            rc = self._alloc_fn(self._ctx, self._hdesc_ref, size, self.alignment, byref(out))
-        if rc:
-            raise self.runtime.errors.error(self._alloc_name, rc)
-        ptr = out.value
-        if not ptr:
-            raise AMLFailure(f"{self._alloc_name} returned SUCCESS and a NULL pointer")
-        self.runtime._owners[ptr] = self.context
-        return self._new_buffer(ptr, size, host_accessible=kind is not Kind.DEVICE, dl_device=self._dl)
+        ptr = self.allocator.allocate(size)
+        return self._new_buffer(ptr, size, host_accessible=self.kind is not Kind.DEVICE, dl_device=self._dl)
 
     def _free(self, buffer: Buffer) -> None:
         ptr = buffer.ptr
@@ -188,10 +168,7 @@ class ZeArea(Area):
                 if export is not None:
                     export.close()
                 self.runtime.ipc_put_handle(self.context, data)
-        rc = self._free_fn(self._ctx, ptr)
-        if rc:
-            raise self.runtime.errors.error("zeMemFree", rc)
-        self.runtime._owners.pop(ptr, None)
+        self.allocator.free(ptr)
 
     # -- what the driver knows ---------------------------------------------------------------
     def alloc_properties(self, buffer: Buffer | int) -> AllocProperties:
@@ -250,31 +227,18 @@ class ZeArea(Area):
         return f"<aml ZeArea {what}{dev} alignment={self.alignment} {state}>"
 
 
-class ZeBackend(GpuBackend):
-    """The aml-ze backend: AML's Level Zero area API plus IPC, virtual memory and the
-    probe (inherited from :class:`~aml_core.gpu.backend.GpuBackend`)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._ze_defaults: dict[Kind, ZeArea] = {}
+class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
+    """The aml-ze backend: AML's Level Zero area API, plus IPC, virtual memory and the
+    probe (inherited from :class:`~aml_core.gpu.backend.BackendBase`)."""
 
     @property
     def ze(self) -> ZeRuntime:
-        rt = self.runtime
-        assert isinstance(rt, ZeRuntime)
-        return rt
+        """The loaded runtime (:attr:`runtime`)."""
+        return self.runtime
 
-    def reset(self) -> None:
-        """Forget the runtime (destroying its context) and the default areas."""
-        with self._lock:
-            defaults = list(self._ze_defaults.values())
-            self._ze_defaults.clear()
-            rt = self._runtime
-        for area in defaults:
-            area.close()
-        super().reset()
-        if isinstance(rt, ZeRuntime):
-            rt.close()
+    def _unload(self, runtime: ZeRuntime) -> None:
+        """Destroy the forgotten runtime's own context (its areas are closed by then)."""
+        runtime.close()
 
     def device_area(
         self,
@@ -293,7 +257,7 @@ class ZeBackend(GpuBackend):
         count, an alignment that is not a power of two, unknown flag bits or ``flags``
         neither DEVICE nor SHARED → EINVAL; context creation fails → the translated
         ze_result_t."""
-        rt = self.ze
+        rt = self.runtime
         if _checked:
             rt.handle(device)
             dev = checks.device(device)
@@ -315,23 +279,18 @@ class ZeBackend(GpuBackend):
     ) -> ZeArea:
         """``aml_area_ze_host_create(&area, host_flags, alignment)``: host memory
         (``zeMemAllocHost``). Errors as :meth:`device_area`."""
-        rt = self.ze
+        rt = self.runtime
         if _checked:
             host_flags = checks.flag_bits(host_flags, C.HOST_MEM_ALLOC_FLAGS, "host_flags")
             alignment = checks.power_of_two(alignment)
         return ZeArea(rt, _Settings(Kind.HOST, 0, 0, 0, int(host_flags), int(alignment)))
 
     def _ze_default(self, kind: Kind) -> ZeArea:
-        with self._lock:
-            area = self._ze_defaults.get(kind)
-        if area is None or area.closed:
-            if kind is Kind.HOST:
-                area = self.host_area(ZeHostFlags.BIAS_CACHED, DEFAULT_ALIGNMENT)
-            else:
-                area = self.device_area(0, 0, ZeDeviceFlags.BIAS_CACHED, DEFAULT_ALIGNMENT, ZeFlags.DEVICE)
-            with self._lock:
-                self._ze_defaults[kind] = area
-        return area
+        if kind is Kind.HOST:
+            return self._default(kind, lambda: self.host_area(ZeHostFlags.BIAS_CACHED, DEFAULT_ALIGNMENT))
+        return self._default(
+            kind, lambda: self.device_area(0, 0, ZeDeviceFlags.BIAS_CACHED, DEFAULT_ALIGNMENT, ZeFlags.DEVICE)
+        )
 
     def default_device_area(self) -> ZeArea:
         """``aml_area_ze_device``: cached device memory of device 0, 64-byte aligned
@@ -344,28 +303,14 @@ class ZeBackend(GpuBackend):
 
     def alloc_properties(self, ptr: int | Buffer) -> AllocProperties:
         """``zeMemGetAllocProperties`` of an address or a buffer's ``ptr``."""
-        return self.ze.alloc_properties(ptr.ptr if isinstance(ptr, Buffer) else ptr)
+        return self.runtime.alloc_properties(ptr.ptr if isinstance(ptr, Buffer) else ptr)
 
     def pointer_attributes(self, ptr: int | Buffer) -> Any:
         """:meth:`alloc_properties` as :class:`~aml_core.gpu.runtime.PointerAttributes`."""
-        return self.ze.pointer_attributes(ptr.ptr if isinstance(ptr, Buffer) else ptr)
+        return self.runtime.pointer_attributes(ptr.ptr if isinstance(ptr, Buffer) else ptr)
 
-    def ipc_open(self, handle: IpcHandle) -> Buffer:
-        """Open an IPC handle exported by another process (see
-        :meth:`GpuBackend.ipc_open <aml_core.gpu.backend.GpuBackend.ipc_open>`). The runtime
-        is loaded and kept first, so that :meth:`reset` destroys the context it opens in."""
-        _ = self.runtime
-        return super().ipc_open(handle)
-
-    @staticmethod
-    def destroy(area: Area) -> None:
-        """``aml_area_ze_destroy``: free what the area holds and destroy its context (the
-        same as ``area.close()``). Idempotent."""
-        area.close()
-
-    # GpuBackend's factory returns its GpuArea; Level Zero's area is its own.
-    def create_area(  # type: ignore[override]
-        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: object
+    def create_area(
+        self, kind: Kind, device: int | None = None, *, all_devices: bool = False, **options: Any
     ) -> ZeArea:
         """The ``aml_core.area(kind=..., backend="ze")`` factory: DEVICE → a device area,
         MANAGED → a shared area, HOST → a host area; options are the area's arguments
@@ -382,6 +327,6 @@ class ZeBackend(GpuBackend):
         if unknown:
             raise AMLTypeError(f"unknown ze area options {sorted(unknown)}; allowed: {sorted(allowed)}")
         if kind is Kind.HOST:
-            return self.host_area(**options)  # type: ignore[arg-type]
+            return self.host_area(**options)
         flags = ZeFlags.SHARED if kind is Kind.MANAGED else ZeFlags.DEVICE
-        return self.device_area(0 if device is None else device, flags=flags, **options)  # type: ignore[arg-type]
+        return self.device_area(0 if device is None else device, flags=flags, **options)

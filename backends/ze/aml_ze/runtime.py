@@ -35,54 +35,38 @@ Level Zero differs from CUDA and HIP in ways that shape this module:
   here, just before this runtime's ``zeInit``).
 
 Every "success" with an impossible result (a NULL pointer or handle, page size 0) is
-FAILURE, with the call named.
+FAILURE, with the call named. The IPC group is :class:`aml_ze.ipc.ZeIpc`, the
+virtual-memory group :class:`aml_ze.vmm.ZeVirtualMemory` (parts of :class:`ZeRuntime`);
+this module keeps the driver, contexts, devices and pointers.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import struct
-import sys
 import threading
-from collections.abc import Sequence
-from ctypes import byref, c_size_t, c_uint32, c_void_p
+from ctypes import byref, c_uint32, c_void_p
 from typing import Final
 
 import attrs
 
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
-from aml_core.errors import AMLFailure, AMLNotSupported, AMLValueError, NativeCause
+from aml_core.errors import AMLFailure, AMLNotSupported, AMLValueError
 from aml_core.gpu.runtime import (
-    AllocationProperties,
-    IpcOps,
     PointerAttributes,
     Runtime,
     RuntimeTraits,
-    VirtualMemoryOps,
     device_capabilities,
 )
 from aml_core.specs import Capability, DeviceInfo
 
 from . import abi as C
+from .ipc import IPC_HANDLE_SIZE, IPC_MAGIC, ZeIpc
 from .native import ZeLibrary
 from .sysman import LEGACY_ENV, Sysman
+from .vmm import ZeVirtualMemory
 
 __all__ = ["IPC_HANDLE_SIZE", "IPC_MAGIC", "AllocProperties", "ZeRuntime"]
-
-#: Bytes of the IPC group's handle (see the module doc).
-IPC_HANDLE_SIZE: Final = 80
-IPC_MAGIC: Final = b"AMZE"
-_IPC_TAIL = struct.Struct("<4sIII")
-
-#: Access values of the shared virtual-memory API (CUDA's) <-> ze_memory_access_attribute_t.
-_TO_ZE_ACCESS: Final = {
-    0: C.ZE_MEMORY_ACCESS_ATTRIBUTE_NONE,
-    1: C.ZE_MEMORY_ACCESS_ATTRIBUTE_READONLY,
-    3: C.ZE_MEMORY_ACCESS_ATTRIBUTE_READWRITE,
-}
-_FROM_ZE_ACCESS: Final = {v: k for k, v in _TO_ZE_ACCESS.items()}
 
 _MEMORY_TYPES: Final = {
     C.ZE_MEMORY_TYPE_HOST: "host",
@@ -96,9 +80,6 @@ _DEVICE_TYPES: Final = {
     C.ZE_DEVICE_TYPE_MCA: "MCA",
     C.ZE_DEVICE_TYPE_VPU: "VPU",
 }
-_SYS_PIDFD_GETFD: Final = 438
-_PR_SET_PTRACER: Final = 0x59616D61
-_PR_SET_PTRACER_ANY: Final = (1 << 64) - 1
 
 
 def _vp(value: int) -> c_void_p:
@@ -118,15 +99,7 @@ class AllocProperties:
     page_size: int
 
 
-@attrs.define
-class _Physical:
-    size: int
-    device: int
-    refs: int = 1
-    maps: int = 0
-
-
-class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
+class ZeRuntime(Runtime, ZeIpc, ZeVirtualMemory):
     """The first Level Zero driver and its devices (see the module doc)."""
 
     def __init__(self, library: ZeLibrary) -> None:
@@ -176,11 +149,7 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
         self._context = 0
         #: Pointer -> the context that owns it (registered by the areas).
         self._owners: dict[int, int] = {}
-        self._physicals: dict[int, _Physical] = {}
-        self._mappings: dict[int, tuple[int, int]] = {}
-        #: unmapped address -> the physical allocation its unmap could not destroy
-        self._undestroyed: dict[int, int] = {}
-        self._ptracer_set = False
+        ZeVirtualMemory.__init__(self)
         #: Sysman's view of the devices (free memory); searched on first use.
         self.sysman = Sysman(
             library, self.devices, lambda d: bytes(self.properties(d).uuid), legacy=sysman_legacy
@@ -331,261 +300,3 @@ class ZeRuntime(Runtime, IpcOps, VirtualMemoryOps):
             host_pointer=p if host_ok else 0,
             is_managed=memory_type == "managed",
         )
-
-    # -- IPC -----------------------------------------------------------------------------
-    def _allow_pidfd_getfd(self) -> None:
-        """Let importers duplicate this process's descriptors under Yama ptrace_scope 1."""
-        if self._ptracer_set:
-            return
-        self._ptracer_set = True
-        try:
-            with open("/proc/sys/kernel/yama/ptrace_scope") as f:
-                scope = f.read().strip()
-        except OSError:
-            return
-        if scope == "1":
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PTRACER, ctypes.c_ulong(_PR_SET_PTRACER_ANY), 0, 0, 0)
-
-    def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
-        handle = C.ze_ipc_mem_handle_t()
-        context = self.context_of(ptr)
-        self.lib.call("zeMemGetIpcHandle", _vp(context), _vp(ptr), byref(handle))
-        self._allow_pidfd_getfd()
-        props = self.alloc_properties(ptr)
-        device = props.device or 0
-        data = ctypes.string_at(byref(handle), C.ZE_MAX_IPC_HANDLE_SIZE)
-        return data + _IPC_TAIL.pack(IPC_MAGIC, os.getpid(), device, 0)
-
-    def ipc_put_handle(self, context: int, data: bytes) -> None:
-        """``zeMemPutIpcHandle`` where the loader has it (spec 1.6+); otherwise the
-        handle is released with its memory."""
-        if not self.lib.has("zeMemPutIpcHandle"):
-            return
-        native = C.ze_ipc_mem_handle_t.from_buffer_copy(data[: C.ZE_MAX_IPC_HANDLE_SIZE])
-        self.lib.call("zeMemPutIpcHandle", _vp(context), native)
-
-    @staticmethod
-    def parse_ipc_handle(data: bytes) -> tuple[bytes, int, int, int]:
-        """(ze handle, exporter pid, device, exporter fd) of an aml-ze IPC handle; EINVAL
-        if it is not one."""
-        raw = checks.handle_bytes(data, IPC_HANDLE_SIZE, "an aml-ze IPC handle")
-        magic, pid, device, reserved = _IPC_TAIL.unpack_from(raw, C.ZE_MAX_IPC_HANDLE_SIZE)
-        if magic != IPC_MAGIC or reserved != 0:
-            raise AMLValueError("not an aml-ze IPC handle (bad magic): from another backend, or tampered")
-        if pid <= 0 or pid > checks.C_INT_MAX:
-            raise AMLValueError(f"the aml-ze IPC handle names pid {pid}: tampered")
-        fd = int.from_bytes(raw[:4], "little", signed=True)
-        if fd < 0:
-            raise AMLValueError(f"the aml-ze IPC handle carries fd {fd}: tampered")
-        return raw[: C.ZE_MAX_IPC_HANDLE_SIZE], pid, device, fd
-
-    def _ipc_open_handle(self, handle: bytes, size: int) -> int:
-        ze, pid, device, remote_fd = self.parse_ipc_handle(handle)
-        hdev = self.devices[device] if device < len(self.devices) else self.handle(0)
-        local = _pidfd_getfd(pid, remote_fd)
-        try:
-            native = C.ze_ipc_mem_handle_t.from_buffer_copy(local.to_bytes(4, "little") + ze[4:])
-            out = c_void_p()
-            self.lib.call("zeMemOpenIpcHandle", _vp(self.context), _vp(hdev), native, 0, byref(out))
-        finally:
-            os.close(local)
-        if not out.value:
-            raise AMLFailure("zeMemOpenIpcHandle returned SUCCESS and a NULL pointer")
-        return int(out.value)
-
-    def _ipc_close_handle(self, ptr: int) -> None:
-        self.lib.call("zeMemCloseIpcHandle", _vp(self.context), _vp(ptr))
-
-    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
-        """``zeMemGetAddressRange`` of the opened memory: the allocation the exporter shared
-        (a tampered handle may claim more)."""
-        base, size = c_void_p(), c_size_t(0)
-        self.lib.call("zeMemGetAddressRange", _vp(self.context), _vp(ptr), byref(base), byref(size))
-        return int(base.value or 0), int(size.value)
-
-    # -- virtual memory ------------------------------------------------------------------
-    def _vmm_granularity(self, device: int, recommended: bool) -> int:
-        out = c_size_t(0)
-        # The page size Level Zero would use for an allocation of this many bytes: the
-        # smallest (1 byte) is the minimum granularity, 2 MiB the recommended one.
-        size = (1 << 21) if recommended else 1
-        self.lib.call(
-            "zeVirtualMemQueryPageSize", _vp(self.context), _vp(self.handle(device)), size, byref(out)
-        )
-        g = int(out.value)
-        if g <= 0 or g & (g - 1):
-            raise AMLFailure(f"zeVirtualMemQueryPageSize returned SUCCESS and page size {g}")
-        return g
-
-    def _vmm_reserve(self, size: int, alignment: int, address: int) -> int:
-        out = c_void_p()
-        self.lib.call("zeVirtualMemReserve", _vp(self.context), _vp(address), size, byref(out))
-        ptr = int(out.value or 0)
-        if not ptr:
-            raise AMLFailure("zeVirtualMemReserve returned SUCCESS and a NULL pointer")
-        if alignment and ptr % alignment:
-            self.lib.call("zeVirtualMemFree", _vp(self.context), _vp(ptr), size)
-            raise AMLNotSupported(
-                f"zeVirtualMemReserve has no alignment argument and returned 0x{ptr:x}, "
-                f"not aligned to {alignment}"
-            )
-        return ptr
-
-    def _vmm_address_free(self, ptr: int, size: int) -> None:
-        self.lib.call("zeVirtualMemFree", _vp(self.context), _vp(ptr), size)
-
-    def _vmm_create(self, size: int, device: int, exportable: bool) -> int:
-        desc = C.ze_physical_mem_desc_t(C.ZE_STRUCTURE_TYPE_PHYSICAL_MEM_DESC, None, 0, size)
-        out = c_void_p()
-        self.lib.call(
-            "zePhysicalMemCreate", _vp(self.context), _vp(self.handle(device)), byref(desc), byref(out)
-        )
-        handle = int(out.value or 0)
-        if not handle:
-            raise AMLFailure("zePhysicalMemCreate returned SUCCESS and a NULL handle")
-        with self._lock:
-            self._physicals[handle] = _Physical(size, device)
-        return handle
-
-    def _tracked(self, handle: int) -> _Physical:
-        found = self._physicals.get(handle)
-        if found is None:
-            raise AMLValueError(f"0x{handle:x} is not a live physical allocation of this runtime")
-        return found
-
-    def _destroy_if_unused(self, handle: int, phys: _Physical) -> None:
-        if phys.refs <= 0 and phys.maps <= 0:
-            self.lib.call("zePhysicalMemDestroy", _vp(self.context), _vp(handle))
-            del self._physicals[handle]
-
-    def _vmm_release(self, handle: int) -> None:
-        with self._lock:
-            phys = self._tracked(handle)
-            phys.refs -= 1
-            try:
-                self._destroy_if_unused(handle, phys)
-            except BaseException:
-                phys.refs += 1  # still alive: keep it tracked
-                raise
-
-    def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
-        with self._lock:
-            phys = self._tracked(handle)
-            self.lib.call(
-                "zeVirtualMemMap",
-                _vp(self.context),
-                _vp(ptr),
-                size,
-                _vp(handle),
-                offset,
-                C.ZE_MEMORY_ACCESS_ATTRIBUTE_NONE,
-            )
-            phys.maps += 1
-            self._mappings[ptr] = (size, handle)
-
-    def _vmm_unmap(self, ptr: int, size: int) -> None:
-        with self._lock:
-            handle = self._undestroyed.get(ptr)
-            if handle is None:
-                self.lib.call("zeVirtualMemUnmap", _vp(self.context), _vp(ptr), size)
-                found = self._mappings.pop(ptr, None)
-                if found is None:
-                    return
-                handle = found[1]
-                phys = self._physicals.get(handle)
-                if phys is None:
-                    return
-                phys.maps -= 1
-            else:  # unmapped already: this retry destroys what the last unmap could not
-                phys = self._physicals[handle]
-            try:
-                self._destroy_if_unused(handle, phys)
-            except BaseException:
-                # The range is unmapped, but the physical allocation it was the last user
-                # of is not destroyed: the caller keeps the mapping, and its retry of this
-                # unmap (or close()) destroys it without unmapping twice.
-                self._undestroyed[ptr] = handle
-                raise
-            self._undestroyed.pop(ptr, None)
-
-    def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
-        wanted = {flags for _, flags in access}
-        if len(wanted) != 1:
-            raise AMLNotSupported(
-                "Level Zero sets one access attribute per range for every device of the context; "
-                f"got different accesses {sorted(wanted)}"
-            )
-        self.lib.call(
-            "zeVirtualMemSetAccessAttribute", _vp(self.context), _vp(ptr), size, _TO_ZE_ACCESS[wanted.pop()]
-        )
-
-    def _vmm_get_access(self, ptr: int, device: int) -> int:
-        self.handle(device)
-        size = next((s for p, (s, _) in self._mappings.items() if p <= ptr < p + s), 0)
-        if not size:
-            raise AMLValueError(f"0x{ptr:x} is not mapped by this runtime")
-        access = c_uint32(0)
-        out = c_size_t(0)
-        self.lib.call(
-            "zeVirtualMemGetAccessAttribute", _vp(self.context), _vp(ptr), size, byref(access), byref(out)
-        )
-        value = _FROM_ZE_ACCESS.get(int(access.value))
-        if value is None:
-            raise AMLFailure(f"zeVirtualMemGetAccessAttribute returned unknown access {access.value}")
-        return value
-
-    _NO_EXPORT: Final = (
-        "Level Zero 1.4 cannot share a physical allocation as a file descriptor "
-        "(zePhysicalMemCreate has no external-memory export; only zeMemAlloc* memory is shared, "
-        "through IPC handles)"
-    )
-
-    def _vmm_export_fd(self, handle: int) -> int:
-        self._tracked(handle)
-        raise AMLNotSupported(self._NO_EXPORT)
-
-    def _vmm_import_fd(self, fd: int) -> int:
-        raise AMLNotSupported(self._NO_EXPORT)
-
-    def _vmm_retain(self, ptr: int) -> int:
-        with self._lock:
-            found = self._mappings.get(ptr)
-            if found is None:
-                raise AMLValueError(f"0x{ptr:x} is not a mapping of this runtime")
-            self._physicals[found[1]].refs += 1
-            return found[1]
-
-    def _vmm_properties(self, handle: int) -> AllocationProperties:
-        phys = self._tracked(handle)
-        # Level Zero has no query: these are the facts aml-ze recorded at creation
-        # (device memory, no shareable handle type).
-        return AllocationProperties(type=1, location_device=phys.device, handle_types=0)
-
-
-def _pidfd_getfd(pid: int, fd: int) -> int:
-    """A duplicate, in this process, of the exporter's descriptor ``fd``; EINVAL when the
-    exporter or its descriptor is gone (or was never there: a tampered handle)."""
-    if not sys.platform.startswith("linux"):  # pragma: no cover
-        raise AMLNotSupported("aml-ze IPC passes file descriptors with pidfd_getfd (Linux 5.6+)")
-    try:
-        pidfd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        raise AMLValueError(f"the exporting process {pid} is gone (or the handle was tampered)") from None
-    except OSError as exc:
-        raise AMLNotSupported(f"pidfd_open({pid}) failed: {exc}") from None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        local = int(libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0))
-        if local < 0:
-            err = ctypes.get_errno()
-            if err == 9:  # EBADF
-                raise AMLValueError(f"process {pid} has no descriptor {fd}: the handle is stale or tampered")
-            raise AMLNotSupported(
-                f"pidfd_getfd({pid}, {fd}) failed: {os.strerror(err)} (ptrace rights over the exporter "
-                "are needed: see Yama ptrace_scope)",
-                native=NativeCause("ze", "pidfd_getfd", err, os.strerror(err)),
-            )
-        return local
-    finally:
-        os.close(pidfd)

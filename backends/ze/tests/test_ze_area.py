@@ -124,11 +124,11 @@ def test_alignment_is_honoured(areas: Callable[..., aml_ze.ZeArea], alignment: i
 
 def test_descriptor_flags_reach_the_driver(ze: ZeDouble, areas: Callable[..., aml_ze.ZeArea]) -> None:
     area = areas("device", device_flags=ZeDeviceFlags.BIAS_UNCACHED | ZeDeviceFlags.BIAS_INITIAL_PLACEMENT)
-    assert area._ddesc.flags == 0x6
-    assert area._ddesc.stype == 0x15
+    assert area.allocator.device_desc.flags == 0x6
+    assert area.allocator.device_desc.stype == 0x15
     host = areas("host", host_flags=ZeHostFlags.BIAS_WRITE_COMBINED)
-    assert host._hdesc.flags == 0x4
-    assert host._hdesc.stype == 0x16
+    assert host.allocator.host_desc.flags == 0x4
+    assert host.allocator.host_desc.stype == 0x16
     area.munmap(area.mmap(8))
     host.munmap(host.mmap(8))
 
