@@ -17,9 +17,13 @@ from ze_helpers import ZeDouble
 from aml_core.errors import AMLDomainError, AMLError, AMLTypeError, AMLValueError, ErrorCode
 from aml_core.specs import Kind
 
+#: Stands for the machine's device count (one past the last device) in the rows below: 1 on
+#: the double in host mode, the number of GPUs when it forwards to CUDA.
+PAST_COUNT = object()
+
 #: (arguments of device_area, the AML error class)
 DEVICE_AREA_ROWS: list[tuple[dict[str, Any], type[AMLError]]] = [
-    ({"device": 1}, AMLValueError),  # past the device count (1)
+    ({"device": PAST_COUNT}, AMLValueError),  # the device count: one past the last device
     ({"device": 8}, AMLValueError),
     ({"device": -1}, AMLValueError),
     ({"device": 1 << 40}, AMLValueError),
@@ -55,6 +59,8 @@ HOST_AREA_ROWS: list[tuple[dict[str, Any], type[AMLError]]] = [
 
 @pytest.mark.parametrize(("arguments", "cls"), DEVICE_AREA_ROWS, ids=repr)
 def test_device_area(ze: ZeDouble, arguments: dict[str, Any], cls: type[AMLError]) -> None:
+    count = aml_ze.get_runtime().device_count()
+    arguments = {key: count if value is PAST_COUNT else value for key, value in arguments.items()}
     with pytest.raises(cls) as info:
         aml_ze.device_area(**arguments)
     assert info.value.code in (ErrorCode.EINVAL,)
@@ -198,6 +204,6 @@ def test_vmm_rows(ze: ZeDouble, call: Callable[[Any, int], Any], cls: type[AMLEr
 
 def test_virtual_memory_device_past_the_count(ze: ZeDouble) -> None:
     with pytest.raises(AMLValueError):
-        aml_ze.virtual_memory(1)
+        aml_ze.virtual_memory(aml_ze.get_runtime().device_count())
     with pytest.raises(AMLValueError):
         aml_ze.device_area(0, flags=ZeFlags.SHARED, ordinal=3)
