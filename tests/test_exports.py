@@ -5,6 +5,7 @@ and importing the package loads none of them (aml_core.lazy)."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,9 +64,16 @@ def test_cuda_and_hip_export_the_same_names() -> None:
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_importing_the_package_loads_none_of_its_names(name: str) -> None:
-    _package(name)
+    package = _package(name)
     code = f"import sys, {name}; print(sorted(m for m in sys.modules if m.startswith('{name}.')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    # The child imports the package from where this process found it (tox's core environment
+    # installs no backend: the tests import them from the source tree).
+    assert package.__file__ is not None
+    where = [str(Path(package.__file__).parent.parent), *(p or os.getcwd() for p in sys.path)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(where))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT, env=env
+    )
     assert out.stdout.strip() == "[]", out.stdout
 
 
