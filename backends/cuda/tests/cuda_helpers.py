@@ -10,6 +10,9 @@ import sys
 from aml_core.descriptor import ProbeResult
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
+if REPO not in sys.path:  # tests.support from this checkout, after the installed aml_core
+    sys.path.append(REPO)
 
 
 @functools.cache

@@ -27,6 +27,7 @@ from cuda_helpers import HERE, child_env
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLValueError
+from tests.support.gpu2 import check_one_pool_per_device
 
 pytestmark = pytest.mark.gpu2
 
@@ -325,33 +326,5 @@ def test_managed_memory_moves_between_the_gpus(rt: Any) -> None:
 
 # -- 6. one pool per device ---------------------------------------------------------------------
 def test_a_block_freed_on_gpu_0_is_never_handed_out_for_gpu_1(rt: Any) -> None:
-    with (
-        aml_cuda.create(0) as area0,
-        aml_cuda.create(1) as area1,
-        aml_core.pool(area0) as pool0,
-        aml_core.pool(area1) as pool1,
-    ):
-        block = pool0.mmap(4096)
-        freed = block.ptr
-        pool0.munmap(block)
-        mine = pool1.mmap(4096)
-        assert mine.device == 1
-        assert mine.ptr != freed
-        assert rt.pointer_attributes(mine.ptr).device == 1
-        again = pool0.mmap(4096)
-        assert (again.ptr, again.device) == (freed, 0)
-        pool1.munmap(mine)
-        pool0.munmap(again)
-    current = aml_cuda.default_area()  # the current device's
-    with aml_core.pool(current) as bound:
-        assert bound.device == 0
-        rt.set_device(1)
-        block = bound.mmap(4096)
-        assert block.device == 0
-        assert rt.pointer_attributes(block.ptr).device == 0
-        bound.munmap(block)
-        with aml_core.pool(current) as other:
-            assert other.device == 1
-            there = other.mmap(4096)
-            assert rt.pointer_attributes(there.ptr).device == 1
-            other.munmap(there)
+    with aml_cuda.create(0) as area0, aml_cuda.create(1) as area1:
+        check_one_pool_per_device(area0, area1, aml_cuda.default_area(), rt)

@@ -26,6 +26,7 @@ from hip_helpers import HipDouble
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLValueError
+from tests.support.gpu2 import check_one_pool_per_device
 
 pytestmark = pytest.mark.gpu2
 
@@ -295,35 +296,4 @@ def test_managed_memory_moves_between_the_devices(
 def test_a_block_freed_on_device_0_is_never_handed_out_for_device_1(
     two: HipDouble, areas: Callable[..., aml_hip.HipArea]
 ) -> None:
-    rt = aml_hip.get_runtime()
-    with aml_core.pool(areas(0)) as pool0, aml_core.pool(areas(1)) as pool1:
-        assert (pool0.device, pool1.device) == (0, 1)
-        block = pool0.mmap(4096)
-        freed = block.ptr
-        pool0.munmap(block)
-        mine = pool1.mmap(4096)
-        assert mine.device == 1
-        assert mine.ptr != freed
-        assert rt.pointer_attributes(mine.ptr).device == 1
-        again = pool0.mmap(4096)
-        assert (again.ptr, again.device) == (freed, 0)
-        pool1.munmap(mine)
-        pool0.munmap(again)
-    # a pool over the current device's area is bound to the device current when made
-    current = areas(-1)
-    with aml_core.pool(current) as bound:
-        assert bound.device == 0
-        rt.set_device(1)
-        try:
-            block = bound.mmap(4096)
-            assert block.device == 0
-            assert rt.pointer_attributes(block.ptr).device == 0
-            bound.munmap(block)
-            with aml_core.pool(current) as other:
-                assert other.device == 1
-                there = other.mmap(4096)
-                assert there.device == 1
-                assert rt.pointer_attributes(there.ptr).device == 1
-                other.munmap(there)
-        finally:
-            rt.set_device(0)
+    check_one_pool_per_device(areas(0), areas(1), areas(-1), aml_hip.get_runtime())
