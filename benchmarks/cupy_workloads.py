@@ -4,8 +4,8 @@ each (allocator, workload) pair in its own process (issue 19, item 6).
 
 Usage on the GPU machine (writes cupy_workloads.json, .md, .log and _<workload>.png to
 --out, default $OUT, else a new run folder ``evidence/<date>-<machine>-cupy-workloads/``;
-prints the summary last; about 2 minutes, at most ``--budget`` (130 s) plus one
-``--child-timeout`` (60 s); ``--quick``: one short process per allocator, well under a
+prints the summary last; about 1.5 minutes, at most ``--budget`` (110 s) plus one
+``--child-timeout`` (45 s); ``--quick``: one short process per allocator, well under a
 minute)::
 
     PYTHONUNBUFFERED=1 python benchmarks/cupy_workloads.py --out $OUT
@@ -117,9 +117,9 @@ SUITE = Suite(
     allocators=ALLOCATORS,
     workloads=(ELEMENTWISE, FFT),
     pairs=tuple((a, w.name) for w in (ELEMENTWISE, FFT) for a in ALLOCATORS),
-    budget_s=130.0,
+    budget_s=110.0,
     quick_budget_s=40.0,
-    child_timeout_s=60.0,
+    child_timeout_s=45.0,
 )
 
 

@@ -618,7 +618,9 @@ def render(suite: Suite, r: Mapping[str, Any]) -> str:
                 if got is None:
                     cells += ["-", "-"]
                     continue
-                spread = f" ({fmt(met, got['min'])}..{fmt(met, got['max'])})" if row["runs"] > 1 else ""
+                spread = (
+                    f" ({fmt(met, got['min'])}..{fmt(met, got['max'])})" if len(got["values"]) > 1 else ""
+                )
                 cells.append(fmt(met, got["median"]) + spread)
                 ratio = row["ratios"].get(met.key)
                 cells.append(f"{ratio:.3f}" if ratio is not None else "-")
@@ -635,6 +637,8 @@ def render(suite: Suite, r: Mapping[str, Any]) -> str:
     ]
     if notes:
         lines += ["", "## Notes from the children", "", *[f"- {n}" for n in notes]]
+    if r.get("plot_error"):
+        lines += ["", f"The plots failed: {r['plot_error']}."]
     lines += ["", f"Run time: {r['seconds']:.0f} s, {len(r['runs'])} processes.", ""]
     return "\n".join(lines)
 
@@ -681,17 +685,25 @@ def plots(suite: Suite, r: Mapping[str, Any], out: Path, name: str) -> list[str]
 
 
 def write(suite: Suite, r: dict[str, Any], out: Path, name: str) -> str:
-    """Write the JSON, markdown, plots and the children's log; return the markdown."""
+    """Write the children's log, the JSON, the plots and the markdown; return the markdown.
+    The results are on disk before the plots are drawn, and a plot that fails is written
+    down instead of losing the run."""
     out.mkdir(parents=True, exist_ok=True)
-    r["plots"] = plots(suite, r, out, name)
     with (out / f"{name}.log").open("w") as log:
         for run in r["runs"]:
             log.write(
                 f"== repeat {int(run.get('repeat', 0)) + 1}, {run.get('allocator')} on {run.get('asked')}: "
             )
             log.write(f"{run.get('status')} ({run.get('reason', '')})\n{run.get('log', '')}\n")
-    md = render(suite, r)
+    r["plots"] = []
     (out / f"{name}.json").write_text(json.dumps(r, indent=1, default=str))
+    try:
+        r["plots"] = plots(suite, r, out, name)
+    except Exception as exc:
+        traceback.print_exc()
+        r["plot_error"] = f"{type(exc).__name__}: {exc}"
+    (out / f"{name}.json").write_text(json.dumps(r, indent=1, default=str))
+    md = render(suite, r)
     (out / f"{name}.md").write_text(md)
     return md
 
