@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from workload_driver import (
+    PEAK_RESERVED,
     Installed,
     Metric,
     Skip,
     Suite,
     Workload,
-    aml_pool,
+    device_used,
     import_or_skip,
-    rmm_pool,
     versions,
 )
 from workload_driver import main as driver_main
@@ -64,25 +64,7 @@ ALLOCATORS = {
     "end (an RMM pool never shrinks); in use: not reported.",
 }
 
-_RESERVED = Metric(
-    "peak_reserved",
-    "peak reserved",
-    "MiB",
-    False,
-    "bytes",
-    "the allocator's own count of device memory it held at its peak, over the whole process "
-    "(see each allocator above for the counter read).",
-)
-_DEVICE_USED = Metric(
-    "device_used",
-    "device memory used",
-    "MiB",
-    False,
-    "bytes",
-    "free device memory (cudaMemGetInfo) when the allocator was installed minus free memory after "
-    "the timed loop: what the driver sees the process take, the same way for every allocator "
-    "(cuFFT plans' work areas included).",
-)
+_USED = device_used("CuPy's kernels and cuFFT plans' work areas")
 
 
 def _rate(what: str) -> Metric:
@@ -101,12 +83,12 @@ ELEMENTWISE = Workload(
     "elementwise",
     "`t = x*1.5 + 2.0; u = exp(-(t*t)); (u*x).sum()` on float32 slices of 1 K..4 M elements "
     f"(sizes seeded): {ELEMENTWISE_TEMPORARIES} temporaries of mixed sizes per iteration",
-    (_rate(f"{ELEMENTWISE_TEMPORARIES} allocations each"), _RESERVED, _DEVICE_USED),
+    (_rate(f"{ELEMENTWISE_TEMPORARIES} allocations each"), PEAK_RESERVED, _USED),
 )
 FFT = Workload(
     "fft",
     "`z = ifft(fft(x) ** 2)` on complex64 slices of 1 K..256 K points (sizes seeded; cuFFT plans cached)",
-    (_rate("an fft, a square and an ifft each"), _RESERVED, _DEVICE_USED),
+    (_rate("an fft, a square and an ifft each"), PEAK_RESERVED, _USED),
 )
 SUITE = Suite(
     name="cupy_workloads",
@@ -143,17 +125,9 @@ def install(allocator: str, args: argparse.Namespace) -> Installed:
         pool = cupy.get_default_memory_pool()
         inst.peak_reserved = lambda: int(pool.total_bytes())
     elif allocator in ("aml", "aml-expandable"):
-        aml_cuda, pool, inst.details = aml_pool(expandable=allocator == "aml-expandable")
-        inst.hook = aml_cuda.use_with_cupy(pool)
-        inst.peak_reserved = lambda: int(pool.pool_stats.peak_bytes_reserved)
-        inst.peak_in_use = lambda: int(pool.pool_stats.peak_bytes_in_use)
+        inst.use_aml(expandable=allocator == "aml-expandable", hook="use_with_cupy")
     elif allocator == "rmm":
-        rmm = import_or_skip("rmm")
-        allocators = import_or_skip("rmm.allocators.cupy")
-        mr, initial = rmm_pool(rmm)
-        cupy.cuda.set_allocator(allocators.rmm_cupy_allocator)
-        inst.details = {"rmm_initial_pool_size": initial}
-        inst.peak_reserved = lambda: int(mr.pool_size())
+        inst.use_rmm("rmm.allocators.cupy", "rmm_cupy_allocator", cupy.cuda.set_allocator)
     else:
         raise Skip(f"unknown allocator {allocator!r}")
     return inst.start()

@@ -35,14 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from workload_driver import (
+    PEAK_IN_USE,
+    PEAK_RESERVED,
     Installed,
     Metric,
     Skip,
     Suite,
     Workload,
-    aml_pool,
+    device_used,
     import_or_skip,
-    rmm_pool,
     versions,
 )
 from workload_driver import main as driver_main
@@ -72,33 +73,6 @@ ALLOCATORS = {
     "grows and never shrinks: its size at the end is its peak); in use: not reported.",
 }
 
-_DEVICE_USED = Metric(
-    "device_used",
-    "device memory used",
-    "MiB",
-    False,
-    "bytes",
-    "free device memory (cudaMemGetInfo) when the allocator was installed minus free memory after "
-    "the timed loop: what the driver sees the process take, the same way for every allocator "
-    "(cuBLAS workspaces included).",
-)
-_RESERVED = Metric(
-    "peak_reserved",
-    "peak reserved",
-    "MiB",
-    False,
-    "bytes",
-    "the allocator's own count of device memory it held at its peak, over the whole process "
-    "(warm-up included); see each allocator above for the counter read.",
-)
-_IN_USE = Metric(
-    "peak_in_use",
-    "peak in use",
-    "MiB",
-    False,
-    "bytes",
-    "the most bytes of live tensors at once, where the allocator counts them.",
-)
 TRAIN = Workload(
     "train",
     f"{LAYERS} x Linear({HIDDEN})+GELU MLP, AdamW, bf16 autocast, batch {BATCH}, sequence length "
@@ -112,9 +86,9 @@ TRAIN = Workload(
             "rate",
             "timed steps / seconds, after warm-up steps, CUDA synchronized at both ends.",
         ),
-        _RESERVED,
-        _IN_USE,
-        _DEVICE_USED,
+        PEAK_RESERVED,
+        PEAK_IN_USE,
+        device_used("cuBLAS workspaces"),
     ),
 )
 INFER = Workload(
@@ -131,8 +105,8 @@ INFER = Workload(
             f"seconds of the timed loop / its tensor operations ({OPS_PER_ITER} per iteration, "
             f"{OPS_PER_ITER - 1} of them allocating), CUDA synchronized at both ends.",
         ),
-        _RESERVED,
-        _DEVICE_USED,
+        PEAK_RESERVED,
+        device_used("cuBLAS workspaces"),
     ),
 )
 SUITE = Suite(
@@ -174,19 +148,10 @@ def install(allocator: str, args: argparse.Namespace) -> Installed:
         inst.peak_reserved = torch.cuda.max_memory_reserved
         inst.peak_in_use = torch.cuda.max_memory_allocated
     elif allocator in ("aml", "aml-expandable"):
-        aml_cuda, pool, inst.details = aml_pool(expandable=allocator == "aml-expandable")
-        inst.hook = aml_cuda.use_with_torch(pool)
-        inst.peak_reserved = lambda: int(pool.pool_stats.peak_bytes_reserved)
-        inst.peak_in_use = lambda: int(pool.pool_stats.peak_bytes_in_use)
+        inst.use_aml(expandable=allocator == "aml-expandable", hook="use_with_torch")
     elif allocator == "rmm":
-        rmm = import_or_skip("rmm")
-        allocators = import_or_skip("rmm.allocators.torch")
-        if getattr(allocators, "rmm_torch_allocator", None) is None:
-            raise Skip("rmm.allocators.torch has no rmm_torch_allocator here")
-        mr, initial = rmm_pool(rmm)
-        torch.cuda.memory.change_current_allocator(allocators.rmm_torch_allocator)
-        inst.details = {"rmm_initial_pool_size": initial}
-        inst.peak_reserved = lambda: int(mr.pool_size())
+        change = torch.cuda.memory.change_current_allocator
+        inst.use_rmm("rmm.allocators.torch", "rmm_torch_allocator", change)
     else:
         raise Skip(f"unknown allocator {allocator!r}")
     return inst.start()

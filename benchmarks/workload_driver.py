@@ -33,7 +33,6 @@ import importlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
-from machine_info import machine, out_dir
+from machine_info import gpu, machine, out_dir
 
 MiB = 1 << 20
 #: the line a child prints its result on, followed by JSON
@@ -72,6 +71,42 @@ class Metric:
     higher_is_better: bool
     kind: str
     meaning: str
+
+
+#: the allocator's own peak of device memory held (each suite names the counter it reads)
+PEAK_RESERVED = Metric(
+    "peak_reserved",
+    "peak reserved",
+    "MiB",
+    False,
+    "bytes",
+    "the allocator's own count of device memory it held at its peak, over the whole process "
+    "(warm-up included); see each allocator above for the counter read.",
+)
+#: the most bytes of live tensors/arrays at once, where the allocator counts them
+PEAK_IN_USE = Metric(
+    "peak_in_use",
+    "peak in use",
+    "MiB",
+    False,
+    "bytes",
+    "the most bytes of live tensors at once, where the allocator counts them.",
+)
+
+
+def device_used(including: str) -> Metric:
+    """Device memory the driver sees the process take since the allocator was installed
+    (``including``: what else, besides the allocator's memory, that counts)."""
+    return Metric(
+        "device_used",
+        "device memory used",
+        "MiB",
+        False,
+        "bytes",
+        "free device memory (cudaMemGetInfo) when the allocator was installed minus free memory after "
+        "the timed loop: what the driver sees the process take, the same way for every allocator "
+        f"({including} included).",
+    )
 
 
 @attrs.frozen
@@ -235,6 +270,27 @@ class Installed:
     hook: Any = None
     details: dict[str, Any] = attrs.Factory(dict)
     baseline_free: int = 0
+
+    def use_aml(self, expandable: bool, hook: str) -> None:
+        """Install aml's hook (``aml_cuda.<hook>``) over a pool (:func:`aml_pool`) and read
+        the peaks from the pool's ``pool_stats``."""
+        aml_cuda, pool, self.details = aml_pool(expandable)
+        self.hook = getattr(aml_cuda, hook)(pool)
+        self.peak_reserved = lambda: int(pool.pool_stats.peak_bytes_reserved)
+        self.peak_in_use = lambda: int(pool.pool_stats.peak_bytes_in_use)
+
+    def use_rmm(self, module: str, name: str, install: Callable[[Any], object]) -> None:
+        """Make an RMM pool (:func:`rmm_pool`) the device's resource and ``install`` RMM's
+        allocator for the framework (``<module>.<name>``); the peak reserved is the pool's
+        size (it grows and never shrinks)."""
+        rmm = import_or_skip("rmm")
+        allocator = getattr(import_or_skip(module), name, None)
+        if allocator is None:
+            raise Skip(f"{module} has no {name} here")
+        mr, initial = rmm_pool(rmm)
+        install(allocator)
+        self.peak_reserved = lambda: int(mr.pool_size())
+        self.details = {"rmm_initial_pool_size": initial}
 
     def start(self) -> Installed:
         self.sync()
@@ -408,27 +464,6 @@ def run_child(cmd: Sequence[str], timeout: float) -> dict[str, Any]:
     return found
 
 
-def gpu_info() -> dict[str, str]:
-    """The first GPU's name and driver as nvidia-smi reports them (empty without it)."""
-    if shutil.which("nvidia-smi") is None:
-        return {}
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return {}
-    lines = out.stdout.strip().splitlines()
-    if out.returncode != 0 or not lines:
-        return {}
-    parts = [p.strip() for p in lines[0].split(",")]
-    return dict(zip(("gpu", "driver", "gpu_memory"), parts, strict=False))
-
-
 def drive(
     suite: Suite,
     args: argparse.Namespace,
@@ -473,7 +508,7 @@ def drive(
                 if err is not None or w not in (found.get("workloads") or {}):
                     failed[f"{alloc} / {w}"] = f"repeat {rep + 1}: {err or 'no result for it'}"
         print(progress(suite, found), flush=True)
-    meta: dict[str, Any] = {**machine(), "date": datetime.date.today().isoformat(), **gpu_info()}
+    meta: dict[str, Any] = {**machine(), "date": datetime.date.today().isoformat(), **gpu()}
     meta["python_executable"] = sys.executable
     for key in ("PYTORCH_CUDA_ALLOC_CONF", "CUPY_GPU_MEMORY_LIMIT", "PYTHONPATH"):
         if os.environ.get(key):

@@ -439,10 +439,26 @@ def test_a_child_without_its_framework_is_skipped_with_why(
     assert out["reason"].startswith(f"{missing} is not importable (ImportError: {missing} is blocked")
 
 
-def test_a_missing_rmm_is_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+def _bare() -> Any:
+    return driver.Installed(None, quick=True, seed=0, sync=lambda: None, free_memory=lambda: 0)
+
+
+def test_a_missing_rmm_is_a_skip_before_anything_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "rmm", None)  # import rmm raises ImportError
+    installed: list[object] = []
+    inst = _bare()
     with pytest.raises(driver.Skip, match=r"^rmm is not importable \(ModuleNotFoundError"):
-        driver.import_or_skip("rmm")
+        inst.use_rmm("rmm.allocators.torch", "rmm_torch_allocator", installed.append)
+    assert installed == []
+    assert inst.peak_reserved is None
+
+
+def test_a_missing_aml_backend_is_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "aml_cuda", None)
+    inst = _bare()
+    with pytest.raises(driver.Skip, match=r"^aml_cuda is not importable"):
+        inst.use_aml(expandable=True, hook="use_with_torch")
+    assert inst.hook is None
 
 
 def test_a_whole_run_without_the_frameworks_writes_its_files_and_says_nothing_was_measured(
