@@ -4,7 +4,7 @@ each (allocator, workload) pair in its own process (issue 19, item 6).
 
 Usage on the GPU machine (writes cupy_workloads.json, .md, .log and _<workload>.png to
 --out, default $OUT, else a new run folder ``evidence/<date>-<machine>-cupy-workloads/``;
-prints the summary last; about 1.5 minutes, at most ``--budget`` (110 s) plus one
+prints the summary last; about 1.5 minutes, at most ``--budget`` (100 s) plus one
 ``--child-timeout`` (45 s); ``--quick``: one short process per allocator, well under a
 minute)::
 
@@ -99,7 +99,7 @@ SUITE = Suite(
     allocators=ALLOCATORS,
     workloads=(ELEMENTWISE, FFT),
     pairs=tuple((a, w.name) for w in (ELEMENTWISE, FFT) for a in ALLOCATORS),
-    budget_s=110.0,
+    budget_s=100.0,
     quick_budget_s=40.0,
     child_timeout_s=45.0,
 )

@@ -9,8 +9,10 @@ before its first allocation, for good), so every measurement runs in a child pro
 * runs every pair ``--repeats`` times (3), interleaved: each repeat runs every allocator
   for one workload, then the next workload, the allocators' order rotated by one each
   repeat (``--quick``: one repeat, one child per allocator running all its workloads);
-* stops starting children when the next one would pass its time budget (``--budget``),
-  and kills a child that runs past ``--child-timeout``;
+* does not start a child that would end past its time budget (``--budget``), taking the
+  median of the children's run times so far as the next one's, and kills a child that runs
+  past ``--child-timeout`` (so a run ends by about ``--budget``, at worst ``--budget`` plus
+  one ``--child-timeout``);
 * skips an allocator whose child reports it cannot start (a package missing, no GPU,
   a failed install), with the child's reason, and a pair whose child failed (its error
   and the log's tail are kept), without stopping the run;
@@ -175,7 +177,9 @@ def parse_args(suite: Suite, argv: Sequence[str] | None = None) -> argparse.Name
         default=None,
         help=f"comma-separated subset of {', '.join(w.name for w in suite.workloads)}",
     )
-    parser.add_argument("--budget", type=float, default=None, help="seconds after which no child starts")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds by which the children should be done"
+    )
     parser.add_argument(
         "--child-timeout", type=float, default=suite.child_timeout_s, help="seconds per child"
     )
@@ -478,7 +482,7 @@ def drive(
     skipped: dict[str, str] = {}
     failed: dict[str, str] = {}
     not_run: list[str] = []
-    longest = 0.0
+    durations: list[float] = []
     for rep, alloc, ws in plan:
         if alloc in skipped:
             continue
@@ -486,14 +490,15 @@ def drive(
         if not todo:
             continue
         elapsed = time.monotonic() - started
-        if elapsed + longest > args.budget:
+        expected = statistics.median(durations) if durations else 0.0
+        if elapsed + expected > args.budget:
             not_run.append(f"repeat {rep + 1}: {alloc} on {', '.join(todo)}")
             continue
         cmd = [sys.executable, str(script), "--child", alloc, ",".join(todo), "--seed", str(args.seed)]
         if args.quick:
             cmd.append("--quick")
         found = runner(cmd, args.child_timeout)
-        longest = max(longest, float(found.get("seconds") or 0.0))
+        durations.append(float(found.get("seconds") or 0.0))
         found.update(repeat=rep, allocator=alloc, asked=list(todo))
         runs.append(found)
         status = found.get("status")

@@ -10,8 +10,8 @@
 # ("workloads": benchmarks/torch_workloads.py and benchmarks/cupy_workloads.py, PyTorch and
 # CuPy on aml's hooks against their own allocators and RMM's, one process per pair; their
 # JSON, markdown, PNGs and children's logs go to $OUT, their output to
-# torch-workloads-stdout.log and cupy-workloads-stdout.log; about 5 minutes, WORKLOADS_QUICK=1
-# for a smoke test of about 1. RMM comes from the wheels in .whl/ of this checkout (rmm-cu13,
+# torch-workloads-stdout.log and cupy-workloads-stdout.log; at most about 6 minutes,
+# WORKLOADS_QUICK=1 for a smoke test of about 1. RMM comes from the wheels in .whl/ of this checkout (rmm-cu13,
 # librmm-cu13, rapids-logger), installed into /tmp/site unless rmm imports already; without
 # them the RMM peers are skipped, with the reason.)
 # ("gpu2": issue 13 on a machine with two GPUs, in one call: the gpu2 and peer tests of
@@ -64,12 +64,12 @@ if [ "$what" = workloads ]; then
     (cd /tmp && $py -c 'import rmm; print("rmm", rmm.__version__)' 2>&1 | tail -1) | tee -a "$OUT/cuda-gpu-env.log"
     quick=()
     [ "${WORKLOADS_QUICK:-0}" = 1 ] && quick=(--quick)
-    # Each script stops starting processes at its budget (240 s, 110 s) and kills one past
-    # its child timeout (60 s, 45 s): the timeouts here are only a backstop.
-    (cd /tmp && timeout 320 $py "$repo/benchmarks/torch_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
+    # Each script starts no process that would end past its budget (250 s, 100 s) and kills
+    # one past its child timeout (60 s, 45 s): the timeouts here are only a backstop.
+    (cd /tmp && timeout 330 $py "$repo/benchmarks/torch_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
         tee "$OUT/torch-workloads-stdout.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 170 $py "$repo/benchmarks/cupy_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
+    (cd /tmp && timeout 160 $py "$repo/benchmarks/cupy_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
         tee "$OUT/cupy-workloads-stdout.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
