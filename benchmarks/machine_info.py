@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["evidence_dir", "machine", "machine_slug", "out_dir"]
+__all__ = ["evidence_dir", "gpu", "machine", "machine_slug", "out_dir"]
 
 #: the repository's folder of run results and logs, one subfolder per run
 EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
@@ -47,22 +47,30 @@ def machine() -> dict[str, str]:
     }
 
 
-def _gpu_name() -> str | None:
-    """The first NVIDIA GPU's name, or None without nvidia-smi or a GPU."""
+def gpu() -> dict[str, str]:
+    """The first NVIDIA GPU as nvidia-smi names it: ``gpu`` (its name), ``driver`` and
+    ``gpu_memory``; empty without nvidia-smi or a GPU."""
     if shutil.which("nvidia-smi") is None:
-        return None
+        return {}
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
             check=False,
             capture_output=True,
             text=True,
             timeout=30,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return None
+        return {}
     lines = out.stdout.strip().splitlines()
-    return lines[0] if out.returncode == 0 and lines else None
+    if out.returncode != 0 or not lines:
+        return {}
+    return dict(zip(("gpu", "driver", "gpu_memory"), (p.strip() for p in lines[0].split(",")), strict=False))
+
+
+def _gpu_name() -> str | None:
+    """The first NVIDIA GPU's name, or None without nvidia-smi or a GPU."""
+    return gpu().get("gpu")
 
 
 def _slug(text: str) -> str:

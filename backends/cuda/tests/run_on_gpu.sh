@@ -3,10 +3,17 @@
 # benchmark on a GPU machine. Logs and results go to $OUT (default: a new run folder of this
 # checkout, evidence/<date>-<machine>-cuda-<mode>/, named by benchmarks/machine_info.py; add
 # it to evidence/README.md's index when you commit it).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
 # benchmarks/soak_pool.py, 10**5 pool operations and device memory back to its baseline.)
+# ("workloads": benchmarks/torch_workloads.py and benchmarks/cupy_workloads.py, PyTorch and
+# CuPy on aml's hooks against their own allocators and RMM's, one process per pair; their
+# JSON, markdown, PNGs and children's logs go to $OUT, their output to
+# torch-workloads-stdout.log and cupy-workloads-stdout.log; at most about 6 minutes,
+# WORKLOADS_QUICK=1 for a smoke test of about 1. RMM comes from the wheels in .whl/ of this checkout (rmm-cu13,
+# librmm-cu13, rapids-logger), installed into /tmp/site unless rmm imports already; without
+# them the RMM peers are skipped, with the reason.)
 # ("gpu2": issue 13 on a machine with two GPUs, in one call: the gpu2 and peer tests of
 # aml-cuda (cuda-gpu2-tests.log/.xml), of aml-hip through the CUDA-forwarding double
 # ($OUT/hip-forward/) and aml-ze's ($OUT/ze-forward/), the GPU topology
@@ -47,6 +54,24 @@ if [ "$what" = alloc ]; then
 fi
 if [ "$what" = soak ]; then
     (cd /tmp && timeout 300 $py "$repo/benchmarks/soak_pool.py" --out "$OUT") || rc=1
+fi
+if [ "$what" = workloads ]; then
+    if ! $py -c 'import rmm' >/dev/null 2>&1 && compgen -G "$repo/.whl/rmm_cu13-*.whl" >/dev/null; then
+        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    (cd /tmp && $py -c 'import rmm; print("rmm", rmm.__version__)' 2>&1 | tail -1) | tee -a "$OUT/cuda-gpu-env.log"
+    quick=()
+    [ "${WORKLOADS_QUICK:-0}" = 1 ] && quick=(--quick)
+    # Each script starts no process that would end past its budget (250 s, 100 s) and kills
+    # one past its child timeout (60 s, 45 s): the timeouts here are only a backstop.
+    (cd /tmp && timeout 330 $py "$repo/benchmarks/torch_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
+        tee "$OUT/torch-workloads-stdout.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    (cd /tmp && timeout 160 $py "$repo/benchmarks/cupy_workloads.py" --out "$OUT" "${quick[@]}") 2>&1 |
+        tee "$OUT/cupy-workloads-stdout.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 if [ "$what" = gpu2 ]; then
     nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
