@@ -1,0 +1,72 @@
+"""What every part of :class:`aml_cuda.runtime.CudaRuntime` calls CUDA through: the
+bindings (bound once, :func:`aml_cuda.native.bindings`), the two error tables and the
+driver API's set-up (``cuInit``, the ``CUdevice`` of an index).
+
+A runtime call's failure goes through :meth:`CudaCalls._fail` (the runtime's last error
+cleared, :data:`~aml_cuda.errors.RUNTIME_ERRORS`), a driver call's through
+:meth:`CudaCalls._dfail` (:data:`~aml_cuda.errors.DRIVER_ERRORS`).
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from typing import Any, NoReturn
+
+from aml_core.errors import AMLNotSupported, ErrorTable
+
+from .native import bindings
+
+__all__ = ["CudaCalls", "version_text"]
+
+_rt, _drv = bindings()
+_cudaGetLastError = _rt.cudaGetLastError
+
+
+def version_text(v: int) -> str:
+    """A CUDA version number (13000) as ``"13.0"``."""
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+class CudaCalls(abc.ABC):
+    """The error tables and driver set-up a part of the runtime calls (set by
+    :class:`~aml_cuda.runtime.CudaRuntime`)."""
+
+    errors: ErrorTable
+    driver_errors: ErrorTable
+    _driver_ready: bool
+
+    def _fail(self, function: str, err: Any, message: str | None = None) -> NoReturn:
+        with contextlib.suppress(Exception):
+            self._clear_last_error()  # clear the runtime's last error: it is reported here
+        raise self.errors.error(function, int(err), message)
+
+    def _dfail(self, function: str, err: Any, message: str | None = None) -> NoReturn:
+        raise self.driver_errors.error(function, int(err), message)
+
+    def _clear_last_error(self) -> None:
+        """Read (and so clear) the runtime's last error: an answer such as "peer access
+        already enabled" is recorded like any failure and would surface later."""
+        _cudaGetLastError()
+
+    def _driver(self) -> None:
+        """``cuInit(0)`` once; a missing driver library is ENOTSUP (the bindings raise
+        a cuda.pathfinder error instead of returning a CUresult)."""
+        if self._driver_ready:
+            return
+        try:
+            (err,) = _drv.cuInit(0)
+        except Exception as exc:
+            raise AMLNotSupported(
+                f"the NVIDIA driver library (libcuda.so.1) could not be loaded: {type(exc).__name__}: {exc}"
+            ) from exc
+        if err:
+            self._dfail("cuInit", err, "the CUDA driver could not be initialized")
+        self._driver_ready = True
+
+    def _cu_device(self, device: int) -> Any:
+        self._driver()
+        err, dev = _drv.cuDeviceGet(device)
+        if err:
+            self._dfail("cuDeviceGet", err, f"no CUDA device {device}")
+        return dev

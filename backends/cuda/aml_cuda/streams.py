@@ -1,0 +1,87 @@
+"""CUDA streams and stream-ordered allocation, a part of
+:class:`aml_cuda.runtime.CudaRuntime` (its ``STREAMS`` and ``STREAM_ORDERED`` groups)."""
+
+from __future__ import annotations
+
+from aml_core.gpu import runtime as core
+
+from .calls import CudaCalls, _rt
+
+__all__ = ["CudaStreams"]
+
+_E = _rt.cudaError_t
+# Bound once: stream-ordered allocation is a hot path.
+_cudaMallocAsync = _rt.cudaMallocAsync
+_cudaFreeAsync = _rt.cudaFreeAsync
+_cudaEventRecord = _rt.cudaEventRecord
+_cudaEventQuery = _rt.cudaEventQuery
+_ERR_NOT_READY = int(_E.cudaErrorNotReady)
+_EVENT_DISABLE_TIMING = int(_rt.cudaEventDisableTiming)
+
+
+class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
+    """``cudaStream*``, ``cudaMallocAsync`` / ``cudaFreeAsync`` and ``cudaEvent*``."""
+
+    # -- streams ---------------------------------------------------------------------------
+    def _stream_create(self, non_blocking: bool) -> int:
+        flags = int(_rt.cudaStreamNonBlocking) if non_blocking else int(_rt.cudaStreamDefault)
+        err, stream = _rt.cudaStreamCreateWithFlags(flags)
+        if err:
+            self._fail("cudaStreamCreateWithFlags", err)
+        return int(stream)
+
+    def _stream_destroy(self, stream: int) -> None:
+        (err,) = _rt.cudaStreamDestroy(stream)
+        if err:
+            self._fail("cudaStreamDestroy", err)
+
+    def _stream_synchronize(self, stream: int) -> None:
+        (err,) = _rt.cudaStreamSynchronize(stream)
+        if err:
+            self._fail("cudaStreamSynchronize", err)
+
+    # -- stream-ordered allocation ---------------------------------------------------------
+    def _malloc_async(self, size: int, stream: int) -> int:
+        err, ptr = _cudaMallocAsync(size, stream)
+        if err:
+            self._fail("cudaMallocAsync", err, f"cudaMallocAsync of {size} bytes failed")
+        return int(ptr)
+
+    def _free_async(self, ptr: int, stream: int) -> None:
+        (err,) = _cudaFreeAsync(ptr, stream)
+        if err:
+            self._fail("cudaFreeAsync", err)
+
+    def _event_create(self) -> int:
+        err, event = _rt.cudaEventCreateWithFlags(_EVENT_DISABLE_TIMING)
+        if err:
+            self._fail("cudaEventCreateWithFlags", err)
+        return int(event)
+
+    def _event_destroy(self, event: int) -> None:
+        (err,) = _rt.cudaEventDestroy(event)
+        if err:
+            self._fail("cudaEventDestroy", err)
+
+    def _event_record(self, event: int, stream: int) -> None:
+        (err,) = _cudaEventRecord(event, stream)
+        if err:
+            self._fail("cudaEventRecord", err)
+
+    def _event_query(self, event: int) -> bool:
+        (err,) = _cudaEventQuery(event)
+        if not err:
+            return True
+        if int(err) == _ERR_NOT_READY:
+            return False
+        self._fail("cudaEventQuery", err)
+
+    def _event_synchronize(self, event: int) -> None:
+        (err,) = _rt.cudaEventSynchronize(event)
+        if err:
+            self._fail("cudaEventSynchronize", err)
+
+    def _stream_wait_event(self, stream: int, event: int) -> None:
+        (err,) = _rt.cudaStreamWaitEvent(stream, event, 0)
+        if err:
+            self._fail("cudaStreamWaitEvent", err)
