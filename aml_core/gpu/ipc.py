@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 import attrs
 
-from .._buffer import AreaLock, address_of
+from .._buffer import AreaLock
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from ..interop import cuda_array_interface
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
 from ..specs import Capability, Kind
+from ._copies import CopyingArea
 from .devices import selected_device
 from .runtime import Group
 
@@ -125,7 +126,7 @@ def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
         exc.add_note(f"closing the IPC mapping failed too: {also}")
 
 
-class IpcImportArea(Area):
+class IpcImportArea(CopyingArea):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
     options_type = IpcOptions
@@ -214,27 +215,11 @@ class IpcImportArea(Area):
             self._opens[buf.ptr] = 1
             return buf
 
-    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
-        """Copy host bytes into an imported buffer (as ``GpuArea.write``)."""
-        self._lookup(buffer, None)
-        src, n, _ = address_of(data)
-        if offset < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
-        if n:
-            self._runtime.require(Group.ALLOCATION).memcpy(buffer.device_ptr + offset, src, n)
-            self._runtime.synchronize()
+    def _memcpy(self, dst: int, src: int, size: int) -> None:
+        self._runtime.require(Group.ALLOCATION).memcpy(dst, src, size)
 
-    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        """Copy bytes out of an imported buffer (as ``GpuArea.read``)."""
-        self._lookup(buffer, None)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
-        out = bytearray(n)
-        if n:
-            dst, _, _ = address_of(out)
-            self._runtime.require(Group.ALLOCATION).memcpy(dst, buffer.device_ptr + offset, n)
-        return bytes(out)
+    def _written(self) -> None:
+        self._runtime.synchronize()
 
     def open_count(self, buffer: Buffer) -> int:
         """How many opens of this mapping are not yet closed."""
