@@ -2,7 +2,11 @@
 bindings (bound once, :func:`aml_cuda.native.bindings`), the two error tables and the
 driver API's set-up (``cuInit``, the ``CUdevice`` of an index).
 
-A runtime call's failure goes through :meth:`CudaCalls._fail` (the runtime's last error
+Calls go through :meth:`CudaCalls._call` / :meth:`CudaCalls._dcall` (checked) or
+:meth:`CudaCalls._raw` (a call whose codes are answers), which look the function up in
+the bindings here (tests replace ``_rt`` / ``_drv`` of this module); only the hot path
+(:mod:`aml_cuda.runtime`'s allocation, :mod:`aml_cuda.streams`' stream-ordered calls) binds
+its functions once. A runtime call's failure goes through :meth:`CudaCalls._fail` (the runtime's last error
 cleared, :data:`~aml_cuda.errors.RUNTIME_ERRORS`), a driver call's through
 :meth:`CudaCalls._dfail` (:data:`~aml_cuda.errors.DRIVER_ERRORS`).
 """
@@ -21,6 +25,10 @@ __all__ = ["CudaCalls", "version_text"]
 
 _rt, _drv = bindings()
 _cudaGetLastError = _rt.cudaGetLastError
+
+
+def _outputs(out: list[Any]) -> Any:
+    return out[0] if len(out) == 1 else tuple(out) if out else None
 
 
 def version_text(v: int) -> str:
@@ -44,6 +52,28 @@ class CudaCalls(abc.ABC):
     def _dfail(self, function: str, err: Any, message: str | None = None) -> NoReturn:
         raise self.driver_errors.error(function, int(err), message)
 
+    def _raw(self, function: str, *args: Any) -> Any:
+        """``cuda.bindings.runtime.<function>(*args)`` as it answers: ``(error, outputs...)``
+        (for a call whose error codes are answers, not failures)."""
+        return getattr(_rt, function)(*args)
+
+    def _call(self, function: str, *args: Any, message: str | None = None) -> Any:
+        """``cuda.bindings.runtime.<function>(*args)``, checked: its output (None when it
+        has none, a tuple when several); a failure raised through :meth:`_fail` with
+        ``message``."""
+        err, *out = getattr(_rt, function)(*args)
+        if err:
+            self._fail(function, err, message)
+        return _outputs(out)
+
+    def _dcall(self, function: str, *args: Any, message: str | None = None) -> Any:
+        """:meth:`_call` of the driver API (``cuda.bindings.driver``), a failure raised
+        through :meth:`_dfail`."""
+        err, *out = getattr(_drv, function)(*args)
+        if err:
+            self._dfail(function, err, message)
+        return _outputs(out)
+
     def _clear_last_error(self) -> None:
         """Read (and so clear) the runtime's last error: an answer such as "peer access
         already enabled" is recorded like any failure and would surface later."""
@@ -66,7 +96,4 @@ class CudaCalls(abc.ABC):
 
     def _cu_device(self, device: int) -> Any:
         self._driver()
-        err, dev = _drv.cuDeviceGet(device)
-        if err:
-            self._dfail("cuDeviceGet", err, f"no CUDA device {device}")
-        return dev
+        return self._dcall("cuDeviceGet", device, message=f"no CUDA device {device}")

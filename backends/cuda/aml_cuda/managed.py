@@ -48,9 +48,7 @@ class CudaManaged(CudaCalls, core.ManagedOps):
         return loc
 
     def _mem_prefetch(self, ptr: int, size: int, device: int, stream: int) -> None:
-        (err,) = _rt.cudaMemPrefetchAsync(ptr, size, self._location(device), 0, stream)
-        if err:
-            self._fail("cudaMemPrefetchAsync", err)
+        self._call("cudaMemPrefetchAsync", ptr, size, self._location(device), 0, stream)
 
     def _mem_advise(self, ptr: int, size: int, advice: int, device: int) -> None:
         adv = _ADVICES.get(advice)
@@ -58,9 +56,7 @@ class CudaManaged(CudaCalls, core.ManagedOps):
             raise self.errors.error(
                 "cudaMemAdvise", int(_E.cudaErrorInvalidValue), f"unknown advice {advice}"
             )
-        (err,) = _rt.cudaMemAdvise(ptr, size, adv, self._location(device))
-        if err:
-            self._fail("cudaMemAdvise", err)
+        self._call("cudaMemAdvise", ptr, size, adv, self._location(device))
 
     def _mem_range_attributes(
         self, ptr: int, size: int, requests: Sequence[tuple[int, int]]
@@ -75,13 +71,11 @@ class CudaManaged(CudaCalls, core.ManagedOps):
                 f"unknown range attribute {exc.args[0]}",
             ) from None
         try:
-            err, data = _rt.cudaMemRangeGetAttributes(sizes, names, len(names), ptr, size)
+            data = self._call("cudaMemRangeGetAttributes", sizes, names, len(names), ptr, size)
         except TypeError:
             # An older cuda-bindings without a helper for some attribute: ask the
             # driver through ctypes instead (same numbers, same semantics).
             return [self._range_attribute_ctypes(ptr, size, a, c) for a, c in requests]
-        if err:
-            self._fail("cudaMemRangeGetAttributes", err)
         out: list[list[int]] = []
         for (_, count), value in zip(requests, data, strict=True):
             if isinstance(value, (list, tuple)):
@@ -105,6 +99,4 @@ class CudaManaged(CudaCalls, core.ManagedOps):
         return list(data)
 
     def _stream_attach(self, stream: int, ptr: int, size: int, flags: int) -> None:
-        (err,) = _rt.cudaStreamAttachMemAsync(stream, ptr, size, flags)
-        if err:
-            self._fail("cudaStreamAttachMemAsync", err)
+        self._call("cudaStreamAttachMemAsync", stream, ptr, size, flags)

@@ -126,9 +126,9 @@ class CudaRuntime(
     def __init__(self) -> None:
         self.errors = RUNTIME_ERRORS
         self.driver_errors = DRIVER_ERRORS
-        err, runtime_version = _rt.cudaRuntimeGetVersion()
+        err, runtime_version = self._raw("cudaRuntimeGetVersion")
         self.runtime_version = int(runtime_version) if not err else 0
-        err, driver_version = _rt.cudaDriverGetVersion()
+        err, driver_version = self._raw("cudaDriverGetVersion")
         self.driver_version = int(driver_version) if not err else 0
         self.display_driver = display_driver_version()
         versions = {"cuda-bindings": bindings_version()}
@@ -170,19 +170,14 @@ class CudaRuntime(
         count = self._count
         if count is not None:
             return count
-        err, n = _rt.cudaGetDeviceCount()
+        err, n = self._raw("cudaGetDeviceCount")
         if err:
-            code = int(err)
-            if code == _ERR_NO_DRIVER:
-                rt = _version(self.runtime_version) if self.runtime_version else "13"
-                self._fail(
-                    "cudaGetDeviceCount",
-                    err,
-                    f"no usable NVIDIA driver: libcuda.so.1 is missing or older than CUDA {rt}",
-                )
-            if code == _ERR_NO_DEVICE:
-                self._fail("cudaGetDeviceCount", err, "no CUDA device is visible to this process")
-            self._fail("cudaGetDeviceCount", err)
+            rt = _version(self.runtime_version) if self.runtime_version else "13"
+            messages = {
+                _ERR_NO_DRIVER: f"no usable NVIDIA driver: libcuda.so.1 is missing or older than CUDA {rt}",
+                _ERR_NO_DEVICE: "no CUDA device is visible to this process",
+            }
+            self._fail("cudaGetDeviceCount", err, messages.get(int(err)))
         self._count = int(n)
         return self._count
 
@@ -198,27 +193,18 @@ class CudaRuntime(
             self._fail("cudaSetDevice", err, f"could not select CUDA device {device}")
 
     def synchronize(self) -> None:
-        (err,) = _rt.cudaDeviceSynchronize()
-        if err:
-            self._fail("cudaDeviceSynchronize", err)
+        self._call("cudaDeviceSynchronize")
 
     def _attribute(self, dev: Any, attribute: Any) -> int:
-        err, value = _drv.cuDeviceGetAttribute(attribute, dev)
-        if err:
-            self._dfail("cuDeviceGetAttribute", err)
-        return int(value)
+        return int(self._dcall("cuDeviceGetAttribute", attribute, dev))
 
     def _device_info(self, device: int) -> DeviceInfo:
         """Name, memory, capabilities and details of a device, through the driver API
         only: no context is created and nothing is allocated."""
         dev = self._cu_device(device)
-        err, raw = _drv.cuDeviceGetName(256, dev)
-        if err:
-            self._dfail("cuDeviceGetName", err)
+        raw = self._dcall("cuDeviceGetName", 256, dev)
         name = bytes(raw).split(b"\0", 1)[0].decode(errors="replace").strip()
-        err, total = _drv.cuDeviceTotalMem(dev)
-        if err:
-            self._dfail("cuDeviceTotalMem", err)
+        total = self._dcall("cuDeviceTotalMem", dev)
         attr = self._attribute
         major = attr(dev, _A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
         minor = attr(dev, _A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
@@ -256,17 +242,13 @@ class CudaRuntime(
         """Through NVML (:mod:`aml_cuda.nvml`), by the device's PCI bus id: no context is
         created. None when NVML cannot answer."""
         dev = self._cu_device(device)
-        err, bus = _drv.cuDeviceGetPCIBusId(32, dev)
-        if err:
-            self._dfail("cuDeviceGetPCIBusId", err)
+        bus = self._dcall("cuDeviceGetPCIBusId", 32, dev)
         pci = bytes(bus).split(b"\0", 1)[0].decode(errors="replace")
         return nvml.free_memory(pci) if pci else None
 
     def memory_info(self) -> tuple[int, int]:
         """``cudaMemGetInfo``: (free, total) bytes of the current device."""
-        err, free, total = _rt.cudaMemGetInfo()
-        if err:
-            self._fail("cudaMemGetInfo", err)
+        free, total = self._call("cudaMemGetInfo")
         return int(free), int(total)
 
     # -- allocation ------------------------------------------------------------------------
@@ -347,14 +329,10 @@ class CudaRuntime(
 
     def _host_register(self, ptr: int, size: int, portable: bool, mapped: bool) -> None:
         flags = (_REGISTER_PORTABLE if portable else 0) | (_REGISTER_MAPPED if mapped else 0)
-        (err,) = _rt.cudaHostRegister(ptr, size, flags)
-        if err:
-            self._fail("cudaHostRegister", err)
+        self._call("cudaHostRegister", ptr, size, flags)
 
     def _host_unregister(self, ptr: int) -> None:
-        (err,) = _rt.cudaHostUnregister(ptr)
-        if err:
-            self._fail("cudaHostUnregister", err)
+        self._call("cudaHostUnregister", ptr)
 
     def _host_device_pointer(self, ptr: int) -> int:
         err, dptr = _cudaHostGetDevicePointer(ptr, 0)
@@ -363,9 +341,7 @@ class CudaRuntime(
         return int(dptr)
 
     def _pointer_attributes(self, ptr: int) -> core.PointerAttributes:
-        err, attrs = _rt.cudaPointerGetAttributes(ptr)
-        if err:
-            self._fail("cudaPointerGetAttributes", err)
+        attrs = self._call("cudaPointerGetAttributes", ptr)
         kind = int(attrs.type)
         return core.PointerAttributes(
             memory_type=_MEMORY_TYPES.get(kind, "unregistered"),
@@ -383,9 +359,5 @@ class CudaRuntime(
     def _memset(self, ptr: int, value: int, size: int) -> None:
         """``cudaMemset``, then a synchronization of the default stream, so that the
         bytes are set when this returns (whatever the kind of memory)."""
-        (err,) = _rt.cudaMemset(ptr, value, size)
-        if err:
-            self._fail("cudaMemset", err)
-        (err,) = _rt.cudaStreamSynchronize(0)
-        if err:
-            self._fail("cudaStreamSynchronize", err)
+        self._call("cudaMemset", ptr, value, size)
+        self._call("cudaStreamSynchronize", 0)

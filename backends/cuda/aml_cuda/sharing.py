@@ -7,7 +7,7 @@ import ctypes
 
 from aml_core.gpu import runtime as core
 
-from .calls import CudaCalls, _drv, _rt
+from .calls import CudaCalls, _rt
 
 __all__ = ["CudaSharing"]
 
@@ -24,71 +24,61 @@ class CudaSharing(CudaCalls, core.PeerOps, core.IpcOps):
 
     # -- peer access (docs/aml-contract.md#peer-access) --------------------------------------
     def _can_access_peer(self, device: int, peer: int) -> bool:
-        err, can = _rt.cudaDeviceCanAccessPeer(device, peer)
-        if err:
-            self._fail("cudaDeviceCanAccessPeer", err)
-        return bool(can)
+        return bool(self._call("cudaDeviceCanAccessPeer", device, peer))
+
+    def _peer_call(self, function: str, answered: int, peer: int, *args: int) -> bool:
+        """A peer enable/disable: True on success, False on ``answered`` ("already
+        enabled" / "not enabled": an answer of the idempotent call, not an error, cleared
+        so that it does not surface in a later cudaGetLastError; CUDA records it like any
+        failure), else the translated error."""
+        (err,) = self._raw(function, peer, *args)
+        if not err:
+            return True
+        if int(err) == answered:
+            self._clear_last_error()
+            return False
+        verb = "enable" if answered == _ERR_PEER_ENABLED else "disable"
+        self._fail(function, err, f"could not {verb} access to CUDA device {peer}")
 
     def _enable_peer_access(self, peer: int) -> bool:
-        (err,) = _rt.cudaDeviceEnablePeerAccess(peer, 0)
-        if not err:
-            return True
-        if int(err) == _ERR_PEER_ENABLED:
-            # An answer, not an error (idempotent enable): clear it so that it does not
-            # surface in a later cudaGetLastError (CUDA records it like any failure).
-            self._clear_last_error()
-            return False
-        self._fail("cudaDeviceEnablePeerAccess", err, f"could not enable access to CUDA device {peer}")
+        return self._peer_call("cudaDeviceEnablePeerAccess", _ERR_PEER_ENABLED, peer, 0)
 
     def _disable_peer_access(self, peer: int) -> bool:
-        (err,) = _rt.cudaDeviceDisablePeerAccess(peer)
-        if not err:
-            return True
-        if int(err) == _ERR_PEER_NOT_ENABLED:
-            self._clear_last_error()
-            return False
-        self._fail("cudaDeviceDisablePeerAccess", err, f"could not disable access to CUDA device {peer}")
+        return self._peer_call("cudaDeviceDisablePeerAccess", _ERR_PEER_NOT_ENABLED, peer)
 
     def _memcpy_peer(self, dst: int, dst_device: int, src: int, src_device: int, size: int) -> None:
         """``cudaMemcpyPeer``, then a synchronization of the default stream: CUDA queues a
         device-to-device copy on the current device's default stream and returns before
         it is done, and aml's returns when the bytes are there."""
-        (err,) = _rt.cudaMemcpyPeer(dst, dst_device, src, src_device, size)
-        if err:
-            self._fail(
-                "cudaMemcpyPeer",
-                err,
-                f"cudaMemcpyPeer of {size} bytes from device {src_device} to device {dst_device} failed",
-            )
-        (err,) = _rt.cudaStreamSynchronize(0)
-        if err:
-            self._fail("cudaStreamSynchronize", err)
+        self._call(
+            "cudaMemcpyPeer",
+            dst,
+            dst_device,
+            src,
+            src_device,
+            size,
+            message=f"cudaMemcpyPeer of {size} bytes from device {src_device} to device {dst_device} failed",
+        )
+        self._call("cudaStreamSynchronize", 0)
 
     # -- IPC -------------------------------------------------------------------------------
     def _ipc_get_handle(self, ptr: int, size: int) -> bytes:
-        err, handle = _rt.cudaIpcGetMemHandle(ptr)
-        if err:
-            self._fail("cudaIpcGetMemHandle", err)
+        handle = self._call("cudaIpcGetMemHandle", ptr)
         return ctypes.string_at(handle.getPtr(), _IPC_HANDLE_SIZE)
 
     def _ipc_open_handle(self, handle: bytes, size: int) -> int:
         raw = ctypes.create_string_buffer(bytes(handle), _IPC_HANDLE_SIZE)
         native = _rt.cudaIpcMemHandle_t(_ptr=ctypes.addressof(raw))
-        err, ptr = _rt.cudaIpcOpenMemHandle(native, _IPC_LAZY)
-        del native, raw
-        if err:
-            self._fail("cudaIpcOpenMemHandle", err)
-        return int(ptr)
+        try:
+            return int(self._call("cudaIpcOpenMemHandle", native, _IPC_LAZY))
+        finally:
+            del native, raw
 
     def _ipc_close_handle(self, ptr: int) -> None:
-        (err,) = _rt.cudaIpcCloseMemHandle(ptr)
-        if err:
-            self._fail("cudaIpcCloseMemHandle", err)
+        self._call("cudaIpcCloseMemHandle", ptr)
 
     def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
         """``cuMemGetAddressRange``: the exporter's allocation behind an opened handle
         (the importer refuses a handle that claims more, issue 9)."""
-        err, base, size = _drv.cuMemGetAddressRange(ptr)
-        if err:
-            self._dfail("cuMemGetAddressRange", err)
+        base, size = self._dcall("cuMemGetAddressRange", ptr)
         return int(base), int(size)

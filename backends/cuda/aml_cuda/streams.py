@@ -25,20 +25,13 @@ class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
     # -- streams ---------------------------------------------------------------------------
     def _stream_create(self, non_blocking: bool) -> int:
         flags = int(_rt.cudaStreamNonBlocking) if non_blocking else int(_rt.cudaStreamDefault)
-        err, stream = _rt.cudaStreamCreateWithFlags(flags)
-        if err:
-            self._fail("cudaStreamCreateWithFlags", err)
-        return int(stream)
+        return int(self._call("cudaStreamCreateWithFlags", flags))
 
     def _stream_destroy(self, stream: int) -> None:
-        (err,) = _rt.cudaStreamDestroy(stream)
-        if err:
-            self._fail("cudaStreamDestroy", err)
+        self._call("cudaStreamDestroy", stream)
 
     def _stream_synchronize(self, stream: int) -> None:
-        (err,) = _rt.cudaStreamSynchronize(stream)
-        if err:
-            self._fail("cudaStreamSynchronize", err)
+        self._call("cudaStreamSynchronize", stream)
 
     # -- stream-ordered allocation ---------------------------------------------------------
     def _malloc_async(self, size: int, stream: int) -> int:
@@ -53,15 +46,10 @@ class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
             self._fail("cudaFreeAsync", err)
 
     def _event_create(self) -> int:
-        err, event = _rt.cudaEventCreateWithFlags(_EVENT_DISABLE_TIMING)
-        if err:
-            self._fail("cudaEventCreateWithFlags", err)
-        return int(event)
+        return int(self._call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
 
     def _event_destroy(self, event: int) -> None:
-        (err,) = _rt.cudaEventDestroy(event)
-        if err:
-            self._fail("cudaEventDestroy", err)
+        self._call("cudaEventDestroy", event)
 
     def _event_record(self, event: int, stream: int) -> None:
         (err,) = _cudaEventRecord(event, stream)
@@ -77,11 +65,7 @@ class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
         self._fail("cudaEventQuery", err)
 
     def _event_synchronize(self, event: int) -> None:
-        (err,) = _rt.cudaEventSynchronize(event)
-        if err:
-            self._fail("cudaEventSynchronize", err)
+        self._call("cudaEventSynchronize", event)
 
     def _stream_wait_event(self, stream: int, event: int) -> None:
-        (err,) = _rt.cudaStreamWaitEvent(stream, event, 0)
-        if err:
-            self._fail("cudaStreamWaitEvent", err)
+        self._call("cudaStreamWaitEvent", stream, event, 0)

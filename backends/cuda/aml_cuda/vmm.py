@@ -42,22 +42,16 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         """Make the current device's primary context current on this thread if no
         context is (VMM calls need one; the runtime API uses the same contexts)."""
         self._driver()
-        err, ctx = _drv.cuCtxGetCurrent()
-        if err:
-            self._dfail("cuCtxGetCurrent", err)
+        ctx = self._dcall("cuCtxGetCurrent")
         if ctx is not None and int(ctx):
             return
         device = self.get_device()
         with self._lock:
             primary = self._primary.get(device)
             if primary is None:
-                err, primary = _drv.cuDevicePrimaryCtxRetain(self._cu_device(device))
-                if err:
-                    self._dfail("cuDevicePrimaryCtxRetain", err)
+                primary = self._dcall("cuDevicePrimaryCtxRetain", self._cu_device(device))
                 self._primary[device] = primary
-        (err,) = _drv.cuCtxSetCurrent(primary)
-        if err:
-            self._dfail("cuCtxSetCurrent", err)
+        self._dcall("cuCtxSetCurrent", primary)
 
     def _prop(self, device: int, exportable: bool) -> Any:
         """The ``CUmemAllocationProp`` of pinned device memory (cached: building a
@@ -79,51 +73,52 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         if found is not None:
             return found
         self._context()
-        err, gran = _drv.cuMemGetAllocationGranularity(
-            self._prop(device, True), _GRAN_REC if recommended else _GRAN_MIN
+        gran = self._dcall(
+            "cuMemGetAllocationGranularity", self._prop(device, True), _GRAN_REC if recommended else _GRAN_MIN
         )
-        if err:
-            self._dfail("cuMemGetAllocationGranularity", err)
         self._granularity[key] = int(gran)
         return int(gran)
 
     def _vmm_reserve(self, size: int, alignment: int, address: int) -> int:
         self._context()
-        err, ptr = _drv.cuMemAddressReserve(size, alignment, address, 0)
-        if err:
-            self._dfail("cuMemAddressReserve", err, f"could not reserve {size} bytes of device addresses")
-        return int(ptr)
+        return int(
+            self._dcall(
+                "cuMemAddressReserve",
+                size,
+                alignment,
+                address,
+                0,
+                message=f"could not reserve {size} bytes of device addresses",
+            )
+        )
 
     def _vmm_address_free(self, ptr: int, size: int) -> None:
         self._context()
-        (err,) = _drv.cuMemAddressFree(ptr, size)
-        if err:
-            self._dfail("cuMemAddressFree", err)
+        self._dcall("cuMemAddressFree", ptr, size)
 
     def _vmm_create(self, size: int, device: int, exportable: bool) -> int:
         self._context()
-        err, handle = _drv.cuMemCreate(size, self._prop(device, exportable), 0)
-        if err:
-            self._dfail("cuMemCreate", err, f"cuMemCreate of {size} bytes on device {device} failed")
-        return int(handle)
+        return int(
+            self._dcall(
+                "cuMemCreate",
+                size,
+                self._prop(device, exportable),
+                0,
+                message=f"cuMemCreate of {size} bytes on device {device} failed",
+            )
+        )
 
     def _vmm_release(self, handle: int) -> None:
         self._context()
-        (err,) = _drv.cuMemRelease(handle)
-        if err:
-            self._dfail("cuMemRelease", err)
+        self._dcall("cuMemRelease", handle)
 
     def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
         self._context()
-        (err,) = _drv.cuMemMap(ptr, size, offset, handle, 0)
-        if err:
-            self._dfail("cuMemMap", err)
+        self._dcall("cuMemMap", ptr, size, offset, handle, 0)
 
     def _vmm_unmap(self, ptr: int, size: int) -> None:
         self._context()
-        (err,) = _drv.cuMemUnmap(ptr, size)
-        if err:
-            self._dfail("cuMemUnmap", err)
+        self._dcall("cuMemUnmap", ptr, size)
 
     def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
         self._context()
@@ -139,9 +134,7 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
                 descs.append(desc)
             if len(self._access) < 64:
                 self._access[key] = descs
-        (err,) = _drv.cuMemSetAccess(ptr, size, descs, len(descs))
-        if err:
-            self._dfail("cuMemSetAccess", err)
+        self._dcall("cuMemSetAccess", ptr, size, descs, len(descs))
 
     def _vmm_get_access(self, ptr: int, device: int) -> int:
         self._context()
@@ -151,42 +144,31 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
             loc.type = _LOC_DEVICE
             loc.id = device
             self._devlocs[device] = loc
-        err, flags = _drv.cuMemGetAccess(loc, ptr)
-        if err:
-            self._dfail("cuMemGetAccess", err)
-        return int(flags)
+        return int(self._dcall("cuMemGetAccess", loc, ptr))
 
     def _vmm_export_fd(self, handle: int) -> int:
         self._context()
-        err, fd = _drv.cuMemExportToShareableHandle(handle, _POSIX_FD, 0)
-        if err:
-            self._dfail(
-                "cuMemExportToShareableHandle",
-                err,
-                "could not export the allocation as a POSIX fd (was it created exportable?)",
-            )
+        fd = self._dcall(
+            "cuMemExportToShareableHandle",
+            handle,
+            _POSIX_FD,
+            0,
+            message="could not export the allocation as a POSIX fd (was it created exportable?)",
+        )
         return int(fd)
 
     def _vmm_import_fd(self, fd: int) -> int:
         self._context()
         # The POSIX fd is passed by value (cast to void*), not by address.
-        err, handle = _drv.cuMemImportFromShareableHandle(fd, _POSIX_FD)
-        if err:
-            self._dfail("cuMemImportFromShareableHandle", err)
-        return int(handle)
+        return int(self._dcall("cuMemImportFromShareableHandle", fd, _POSIX_FD))
 
     def _vmm_retain(self, ptr: int) -> int:
         self._context()
-        err, handle = _drv.cuMemRetainAllocationHandle(ptr)
-        if err:
-            self._dfail("cuMemRetainAllocationHandle", err)
-        return int(handle)
+        return int(self._dcall("cuMemRetainAllocationHandle", ptr))
 
     def _vmm_properties(self, handle: int) -> core.AllocationProperties:
         self._context()
-        err, prop = _drv.cuMemGetAllocationPropertiesFromHandle(handle)
-        if err:
-            self._dfail("cuMemGetAllocationPropertiesFromHandle", err)
+        prop = self._dcall("cuMemGetAllocationPropertiesFromHandle", handle)
         return core.AllocationProperties(
             type=int(prop.type),
             location_device=int(prop.location.id),
