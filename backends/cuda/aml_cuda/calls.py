@@ -74,6 +74,29 @@ class CudaCalls(abc.ABC):
             self._dfail(function, err, message)
         return _outputs(out)
 
+    def _hot(self, function: str, result: Any, *args: int) -> Any:
+        """The result of a hot-path call (a function bound once), checked: its output (as
+        :meth:`_call`'s); a failure raised by :meth:`_native_fail`, which words it from
+        ``args`` only then."""
+        err, *out = result
+        if err:
+            self._native_fail(function, err, *args)
+        return _outputs(out)
+
+    def _native_fail(self, function: str, code: int, *args: int) -> NoReturn:
+        """The error of a hot-path call, and the compiled allocator's error hook (so that
+        both raise the same): ``args`` are the call's size (and flags), or the device
+        of ``cudaSetDevice``."""
+        message = None
+        if function == "cudaSetDevice":
+            message = f"could not select CUDA device {args[0]}"
+        elif function == "cudaHostAlloc":
+            size, flags = args
+            message = f"cudaHostAlloc of {size} bytes (flags 0x{flags:x}) failed"
+        elif args:
+            message = f"{function} of {args[0]} bytes failed"
+        self._fail(function, code, message)
+
     def _clear_last_error(self) -> None:
         """Read (and so clear) the runtime's last error: an answer such as "peer access
         already enabled" is recorded like any failure and would surface later."""

@@ -31,7 +31,7 @@ the error tables and the driver's set-up).
 from __future__ import annotations
 
 import threading
-from typing import Any, NoReturn
+from typing import Any
 
 from aml_core._buffer import NativeAllocator
 from aml_core.buffer import DLDeviceType
@@ -182,15 +182,10 @@ class CudaRuntime(
         return self._count
 
     def get_device(self) -> int:
-        err, dev = _cudaGetDevice()
-        if err:
-            self._fail("cudaGetDevice", err)
-        return int(dev)
+        return int(self._hot("cudaGetDevice", _cudaGetDevice()))
 
     def _set_device(self, device: int) -> None:
-        (err,) = _cudaSetDevice(device)
-        if err:
-            self._fail("cudaSetDevice", err, f"could not select CUDA device {device}")
+        self._hot("cudaSetDevice", _cudaSetDevice(device), device)
 
     def synchronize(self) -> None:
         self._call("cudaDeviceSynchronize")
@@ -287,45 +282,22 @@ class CudaRuntime(
             host_portable=_HOST_PORTABLE,
         )
 
-    def _native_fail(self, function: str, code: int, *args: int) -> NoReturn:
-        """The compiled allocator's error hook: what the ``_``-methods raise."""
-        message = None
-        if function == "cudaHostAlloc":
-            size, flags = args
-            message = f"cudaHostAlloc of {size} bytes (flags 0x{flags:x}) failed"
-        elif args:
-            message = f"{function} of {args[0]} bytes failed"
-        self._fail(function, code, message)
-
     def _malloc(self, size: int) -> int:
-        err, ptr = _cudaMalloc(size)
-        if err:
-            self._fail("cudaMalloc", err, f"cudaMalloc of {size} bytes failed")
-        return int(ptr)
+        return int(self._hot("cudaMalloc", _cudaMalloc(size), size))
 
     def _free(self, ptr: int) -> None:
-        (err,) = _cudaFree(ptr)
-        if err:
-            self._fail("cudaFree", err)
+        self._hot("cudaFree", _cudaFree(ptr))
 
     def _host_alloc(self, size: int, portable: bool, mapped: bool) -> int:
         flags = (_HOST_PORTABLE if portable else 0) | (_HOST_MAPPED if mapped else 0)
-        err, ptr = _cudaHostAlloc(size, flags)
-        if err:
-            self._fail("cudaHostAlloc", err, f"cudaHostAlloc of {size} bytes (flags 0x{flags:x}) failed")
-        return int(ptr)
+        return int(self._hot("cudaHostAlloc", _cudaHostAlloc(size, flags), size, flags))
 
     def _free_host(self, ptr: int) -> None:
-        (err,) = _cudaFreeHost(ptr)
-        if err:
-            self._fail("cudaFreeHost", err)
+        self._hot("cudaFreeHost", _cudaFreeHost(ptr))
 
     def _malloc_managed(self, size: int, attach_global: bool) -> int:
         flags = _ATTACH_GLOBAL if attach_global else _ATTACH_HOST
-        err, ptr = _cudaMallocManaged(size, flags)
-        if err:
-            self._fail("cudaMallocManaged", err, f"cudaMallocManaged of {size} bytes failed")
-        return int(ptr)
+        return int(self._hot("cudaMallocManaged", _cudaMallocManaged(size, flags), size))
 
     def _host_register(self, ptr: int, size: int, portable: bool, mapped: bool) -> None:
         flags = (_REGISTER_PORTABLE if portable else 0) | (_REGISTER_MAPPED if mapped else 0)
@@ -335,10 +307,7 @@ class CudaRuntime(
         self._call("cudaHostUnregister", ptr)
 
     def _host_device_pointer(self, ptr: int) -> int:
-        err, dptr = _cudaHostGetDevicePointer(ptr, 0)
-        if err:
-            self._fail("cudaHostGetDevicePointer", err)
-        return int(dptr)
+        return int(self._hot("cudaHostGetDevicePointer", _cudaHostGetDevicePointer(ptr, 0)))
 
     def _pointer_attributes(self, ptr: int) -> core.PointerAttributes:
         attrs = self._call("cudaPointerGetAttributes", ptr)
@@ -352,9 +321,7 @@ class CudaRuntime(
         )
 
     def _memcpy(self, dst: int, src: int, size: int) -> None:
-        (err,) = _cudaMemcpy(dst, src, size, _MEMCPY_DEFAULT)
-        if err:
-            self._fail("cudaMemcpy", err)
+        self._hot("cudaMemcpy", _cudaMemcpy(dst, src, size, _MEMCPY_DEFAULT))
 
     def _memset(self, ptr: int, value: int, size: int) -> None:
         """``cudaMemset``, then a synchronization of the default stream, so that the

@@ -35,15 +35,10 @@ class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
 
     # -- stream-ordered allocation ---------------------------------------------------------
     def _malloc_async(self, size: int, stream: int) -> int:
-        err, ptr = _cudaMallocAsync(size, stream)
-        if err:
-            self._fail("cudaMallocAsync", err, f"cudaMallocAsync of {size} bytes failed")
-        return int(ptr)
+        return int(self._hot("cudaMallocAsync", _cudaMallocAsync(size, stream), size))
 
     def _free_async(self, ptr: int, stream: int) -> None:
-        (err,) = _cudaFreeAsync(ptr, stream)
-        if err:
-            self._fail("cudaFreeAsync", err)
+        self._hot("cudaFreeAsync", _cudaFreeAsync(ptr, stream))
 
     def _event_create(self) -> int:
         return int(self._call("cudaEventCreateWithFlags", _EVENT_DISABLE_TIMING))
@@ -52,9 +47,7 @@ class CudaStreams(CudaCalls, core.StreamOps, core.StreamOrderedOps):
         self._call("cudaEventDestroy", event)
 
     def _event_record(self, event: int, stream: int) -> None:
-        (err,) = _cudaEventRecord(event, stream)
-        if err:
-            self._fail("cudaEventRecord", err)
+        self._hot("cudaEventRecord", _cudaEventRecord(event, stream))
 
     def _event_query(self, event: int) -> bool:
         (err,) = _cudaEventQuery(event)

@@ -53,6 +53,12 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
                 self._primary[device] = primary
         self._dcall("cuCtxSetCurrent", primary)
 
+    def _vcall(self, function: str, *args: Any, message: str | None = None) -> Any:
+        """A driver call of the virtual-memory API (:meth:`_dcall`), with a context made
+        current on this thread first (:meth:`_context`)."""
+        self._context()
+        return self._dcall(function, *args, message=message)
+
     def _prop(self, device: int, exportable: bool) -> Any:
         """The ``CUmemAllocationProp`` of pinned device memory (cached: building a
         bindings struct costs more than the driver call; the bindings only read it)."""
@@ -72,17 +78,15 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         found = self._granularity.get(key)
         if found is not None:
             return found
-        self._context()
-        gran = self._dcall(
+        gran = self._vcall(
             "cuMemGetAllocationGranularity", self._prop(device, True), _GRAN_REC if recommended else _GRAN_MIN
         )
         self._granularity[key] = int(gran)
         return int(gran)
 
     def _vmm_reserve(self, size: int, alignment: int, address: int) -> int:
-        self._context()
         return int(
-            self._dcall(
+            self._vcall(
                 "cuMemAddressReserve",
                 size,
                 alignment,
@@ -93,13 +97,11 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         )
 
     def _vmm_address_free(self, ptr: int, size: int) -> None:
-        self._context()
-        self._dcall("cuMemAddressFree", ptr, size)
+        self._vcall("cuMemAddressFree", ptr, size)
 
     def _vmm_create(self, size: int, device: int, exportable: bool) -> int:
-        self._context()
         return int(
-            self._dcall(
+            self._vcall(
                 "cuMemCreate",
                 size,
                 self._prop(device, exportable),
@@ -109,19 +111,15 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         )
 
     def _vmm_release(self, handle: int) -> None:
-        self._context()
-        self._dcall("cuMemRelease", handle)
+        self._vcall("cuMemRelease", handle)
 
     def _vmm_map(self, ptr: int, size: int, handle: int, offset: int) -> None:
-        self._context()
-        self._dcall("cuMemMap", ptr, size, offset, handle, 0)
+        self._vcall("cuMemMap", ptr, size, offset, handle, 0)
 
     def _vmm_unmap(self, ptr: int, size: int) -> None:
-        self._context()
-        self._dcall("cuMemUnmap", ptr, size)
+        self._vcall("cuMemUnmap", ptr, size)
 
     def _vmm_set_access(self, ptr: int, size: int, access: Sequence[tuple[int, int]]) -> None:
-        self._context()
         key = tuple(access)
         descs = self._access.get(key)
         if descs is None:
@@ -134,21 +132,19 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
                 descs.append(desc)
             if len(self._access) < 64:
                 self._access[key] = descs
-        self._dcall("cuMemSetAccess", ptr, size, descs, len(descs))
+        self._vcall("cuMemSetAccess", ptr, size, descs, len(descs))
 
     def _vmm_get_access(self, ptr: int, device: int) -> int:
-        self._context()
         loc = self._devlocs.get(device)
         if loc is None:
             loc = _drv.CUmemLocation()
             loc.type = _LOC_DEVICE
             loc.id = device
             self._devlocs[device] = loc
-        return int(self._dcall("cuMemGetAccess", loc, ptr))
+        return int(self._vcall("cuMemGetAccess", loc, ptr))
 
     def _vmm_export_fd(self, handle: int) -> int:
-        self._context()
-        fd = self._dcall(
+        fd = self._vcall(
             "cuMemExportToShareableHandle",
             handle,
             _POSIX_FD,
@@ -158,17 +154,14 @@ class CudaVirtualMemory(CudaCalls, core.VirtualMemoryOps):
         return int(fd)
 
     def _vmm_import_fd(self, fd: int) -> int:
-        self._context()
         # The POSIX fd is passed by value (cast to void*), not by address.
-        return int(self._dcall("cuMemImportFromShareableHandle", fd, _POSIX_FD))
+        return int(self._vcall("cuMemImportFromShareableHandle", fd, _POSIX_FD))
 
     def _vmm_retain(self, ptr: int) -> int:
-        self._context()
-        return int(self._dcall("cuMemRetainAllocationHandle", ptr))
+        return int(self._vcall("cuMemRetainAllocationHandle", ptr))
 
     def _vmm_properties(self, handle: int) -> core.AllocationProperties:
-        self._context()
-        prop = self._dcall("cuMemGetAllocationPropertiesFromHandle", handle)
+        prop = self._vcall("cuMemGetAllocationPropertiesFromHandle", handle)
         return core.AllocationProperties(
             type=int(prop.type),
             location_device=int(prop.location.id),
