@@ -29,13 +29,13 @@ import attrs
 from .. import checks
 from ..area import compiled_mmap
 from ..buffer import Buffer, native_as
-from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLValueError
+from ..errors import AMLMemoryError, AMLNotSupported, AMLValueError
 from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
 from ._managed_area import ManagedAreaMethods
-from .devices import usable_device_count
+from .devices import selected_device, usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .options import GpuAllocation, GpuMmapOptions, GpuMmapOptionsDict, StreamOrdered, host_memory
@@ -216,7 +216,7 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
-        # even on failure (aml_area_hip_mmap). Written out inline: the hot path of every GPU mmap.
+        # even on failure (aml_area_hip_mmap).
         device = self.device if options.device is None else options.device
         assert device is not None
         rt = self.runtime
@@ -226,26 +226,17 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
         # A failing hipGetDevice/cudaGetDevice is translated like any call (aml_area_hip_mmap: no
         # device or driver -> ENOTSUP, initialization error -> FAILURE...).
-        current = rt.get_device()
-        if current == device:
-            return self._allocate_on(size, options, device)
-        rt._set_device(device)
+        buf = None
         try:
-            buf = self._allocate_on(size, options, device)
-        except BaseException as exc:
-            try:
-                rt._set_device(current)
-            except AMLError as restore:
-                exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
-            raise
-        try:
-            rt._set_device(current)
+            with selected_device(rt, device):
+                buf = self._allocate_on(size, options, device)
         except BaseException:
-            # The allocation succeeded but the caller's device could not be restored. AML's
-            # C area returns the pointer with aml_errno set; Python cannot both return and
-            # raise, so the memory is given back and the restore error raised: nothing leaks.
-            buf._release()
-            self._free(buf)
+            if buf is not None:
+                # The allocation succeeded but the caller's device could not be restored. AML's
+                # C area returns the pointer with aml_errno set; Python cannot both return and
+                # raise, so the memory is given back and the restore error raised: nothing leaks.
+                buf._release()
+                self._free(buf)
             raise
         return buf
 
