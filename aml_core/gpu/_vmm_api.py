@@ -16,12 +16,12 @@ import attrs
 
 from .. import checks
 from .._buffer import AreaLock
-from ..area import Area
 from ..errors import AMLBusyError, AMLError, AMLTypeError, AMLValueError
+from ._device_area import DeviceMemoryArea
 from .runtime import AllocationProperties
 
 if TYPE_CHECKING:
-    from .runtime import Runtime, VirtualMemoryOps
+    from .runtime import VirtualMemoryOps
 
 __all__ = ["Access", "Physical", "Reservation", "VirtualMemoryApi", "also"]
 
@@ -64,11 +64,10 @@ class Physical:
         return self.refs <= 0
 
 
-class VirtualMemoryApi(Area):
+class VirtualMemoryApi(DeviceMemoryArea):
     """The tracked ``reserve`` / ``create`` / ``map`` / ``set_access`` ... of one device
     (the state is set up by :class:`~aml_core.gpu.vmm.VirtualMemory`)."""
 
-    _runtime: Runtime
     _ops: VirtualMemoryOps
     #: Guards the virtual-memory state; its holders count as inside the area, so that a
     #: GC-driven free of a buffer (which unmaps) never runs in the middle of it.

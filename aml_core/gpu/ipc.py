@@ -31,7 +31,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
@@ -39,10 +39,10 @@ from .._buffer import AreaLock
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
-from ..interop import cuda_array_interface
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
+from ._device_area import DeviceMemoryArea
 from .devices import selected_device
 from .runtime import Group
 
@@ -126,7 +126,7 @@ def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
         exc.add_note(f"closing the IPC mapping failed too: {also}")
 
 
-class IpcImportArea(CopyingArea):
+class IpcImportArea(DeviceMemoryArea, CopyingArea):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
     options_type = IpcOptions
@@ -152,13 +152,7 @@ class IpcImportArea(CopyingArea):
     def __init__(self, runtime: Runtime) -> None:
         """The import area of ``runtime``'s backend in this process (one per backend:
         ``GpuBackend.ipc_open`` makes it); ``runtime`` must provide the IPC group."""
-        super().__init__(
-            backend=runtime.traits.name,
-            kind=Kind.DEVICE,
-            device=None,
-            capabilities=Capability.IPC | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
-        )
-        self._runtime = runtime
+        super().__init__(runtime, None, Capability.IPC)
         self._ops = runtime.require(Group.IPC)
         #: (handle data, offset, importing device) -> the address of its open Buffer (tracked
         #: by the area, not kept alive here: a Buffer dropped unclosed is unmapped by its
@@ -303,9 +297,6 @@ class IpcImportArea(CopyingArea):
             self._opens.pop(buffer.ptr, None)
             if self._by_key.get(key) == buffer.ptr:
                 del self._by_key[key]
-
-    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        return cuda_array_interface(buffer.device_ptr, buffer.size)
 
     def close(self) -> None:
         with self._open_lock:

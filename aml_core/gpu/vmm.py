@@ -21,7 +21,7 @@ any native call. ``close()`` unmaps, releases and frees whatever is left.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
@@ -30,9 +30,8 @@ from .._buffer import AreaLock
 from ..area import compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLMemoryError, AMLTypeError, AMLValueError
-from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
-from ..specs import Capability, Kind
+from ..specs import Capability
 from ._vmm_api import Access, Physical, Reservation, VirtualMemoryApi, also
 from .runtime import Group
 from .stream import runtime_stream_ordering
@@ -122,13 +121,7 @@ class VirtualMemory(VirtualMemoryApi):
     def __init__(self, runtime: Runtime, device: int) -> None:
         """The virtual-memory API of ``device`` (an index) over ``runtime`` (which must
         provide the VIRTUAL_MEMORY group). Prefer the backend's ``virtual_memory(device)``."""
-        super().__init__(
-            backend=runtime.traits.name,
-            kind=Kind.DEVICE,
-            device=device,
-            capabilities=Capability.VIRTUAL_MEMORY | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
-        )
-        self._runtime = runtime
+        super().__init__(runtime, device, Capability.VIRTUAL_MEMORY)
         self._ops = runtime.require(Group.VIRTUAL_MEMORY)
         self._vlock = AreaLock(self, threading.RLock())
         self._reservations = {}
@@ -258,6 +251,3 @@ class VirtualMemory(VirtualMemoryApi):
             old = buffer.size
             buffer._bind(buffer.ptr, n, 0, *self.dlpack_device())
             self._resized(buffer, old)
-
-    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        return cuda_array_interface(buffer.device_ptr, buffer.size)
