@@ -81,18 +81,12 @@ class Buffer(BufferBase):
     # The attributes and weak references live in BufferBase's C struct.
     __slots__ = ()
 
-    if TYPE_CHECKING:  # read-only properties of BufferBase, with their precise types
+    if TYPE_CHECKING:  # BufferBase's read-only area and kind, with their precise types
 
         @property
         def area(self) -> Area: ...
         @property
         def kind(self) -> Kind: ...
-        @property
-        def device(self) -> int | None: ...
-        @property
-        def device_ptr(self) -> int: ...
-        @property
-        def native(self) -> object: ...
 
     def free(self) -> None:
         """Unmap this buffer (``self.area.munmap(self)``)."""

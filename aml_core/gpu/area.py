@@ -22,80 +22,30 @@ docs/aml-contract.md#hip-area), written once.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from typing import Any, Literal, TypedDict, overload
+from typing import Any
 
 import attrs
 
 from .. import checks
-from .._buffer import address_of
-from ..area import Area, compiled_mmap
+from ..area import compiled_mmap
 from ..buffer import Buffer, native_as
-from ..errors import AMLError, AMLMemoryError, AMLNotSupported, AMLTypeError, AMLValueError
+from ..errors import AMLMemoryError, AMLNotSupported, AMLValueError
 from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
-from . import managed
-from .devices import usable_device_count
+from ._copies import CopyingArea
+from ._managed_area import ManagedAreaMethods
+from .devices import selected_device, usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
+from .options import GpuAllocation, GpuMmapOptions, GpuMmapOptionsDict, StreamOrdered, host_memory
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
 from .stream import as_stream_handle, runtime_stream_ordering
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
 
-def _opt_device(value: object) -> int | None:
-    return None if value is None else checks.c_int(value, "options.device")
-
-
-def _opt_stream(value: object) -> int | None:
-    return None if value is None else as_stream_handle(value)
-
-
-@attrs.frozen
-class StreamOrdered:
-    """The ``keep`` of a stream-ordered device allocation: the stream it was made on,
-    which frees it unless munmap names another."""
-
-    stream: int
-
-
-@attrs.frozen
-class GpuMmapOptions:
-    """``struct aml_area_hip_mmap_options``: a device that overrides the area's
-    (negative: the current device), and host memory to map (ALLOC_MAPPED without
-    ALLOC_HOST): an int address or any writable buffer-protocol object (its size is
-    checked and it is kept alive while mapped)."""
-
-    device: int | None = attrs.field(default=None, converter=_opt_device)
-    ptr: Any = None
-    #: Device memory only: allocate in stream order on this stream (any stream object
-    #: or int handle; 0 is the default stream) through the STREAM_ORDERED group.
-    stream: int | None = attrs.field(default=None, converter=_opt_stream)
-
-
-class GpuMmapOptionsDict(TypedDict, total=False):
-    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``,
-    ``area.mmap(n, {"stream": s})``), typed: an unknown key is a type error."""
-
-    device: int | None
-    ptr: object
-    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
-    stream: object
-
-
-@attrs.frozen
-class GpuAllocation:
-    """What a GPU buffer needs to be freed: how it was allocated, the native size,
-    and (registered memory) the object kept alive."""
-
-    mode: AllocMode
-    alloc_size: int
-    keep: Any = None
-
-
-class GpuArea(Area):
+class GpuArea(ManagedAreaMethods, CopyingArea):
     """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
     ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas).
 
@@ -266,7 +216,7 @@ class GpuArea(Area):
 
     def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
-        # even on failure (aml_area_hip_mmap). Written out inline: the hot path of every GPU mmap.
+        # even on failure (aml_area_hip_mmap).
         device = self.device if options.device is None else options.device
         assert device is not None
         rt = self.runtime
@@ -276,26 +226,17 @@ class GpuArea(Area):
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
         # A failing hipGetDevice/cudaGetDevice is translated like any call (aml_area_hip_mmap: no
         # device or driver -> ENOTSUP, initialization error -> FAILURE...).
-        current = rt.get_device()
-        if current == device:
-            return self._allocate_on(size, options, device)
-        rt._set_device(device)
+        buf = None
         try:
-            buf = self._allocate_on(size, options, device)
-        except BaseException as exc:
-            try:
-                rt._set_device(current)
-            except AMLError as restore:
-                exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
-            raise
-        try:
-            rt._set_device(current)
+            with selected_device(rt, device):
+                buf = self._allocate_on(size, options, device)
         except BaseException:
-            # The allocation succeeded but the caller's device could not be restored. AML's
-            # C area returns the pointer with aml_errno set; Python cannot both return and
-            # raise, so the memory is given back and the restore error raised: nothing leaks.
-            buf._release()
-            self._free(buf)
+            if buf is not None:
+                # The allocation succeeded but the caller's device could not be restored. AML's
+                # C area returns the pointer with aml_errno set; Python cannot both return and
+                # raise, so the memory is given back and the restore error raised: nothing leaks.
+                buf._release()
+                self._free(buf)
             raise
         return buf
 
@@ -305,86 +246,70 @@ class GpuArea(Area):
         ops = self._alloc
         traits = self.runtime.traits
         mode, all_devices = self.decoded.mode, self.decoded.all_devices
+        dptr: int | None = None
+        dl_device = (traits.dl_host, 0)  # pinned host memory: (CUDA_HOST/ROCM_HOST, 0)
         if options.stream is not None:
             if mode is not AllocMode.DEVICE:
                 raise AMLNotSupported(
                     f"stream-ordered allocation makes device memory; this is a {self.kind.value} area"
                 )
-            ops_async = self._stream_ops()
-            try:
-                ptr = ops_async._malloc_async(size, options.stream)
-            except AMLMemoryError:
-                # Frees queued on streams return memory to the device's pool only when
-                # they run: wait for the device, then try once more (then ENOMEM).
-                self.runtime.synchronize()
-                ptr = ops_async._malloc_async(size, options.stream)
-            return self._new_buffer(
-                ptr,
-                size,
-                host_accessible=False,
-                dl_device=(traits.dl_device, used),
-                native=GpuAllocation(mode, size, StreamOrdered(options.stream)),
-                device=used,
-            )
-        if mode is AllocMode.DEVICE:
-            ptr = ops._malloc(size)
-            return self._new_buffer(
-                ptr,
-                size,
-                host_accessible=False,
-                dl_device=(traits.dl_device, used),
-                native=self._record(size),
-                device=used,
-            )
-        if mode is AllocMode.MANAGED:
+            ptr = self._malloc_async(size, options.stream)
+            native = GpuAllocation(mode, size, StreamOrdered(options.stream))
+            dl_device = (traits.dl_device, used)
+        elif mode is AllocMode.DEVICE:
+            ptr, native = ops._malloc(size), self._record(size)
+            dl_device = (traits.dl_device, used)
+        elif mode is AllocMode.MANAGED:
             assert self._managed_ops is not None
             g = traits.managed_granule
             n = -(-size // g) * g
-            ptr = self._managed_ops._malloc_managed(n, all_devices)
-            return self._new_buffer(
-                ptr,
-                size,
-                host_accessible=True,
-                dl_device=(traits.dl_managed, used),
-                native=self._record(n),
-                device=used,
-            )
-        if mode is AllocMode.HOST:
-            ptr = ops._host_alloc(size, all_devices, False)
-            return self._new_buffer(
-                ptr,
-                size,
-                host_accessible=True,
-                dl_device=(traits.dl_host, 0),
-                native=self._record(size),
-                device=used,
-            )
-        if mode is AllocMode.HOST_MAPPED:
+            ptr, native = self._managed_ops._malloc_managed(n, all_devices), self._record(n)
+            dl_device = (traits.dl_managed, used)
+        elif mode is AllocMode.HOST:
+            ptr, native = ops._host_alloc(size, all_devices, False), self._record(size)
+        elif mode is AllocMode.HOST_MAPPED:
             ptr = ops._host_alloc(size, all_devices, True)
             try:
                 dptr = ops._host_device_pointer(ptr)
             except BaseException:
                 ops._free_host(ptr)
                 raise
-            return self._new_buffer(
-                ptr,
-                size,
-                host_accessible=True,
-                dl_device=(traits.dl_host, 0),
-                device_ptr=dptr,
-                native=self._record(size),
-                device=used,
-            )
-        # REGISTERED: ALLOC_MAPPED without ALLOC_HOST maps the caller's memory.
-        # As in AML, options.ptr is only read by these areas.
+            native = self._record(size)
+        else:
+            ptr, dptr, native = self._register(size, options)
+        return self._new_buffer(
+            ptr,
+            size,
+            host_accessible=mode is not AllocMode.DEVICE,
+            dl_device=dl_device,
+            device_ptr=dptr,
+            native=native,
+            device=used,
+        )
+
+    def _malloc_async(self, size: int, stream: int) -> int:
+        ops = self._stream_ops()
+        try:
+            return ops._malloc_async(size, stream)
+        except AMLMemoryError:
+            # Frees queued on streams return memory to the device's pool only when
+            # they run: wait for the device, then try once more (then ENOMEM).
+            self.runtime.synchronize()
+            return ops._malloc_async(size, stream)
+
+    def _register(self, size: int, options: GpuMmapOptions) -> tuple[int, int, GpuAllocation]:
+        """REGISTERED: ALLOC_MAPPED without ALLOC_HOST maps the caller's memory (as in
+        AML, options.ptr is only read by these areas): (host address, device pointer,
+        record keeping the caller's object alive)."""
         if options.ptr is None:
             raise AMLValueError(
                 "an ALLOC_MAPPED area without ALLOC_HOST maps the caller's memory: "
                 "pass options.ptr (an address or a writable buffer)"
             )
-        host, keep = _host_memory(options.ptr, size)
+        ops = self._alloc
+        host, keep = host_memory(options.ptr, size)
         try:
-            ops._host_register(host, size, all_devices, True)
+            ops._host_register(host, size, self.decoded.all_devices, True)
             try:
                 dptr = ops._host_device_pointer(host)
             except BaseException:
@@ -394,15 +319,7 @@ class GpuArea(Area):
             if isinstance(keep, memoryview):
                 keep.release()
             raise
-        return self._new_buffer(
-            host,
-            size,
-            host_accessible=True,
-            dl_device=(traits.dl_host, 0),
-            device_ptr=dptr,
-            native=GpuAllocation(mode, size, keep),
-            device=used,
-        )
+        return host, dptr, GpuAllocation(AllocMode.REGISTERED, size, keep)
 
     def _free(self, buffer: Buffer) -> None:
         native = native_as(buffer, GpuAllocation)
@@ -425,137 +342,13 @@ class GpuArea(Area):
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
 
-    # -- managed memory (docs/aml-contract.md#hip-managed-memory) ----------------------------
-    def _managed(self, buffer: Buffer) -> None:
-        if self.kind is not Kind.MANAGED:
-            raise AMLNotSupported(f"this {self.kind.value} area has no managed memory (needs ALLOC_UNIFIED)")
-        self._lookup(buffer, None)
-
-    def prefetch(
-        self,
-        buffer: Buffer,
-        location: int | str,
-        *,
-        offset: int = 0,
-        size: int | None = None,
-        stream: Any = None,
-    ) -> None:
-        """Migrate (part of) a managed buffer to a device or ``"host"`` on a stream."""
-        self._managed(buffer)
-        managed.prefetch(self.runtime, buffer, location, offset=offset, size=size, stream=stream)
-
-    def advise(
-        self,
-        buffer: Buffer,
-        advice: managed.Advice | int,
-        location: int | str,
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> None:
-        """Advise the runtime about (part of) a managed buffer."""
-        self._managed(buffer)
-        managed.advise(self.runtime, buffer, advice, location, offset=offset, size=size)
-
-    @overload
-    def range_attribute(
-        self,
-        buffer: Buffer,
-        attribute: Literal[managed.RangeAttribute.READ_MOSTLY],
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> bool: ...
-    @overload
-    def range_attribute(
-        self,
-        buffer: Buffer,
-        attribute: Literal[managed.RangeAttribute.ACCESSED_BY],
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> tuple[int, ...]: ...
-    @overload
-    def range_attribute(
-        self,
-        buffer: Buffer,
-        attribute: Literal[
-            managed.RangeAttribute.PREFERRED_LOCATION,
-            managed.RangeAttribute.LAST_PREFETCH_LOCATION,
-            managed.RangeAttribute.PREFERRED_LOCATION_ID,
-            managed.RangeAttribute.LAST_PREFETCH_LOCATION_ID,
-        ],
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> int: ...
-    @overload
-    def range_attribute(
-        self,
-        buffer: Buffer,
-        attribute: managed.RangeAttribute | int,
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> managed.RangeValue: ...
-    def range_attribute(
-        self,
-        buffer: Buffer,
-        attribute: managed.RangeAttribute | int,
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> managed.RangeValue:
-        """One attribute of a managed range, as a Python value (typed per attribute:
-        READ_MOSTLY a bool, ACCESSED_BY a tuple of devices, the locations an int)."""
-        self._managed(buffer)
-        return managed.range_attribute(self.runtime, buffer, attribute, offset=offset, size=size)
-
-    def range_attributes(
-        self,
-        buffer: Buffer,
-        attributes: Iterable[managed.RangeAttribute | int],
-        *,
-        offset: int = 0,
-        size: int | None = None,
-    ) -> dict[managed.RangeAttribute, managed.RangeValue]:
-        """Several attributes of a managed range, in one native call."""
-        self._managed(buffer)
-        return managed.range_attributes(self.runtime, buffer, attributes, offset=offset, size=size)
-
-    def attach(
-        self, buffer: Buffer, stream: Any, flags: managed.AttachFlags | int = managed.AttachFlags.SINGLE
-    ) -> None:
-        """Attach a managed buffer to a stream."""
-        self._managed(buffer)
-        managed.stream_attach(self.runtime, buffer, stream, flags)
-
     # -- IPC (docs/aml-contract.md#hip-ipc) ---------------------------------------------------
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer (or its base pointer) for another process."""
         return export_from(self, self.runtime, self._exports, buffer)
 
-    # -- data movement helpers (tests, examples) ---------------------------------------------
-    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
-        """Copy host bytes into a buffer of this area (any kind)."""
-        self._lookup(buffer, None)
-        src, n, _ = address_of(data)
-        if offset < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
-        if n:
-            self._alloc.memcpy(buffer.device_ptr + offset, src, n)
-
-    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        """Copy bytes out of a buffer of this area (any kind)."""
-        self._lookup(buffer, None)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
-        out = bytearray(n)
-        if n:
-            dst, _, _ = address_of(out)
-            self._alloc.memcpy(dst, buffer.device_ptr + offset, n)
-        return bytes(out)
+    def _memcpy(self, dst: int, src: int, size: int) -> None:
+        self._alloc.memcpy(dst, src, size)
 
 
 def _capabilities(runtime: Runtime, kind: Kind) -> Capability:
@@ -573,34 +366,6 @@ def _capabilities(runtime: Runtime, kind: Kind) -> Capability:
     elif kind is Kind.HOST:
         caps &= ~Capability.MAPPED
     return caps
-
-
-def _host_memory(ptr: object, size: int) -> tuple[int, Any]:
-    """The address of the caller's host memory and what must stay alive while mapped."""
-    if isinstance(ptr, bool):
-        raise AMLTypeError("options.ptr must be an address or a writable buffer, not bool")
-    if isinstance(ptr, int):
-        if ptr <= 0:
-            raise AMLValueError("options.ptr must be a non-NULL address")
-        return ptr, None
-    try:
-        view = memoryview(ptr)  # type: ignore[arg-type]
-    except TypeError:
-        raise AMLTypeError(
-            f"options.ptr must be an int address or a buffer-protocol object, not {type(ptr).__name__}"
-        ) from None
-    if view.readonly:
-        view.release()
-        raise AMLValueError("options.ptr is read-only memory; mapped memory must be writable")
-    if not view.contiguous:
-        view.release()
-        raise AMLValueError("options.ptr must be contiguous memory")
-    if view.nbytes < size:
-        n = view.nbytes
-        view.release()
-        raise AMLValueError(f"options.ptr holds {n} bytes, fewer than the {size} to map")
-    addr, _, _ = address_of(view)
-    return addr, view
 
 
 #: Native records an area keeps (GpuArea._record).

@@ -13,8 +13,8 @@ other failure to count devices stays FAILURE, as in ``aml_area_hip_create``
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from ..errors import AMLError, AMLFailure, AMLNotSupported
@@ -70,24 +70,37 @@ class _Selects(Protocol):
     def _set_device(self, device: int) -> None: ...
 
 
-@contextlib.contextmanager
-def selected_device(runtime: _Selects, device: int) -> Iterator[int]:
-    """Make ``device`` (a checked index) the calling thread's current device for the block
-    and restore the caller's afterwards, also when the block raises (as
-    ``aml_area_hip_mmap`` does around an allocation). Yields the caller's device. No
-    native call when ``device`` is already current. A failure to restore is raised (the
-    block's own error, if any, stays the one raised, with the restore failure noted)."""
-    current = runtime.get_device()
-    if current == device:
-        yield current
-        return
-    runtime._set_device(device)
-    try:
-        yield current
-    except BaseException as exc:
+class selected_device:
+    """``with selected_device(runtime, device) as current:`` makes ``device`` (a checked
+    index) the calling thread's current device for the block and restores the caller's
+    afterwards, also when the block raises (as ``aml_area_hip_mmap`` does around an
+    allocation); ``current`` is the caller's device. No native call when ``device`` is
+    already current. A failure to restore is raised (the block's own error, if any, stays
+    the one raised, with the restore failure noted). A class, not a generator: GPU areas
+    select the device around every allocation."""
+
+    __slots__ = ("_current", "_device", "_runtime")
+
+    def __init__(self, runtime: _Selects, device: int) -> None:
+        self._runtime = runtime
+        self._device = device
+
+    def __enter__(self) -> int:
+        current = self._current = self._runtime.get_device()
+        if current != self._device:
+            self._runtime._set_device(self._device)
+        return current
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        current = self._current
+        if current == self._device:
+            return
+        if exc is None:
+            self._runtime._set_device(current)
+            return
         try:
-            runtime._set_device(current)
+            self._runtime._set_device(current)
         except AMLError as restore:
             exc.add_note(f"restoring the caller's device {current} failed too: {restore}")
-        raise
-    runtime._set_device(current)

@@ -31,17 +31,18 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 import attrs
 
-from .._buffer import AreaLock, address_of
+from .._buffer import AreaLock
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
-from ..interop import cuda_array_interface
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
 from ..specs import Capability, Kind
+from ._copies import CopyingArea
+from ._device_area import DeviceMemoryArea
 from .devices import selected_device
 from .runtime import Group
 
@@ -125,7 +126,7 @@ def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
         exc.add_note(f"closing the IPC mapping failed too: {also}")
 
 
-class IpcImportArea(Area):
+class IpcImportArea(DeviceMemoryArea, CopyingArea):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
     options_type = IpcOptions
@@ -151,13 +152,7 @@ class IpcImportArea(Area):
     def __init__(self, runtime: Runtime) -> None:
         """The import area of ``runtime``'s backend in this process (one per backend:
         ``GpuBackend.ipc_open`` makes it); ``runtime`` must provide the IPC group."""
-        super().__init__(
-            backend=runtime.traits.name,
-            kind=Kind.DEVICE,
-            device=None,
-            capabilities=Capability.IPC | Capability.DLPACK | Capability.CUDA_ARRAY_INTERFACE,
-        )
-        self._runtime = runtime
+        super().__init__(runtime, None, Capability.IPC)
         self._ops = runtime.require(Group.IPC)
         #: (handle data, offset, importing device) -> the address of its open Buffer (tracked
         #: by the area, not kept alive here: a Buffer dropped unclosed is unmapped by its
@@ -214,27 +209,11 @@ class IpcImportArea(Area):
             self._opens[buf.ptr] = 1
             return buf
 
-    def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
-        """Copy host bytes into an imported buffer (as ``GpuArea.write``)."""
-        self._lookup(buffer, None)
-        src, n, _ = address_of(data)
-        if offset < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
-        if n:
-            self._runtime.require(Group.ALLOCATION).memcpy(buffer.device_ptr + offset, src, n)
-            self._runtime.synchronize()
+    def _memcpy(self, dst: int, src: int, size: int) -> None:
+        self._runtime.require(Group.ALLOCATION).memcpy(dst, src, size)
 
-    def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
-        """Copy bytes out of an imported buffer (as ``GpuArea.read``)."""
-        self._lookup(buffer, None)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
-        out = bytearray(n)
-        if n:
-            dst, _, _ = address_of(out)
-            self._runtime.require(Group.ALLOCATION).memcpy(dst, buffer.device_ptr + offset, n)
-        return bytes(out)
+    def _written(self) -> None:
+        self._runtime.synchronize()
 
     def open_count(self, buffer: Buffer) -> int:
         """How many opens of this mapping are not yet closed."""
@@ -318,9 +297,6 @@ class IpcImportArea(Area):
             self._opens.pop(buffer.ptr, None)
             if self._by_key.get(key) == buffer.ptr:
                 del self._by_key[key]
-
-    def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        return cuda_array_interface(buffer.device_ptr, buffer.size)
 
     def close(self) -> None:
         with self._open_lock:

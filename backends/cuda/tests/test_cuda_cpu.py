@@ -203,9 +203,9 @@ class _Proxy:
     ],
 )
 def test_probe_reasons(monkeypatch: pytest.MonkeyPatch, code: Any, words: str) -> None:
-    from aml_cuda import runtime as runtime_mod
+    from aml_cuda import calls as calls_mod
 
-    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (code, None)))
+    monkeypatch.setattr(calls_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (code, None)))
     backend = GpuBackend("cuda", aml_cuda.load_runtime)
     result = backend.probe()
     assert result.available is False
@@ -214,9 +214,9 @@ def test_probe_reasons(monkeypatch: pytest.MonkeyPatch, code: Any, words: str) -
 
 
 def test_probe_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
-    from aml_cuda import runtime as runtime_mod
+    from aml_cuda import calls as calls_mod
 
-    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 0)))
+    monkeypatch.setattr(calls_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 0)))
     result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
     assert result.available is False
     assert "no cuda device" in result.reason
@@ -225,7 +225,7 @@ def test_probe_no_devices(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_probe_missing_driver_library(monkeypatch: pytest.MonkeyPatch) -> None:
     """The driver library missing while the runtime reports devices (the driver API's
     own failure mode): device_info is ENOTSUP and the probe says why."""
-    from aml_cuda import runtime as runtime_mod
+    from aml_cuda import calls as calls_mod
 
     class DynamicLibNotFoundError(RuntimeError):
         pass
@@ -235,8 +235,8 @@ def test_probe_missing_driver_library(monkeypatch: pytest.MonkeyPatch) -> None:
             '"cuda" is an NVIDIA driver library and can only be found via system search'
         )
 
-    monkeypatch.setattr(runtime_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 1)))
-    monkeypatch.setattr(runtime_mod, "_drv", _Proxy(drv_mod, cuInit=no_lib))
+    monkeypatch.setattr(calls_mod, "_rt", _Proxy(rt_mod, cudaGetDeviceCount=lambda: (E.cudaSuccess, 1)))
+    monkeypatch.setattr(calls_mod, "_drv", _Proxy(drv_mod, cuInit=no_lib))
     result = GpuBackend("cuda", aml_cuda.load_runtime).probe()
     assert result.available is False
     assert "libcuda.so.1" in result.reason
@@ -592,11 +592,11 @@ class _PeerRuntime:
 
 
 def _peer_runtime(monkeypatch: pytest.MonkeyPatch, fake: _PeerRuntime) -> Any:
-    from aml_cuda import runtime as runtime_mod
+    from aml_cuda import calls as calls_mod
 
     cleared: list[int] = []
     monkeypatch.setattr(
-        runtime_mod,
+        calls_mod,
         "_rt",
         _Proxy(
             rt_mod,
@@ -612,7 +612,7 @@ def _peer_runtime(monkeypatch: pytest.MonkeyPatch, fake: _PeerRuntime) -> Any:
             },
         ),
     )
-    monkeypatch.setattr(runtime_mod, "_cudaGetLastError", lambda: cleared.append(1) or (E.cudaSuccess,))
+    monkeypatch.setattr(calls_mod, "_cudaGetLastError", lambda: cleared.append(1) or (E.cudaSuccess,))
     rec = _recorder(False)  # two devices, the caller on device 1
     rec.cleared = cleared
     return rec

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -453,8 +453,18 @@ _NEW_TYPES = {
     "hipMemoryTypeUnified": 11,
 }
 
+
+def _versions(first: HipAbi, *changes: dict[str, Any]) -> tuple[HipAbi, ...]:
+    """``first``, then each version as what it changes from the one before."""
+    out = [first]
+    for change in changes:
+        out.append(attrs.evolve(out[-1], **change))
+    return tuple(out)
+
+
 #: Every ABI, oldest first; :func:`abi_for` picks the last one whose ``since`` <= version.
-ABIS: Final[tuple[HipAbi, ...]] = (
+#: Each version after 5.2 says only what it changes from the one before.
+ABIS: Final[tuple[HipAbi, ...]] = _versions(
     # HIP 5.2 (Debian 12): compared one by one with the header by the ABI probe.
     HipAbi(
         since=0,
@@ -469,70 +479,33 @@ ABIS: Final[tuple[HipAbi, ...]] = (
         attr_vmm_supported=None,
     ),
     # 5.3 .. 5.7: new prop layout, Managed = 4, lazy flag 0 (docs/native-abi.md#hip-version-differences).
-    HipAbi(
-        since=hip_version(5, 3),
-        label="5.3-5.7",
-        ipc_lazy_enable_peer_access=0,
-        memory_types={**_OLD_TYPES, "hipMemoryTypeManaged": 4},
-        pointer_type_field="memoryType",
-        allocation_prop=hipMemAllocationProp_v5_3,
-        shareable="pointer",
-        host_alloc="hipHostMalloc",
-        host_free="hipHostFree",
-        attr_vmm_supported=None,
-    ),
+    {
+        "since": hip_version(5, 3),
+        "label": "5.3-5.7",
+        "memory_types": {**_OLD_TYPES, "hipMemoryTypeManaged": 4},
+        "allocation_prop": hipMemAllocationProp_v5_3,
+    },
     # 6.0 / 6.1: lazy flag 1, new hipMemoryType, VMM export NotSupported (#hip-version-differences).
-    HipAbi(
-        since=hip_version(6, 0),
-        label="6.0/6.1",
-        ipc_lazy_enable_peer_access=1,
-        memory_types=_NEW_TYPES,
-        pointer_type_field="type",
-        allocation_prop=hipMemAllocationProp_v5_3,
-        shareable="unsupported",
-        host_alloc="hipHostMalloc",
-        host_free="hipHostFree",
-        attr_vmm_supported=89,
-    ),
+    {
+        "since": hip_version(6, 0),
+        "label": "6.0/6.1",
+        "ipc_lazy_enable_peer_access": 1,
+        "memory_types": _NEW_TYPES,
+        "pointer_type_field": "type",
+        "shareable": "unsupported",
+        "attr_vmm_supported": 89,
+    },
     # 6.2: dma-buf fd export, import dereferences osHandle as int* (docs/native-abi.md#hip-virtual-memory).
-    HipAbi(
-        since=hip_version(6, 2),
-        label="6.2",
-        ipc_lazy_enable_peer_access=1,
-        memory_types=_NEW_TYPES,
-        pointer_type_field="type",
-        allocation_prop=hipMemAllocationProp_v5_3,
-        shareable="pointer",
-        host_alloc="hipHostMalloc",
-        host_free="hipHostFree",
-        attr_vmm_supported=89,
-    ),
+    {"since": hip_version(6, 2), "label": "6.2", "shareable": "pointer"},
     # 6.3 .. 6.x: hipExtHostAlloc / hipFreeHost replace hipHostMalloc / hipHostFree (same table).
-    HipAbi(
-        since=hip_version(6, 3),
-        label="6.3+",
-        ipc_lazy_enable_peer_access=1,
-        memory_types=_NEW_TYPES,
-        pointer_type_field="type",
-        allocation_prop=hipMemAllocationProp_v5_3,
-        shareable="pointer",
-        host_alloc="hipExtHostAlloc",
-        host_free="hipFreeHost",
-        attr_vmm_supported=89,
-    ),
+    {
+        "since": hip_version(6, 3),
+        "label": "6.3+",
+        "host_alloc": "hipExtHostAlloc",
+        "host_free": "hipFreeHost",
+    },
     # 7.x: import takes the fd by value, like CUDA (docs/native-abi.md#hip-virtual-memory).
-    HipAbi(
-        since=hip_version(7, 0),
-        label="7.x",
-        ipc_lazy_enable_peer_access=1,
-        memory_types=_NEW_TYPES,
-        pointer_type_field="type",
-        allocation_prop=hipMemAllocationProp_v5_3,
-        shareable="value",
-        host_alloc="hipExtHostAlloc",
-        host_free="hipFreeHost",
-        attr_vmm_supported=89,
-    ),
+    {"since": hip_version(7, 0), "label": "7.x", "shareable": "value"},
 )
 
 #: Versions past the newest one docs/native-abi.md describes use its ABI (noted in status text).

@@ -50,6 +50,15 @@ def _vp(value: int) -> c_void_p:
     return c_void_p(value or None)
 
 
+def _exact(size: int | None, p: int, n: int, missing: str, call: str, what: str) -> None:
+    """``p``, ``n`` must be exactly a tracked range (``size``: what is tracked at ``p``,
+    None when nothing is), else EINVAL worded by ``missing`` / ``call`` / ``what``."""
+    if size is None:
+        raise AMLValueError(f"{p:#x} is not {missing}")
+    if size != n:
+        raise AMLValueError(f"{call} takes the {what} size {size}, not {n}")
+
+
 def _overlaps(a: int, asize: int, b: int, bsize: int) -> bool:
     return a < b + bsize and b < a + asize
 
@@ -132,11 +141,7 @@ class VmemTracking(abc.ABC):
         self._vmem()
         p, n = checks.pointer(va, "va"), checks.size(size)
         with self._vlock:
-            reserved = self._reservations.get(p)
-            if reserved is None:
-                raise AMLValueError(f"{p:#x} is not a reserved address range")
-            if reserved != n:
-                raise AMLValueError(f"address_free takes the reserved size {reserved}, not {n}")
+            _exact(self._reservations.get(p), p, n, "a reserved address range", "address_free", "reserved")
             inside = [m for m, st in self._mappings.items() if _overlaps(m, st.size, p, n)]
             if inside:
                 from aml_core.errors import AMLBusyError
@@ -203,6 +208,13 @@ class VmemTracking(abc.ABC):
             self._mappings[p] = _Mapping(n, h)
             state.maps += 1
 
+    def _mapping_from(self, p: int, n: int, call: str) -> _Mapping:
+        """The mapping that starts at ``p``, of ``n`` bytes (``call`` takes it)."""
+        st = self._mappings.get(p)
+        _exact(None if st is None else st.size, p, n, "the start of a mapping", call, "mapped")
+        assert st is not None
+        return st
+
     def _mapping_at(self, va: int) -> tuple[int, _Mapping]:
         for m, st in self._mappings.items():
             if m <= va < m + st.size:
@@ -213,11 +225,7 @@ class VmemTracking(abc.ABC):
         self._vmem()
         p, n = checks.pointer(va, "va"), checks.size(size)
         with self._vlock:
-            st = self._mappings.get(p)
-            if st is None:
-                raise AMLValueError(f"{p:#x} is not the start of a mapping")
-            if st.size != n:
-                raise AMLValueError(f"unmap takes the mapped size {st.size}, not {n}")
+            st = self._mapping_from(p, n, "unmap")
             self.lib.call("hsa_amd_vmem_unmap", _vp(p), n)
             del self._mappings[p]
             state = self._handles.get(st.handle)
@@ -241,11 +249,7 @@ class VmemTracking(abc.ABC):
             )
             pairs.append((agent.handle, perm))
         with self._vlock:
-            st = self._mappings.get(p)
-            if st is None:
-                raise AMLValueError(f"{p:#x} is not the start of a mapping")
-            if st.size != n:
-                raise AMLValueError(f"set_access takes the mapped size {st.size}, not {n}")
+            self._mapping_from(p, n, "set_access")
             descs = (C.hsa_amd_memory_access_desc_t * len(pairs))()
             for desc, (agent_handle, perm) in zip(descs, pairs, strict=True):
                 desc.permissions = perm
