@@ -157,9 +157,18 @@ cdef class NativePath(FastPath):
     """NativePath(allocator, area, mode='device', *, dl_device_type=0, host_accessible=False, dl_device_current=True, flags=0, granule=1, records=None, record=None, slow_free=None)
 --
 
-    A NativeAllocator bound to one area for one mode: the area's fast path
-    (``AreaBase._set_native`` documents the arguments; the area's device is read now
-    and must not change)."""
+    A NativeAllocator bound to one area for one mode: the area's fast path, made by
+    ``area._set_native(allocator, mode, **options)``.
+
+    ``mode``: "device" (malloc/free), "managed" (malloc_managed(flags) in ``granule``
+    bytes/free) or "host" (host_alloc(flags)/free_host). Then ``mmap(size)`` without
+    options, when the area's device (read now: it must not change) is negative or the
+    current one, runs in C: get_device, the allocation, the buffer (host_accessible,
+    DLPack device (dl_device_type, the current device if dl_device_current else 0),
+    device: the current device, native: ``records[allocated size]``, or
+    ``record(allocated size)`` on a miss), then the area's bookkeeping. munmap frees such
+    a buffer in C unless its pointer is a key of ``slow_free`` (the area's IPC exports),
+    when the area's _free does."""
 
     def __init__(
         self,

@@ -108,18 +108,7 @@ class AreaBase:
     def _not_mapped(self, target: int) -> None: ...
     def _restore(self, buf: Buffer) -> None: ...
     def _set_native(
-        self,
-        allocator: NativeAllocator | None,
-        mode: str = "device",
-        *,
-        dl_device_type: int = 0,
-        host_accessible: bool = False,
-        dl_device_current: bool = True,
-        flags: int = 0,
-        granule: int = 1,
-        records: dict[int, Any] | None = None,
-        record: Callable[[int], Any] | None = None,
-        slow_free: dict[int, Any] | None = None,
+        self, allocator: NativeAllocator | None, mode: str = "device", **options: Any
     ) -> None: ...
     @property
     def _native_allocator(self) -> NativeAllocator | None: ...

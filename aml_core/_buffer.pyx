@@ -1126,42 +1126,18 @@ cdef class AreaBase:
         return buf
 
     # -- the fast path (_fastpath.pyx) -----------------------------------------------------
-    def _set_native(
-        self,
-        allocator,
-        str mode="device",
-        *,
-        int dl_device_type=0,
-        bint host_accessible=False,
-        bint dl_device_current=True,
-        unsigned int flags=0,
-        Py_ssize_t granule=1,
-        dict records=None,
-        record=None,
-        dict slow_free=None,
-    ):
-        """Install ``allocator`` (a NativeAllocator) for this area's ``mode`` ("device":
-        malloc/free, "managed": malloc_managed(flags) in ``granule`` bytes/free, "host":
-        host_alloc(flags)/free_host); None uninstalls it. Then ``mmap(size)`` without
-        options, when the area's device (read now: it must not change) is negative or the
-        current one, runs in C: get_device, the allocation, the buffer (host_accessible,
-        DLPack device (dl_device_type, the current device if dl_device_current else 0),
-        device: the current device, native: ``records[allocated size]``, or
-        ``record(allocated size)`` on a miss), then the bookkeeping. munmap frees such a
-        buffer in C unless its pointer is a key of ``slow_free`` (the area's IPC exports),
-        when _free does. _free must free both kinds of buffers: close, finalizers and
-        every other case use it. An area runs either a NativeAllocator or a pool cache."""
+    def _set_native(self, allocator, mode="device", **options):
+        """Install ``allocator`` (a NativeAllocator) for this area's ``mode`` (the
+        ``options`` are NativePath's, which says what then runs in C); None uninstalls
+        it. _free must free both kinds of buffers: close, finalizers and every other case
+        use it. An area runs either a NativeAllocator or a pool cache."""
         if allocator is None:
             if isinstance(self._fast, NativePath):
                 self._fast = None
             return
         if self._fast is not None and not isinstance(self._fast, NativePath):
             raise ValueError("this area runs a PoolCache already")
-        self._install(NativePath(
-            allocator, self, mode, dl_device_type=dl_device_type, host_accessible=host_accessible,
-            dl_device_current=dl_device_current, flags=flags, granule=granule, records=records,
-            record=record, slow_free=slow_free,
-        ))
+        self._install(NativePath(allocator, self, mode, **options))
 
     def _set_pool(self, cache):
         """Install a pool's cache (None uninstalls it): then ``mmap(size)`` without
