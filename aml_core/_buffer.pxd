@@ -5,6 +5,9 @@
 # through the area, which calls it (docs/kernel.md).
 from cpython.object cimport PyObject
 
+from libc.stdint cimport int64_t
+
+from ._dlpack cimport DLTensor
 from ._fastpath cimport FastPath
 
 # A buffer's flags (BufferBase.flags).
@@ -23,6 +26,12 @@ cdef enum:
 cdef struct LiveSlot:
     unsigned long long key  # the buffer's address; 0: empty (NULL is never tracked)
     PyObject *buf
+
+
+# What a DLPack capsule of a buffer owns.
+cdef struct DLContext:
+    PyObject *owner  # a strong reference to the BufferBase, counted in its exports
+    int64_t shape[1]
 
 
 # Forget ``key`` (an area's address) in this thread's inside-table: the area is gone.
@@ -45,6 +54,8 @@ cdef class BufferBase:
     cdef readonly object native
     cdef object __weakref__
     cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
+
+    cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept
 
 
 cdef class AreaLock:

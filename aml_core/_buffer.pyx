@@ -202,11 +202,6 @@ cdef char *BYTE_FORMAT = b"B"
 
 
 # ---- DLPack: what a capsule owns ---------------------------------------------------------
-cdef struct DLContext:
-    PyObject *owner  # a strong reference to the BufferBase, counted in its exports
-    int64_t shape[1]
-
-
 cdef inline object exact_int(object given, unsigned long long value):
     """``given`` itself when it is an exact int (no allocation), else the int of value."""
     if type(given) is int:
@@ -352,7 +347,7 @@ cdef class BufferBase:
                 tv.manager_ctx = ctx
                 tv.deleter = delete_versioned
                 tv.flags = DLPACK_FLAG_BITMASK_READ_ONLY if (ro or self.flags & F_READONLY) else 0
-                fill(self, &tv.dl_tensor, ctx)
+                self._fill(&tv.dl_tensor, ctx)
                 capsule = PyCapsule_New(tv, "dltensor_versioned", capsule_versioned)
             else:
                 tu = <DLManagedTensor *>PyMem_RawCalloc(1, sizeof(DLManagedTensor))
@@ -360,7 +355,7 @@ cdef class BufferBase:
                     raise MemoryError()
                 tu.manager_ctx = ctx
                 tu.deleter = delete_unversioned
-                fill(self, &tu.dl_tensor, ctx)
+                self._fill(&tu.dl_tensor, ctx)
                 capsule = PyCapsule_New(tu, "dltensor", capsule_unversioned)
         except BaseException:
             PyMem_RawFree(tv)
@@ -372,20 +367,18 @@ cdef class BufferBase:
         self.exports += 1
         return capsule
 
-
-cdef void fill(BufferBase buf, DLTensor *dl, DLContext *ctx) noexcept:
-    """Describe ``buf`` in a DLPack tensor: uint8[size] (its shape lives in ctx)."""
-    ctx.shape[0] = <int64_t>buf.size
-    dl.data = <void *><uintptr_t>buf._ptr
-    dl.device.device_type = buf.dl_device_type
-    dl.device.device_id = buf.dl_device_id
-    dl.ndim = 1
-    dl.dtype.code = kDLUInt
-    dl.dtype.bits = 8
-    dl.dtype.lanes = 1
-    dl.shape = ctx.shape
-    dl.strides = NULL
-    dl.byte_offset = 0
+    cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept:
+        ctx.shape[0] = <int64_t>self.size
+        dl.data = <void *><uintptr_t>self._ptr
+        dl.device.device_type = self.dl_device_type
+        dl.device.device_id = self.dl_device_id
+        dl.ndim = 1
+        dl.dtype.code = kDLUInt
+        dl.dtype.bits = 8
+        dl.dtype.lanes = 1
+        dl.shape = ctx.shape
+        dl.strides = NULL
+        dl.byte_offset = 0
 
 
 # ---- DLPack: deleters ---------------------------------------------------------------------
