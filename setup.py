@@ -1,8 +1,12 @@
-"""Build the two compiled modules of aml-core from Cython (metadata lives in pyproject.toml).
+"""Build the compiled modules of aml-core from Cython (metadata lives in pyproject.toml).
 
-aml_core/_buffer.pyx: buffers (buffer protocol, DLPack) and the areas' bookkeeping;
-aml_core/_os.pyx: the Linux memory system calls of the host backend. Building needs
-Cython, a C compiler (gcc) and the Python headers (Debian: python3-dev).
+aml_core/_buffer.pyx: buffers (buffer protocol, DLPack), the areas' live table and
+buffer lifetime; aml_core/_fastpath.pyx: the fast-path interface an area calls;
+aml_core/_allocator.pyx: the native allocator (a GPU runtime's calls through function
+pointers), aml_core/_pool_cache.pyx: the pool's compiled cache, its two implementations
+(docs/kernel.md); aml_core/_os.pyx: the Linux memory system calls of the host backend.
+They cimport each other's .pxd declarations. Building needs Cython, a C compiler (gcc)
+and the Python headers (Debian: python3-dev).
 """
 
 from Cython.Build import cythonize
@@ -17,11 +21,14 @@ DIRECTIVES = {
     "embedsignature.format": "clinic",  # and __text_signature__, not a signature in __doc__
 }
 
+#: aml_core's compiled modules (aml_core/_compiled.py lists the same for its import check).
+COMPILED = ("_buffer", "_fastpath", "_allocator", "_pool_cache", "_os")
+
 setup(
     ext_modules=cythonize(
         [
-            Extension("aml_core._buffer", ["aml_core/_buffer.pyx"], extra_compile_args=["-O2"]),
-            Extension("aml_core._os", ["aml_core/_os.pyx"], extra_compile_args=["-O2"]),
+            Extension(f"aml_core.{name}", [f"aml_core/{name}.pyx"], extra_compile_args=["-O2"])
+            for name in COMPILED
         ],
         compiler_directives=DIRECTIVES,
     ),

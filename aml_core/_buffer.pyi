@@ -1,73 +1,19 @@
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar, overload
+from typing import Any, TypeVar, overload
 
+from ._allocator import OPS as OPS
+from ._allocator import NativeAllocator as NativeAllocator
+from ._allocator import NativePath as NativePath
+from ._allocator import _noop_control as _noop_control
+from ._allocator import _noop_functions as _noop_functions
+from ._pool_cache import PoolCache as PoolCache
 from .buffer import Buffer
 
 _B = TypeVar("_B", bound=Buffer)
 
 HOST: int
 READONLY: int
-OPS: tuple[str, ...]
-
-class NativeAllocator:
-    def __init__(
-        self,
-        *,
-        get_device: int,
-        malloc: int,
-        free: int,
-        fail: Callable[..., NoReturn],
-        names: Mapping[str, str],
-        malloc_managed: int | None = None,
-        host_alloc: int | None = None,
-        free_host: int | None = None,
-        error_sentinel: int | None = None,
-        attach_host: int = 0,
-        attach_global: int = 0,
-        host_portable: int = 0,
-        owner: object = None,
-    ) -> None: ...
-    @property
-    def fail(self) -> Callable[..., NoReturn]: ...
-    @property
-    def names(self) -> dict[str, str]: ...
-    @property
-    def owner(self) -> object: ...
-    @property
-    def attach_host(self) -> int: ...
-    @property
-    def attach_global(self) -> int: ...
-    @property
-    def host_portable(self) -> int: ...
-    def has(self, op: str, /) -> bool: ...
-    def get_device(self) -> int: ...
-
-def _noop_functions() -> dict[str, int]: ...
-def _noop_control(fail_code: int = 0, fail_count: int = 0, skip: int = 0) -> int: ...
-
-class PoolCache:
-    fast: dict[int, list[Any]]
-    keep_fast: bool
-    hits: int
-    requested: int
-    peak_requested: int
-    blocks: int
-    def __init__(self, area: AreaBase, granule: int, lock: Any) -> None: ...
-    @property
-    def fast_mmaps(self) -> int: ...
-    @property
-    def fast_munmaps(self) -> int: ...
-    @property
-    def busy(self) -> int: ...
-    @property
-    def lock(self) -> Any: ...
-    @property
-    def granule(self) -> int: ...
-    def __enter__(self) -> PoolCache: ...
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None: ...
 
 class AreaLock:
     def __init__(self, area: AreaBase, lock: Any = None) -> None: ...
@@ -162,18 +108,7 @@ class AreaBase:
     def _not_mapped(self, target: int) -> None: ...
     def _restore(self, buf: Buffer) -> None: ...
     def _set_native(
-        self,
-        allocator: NativeAllocator | None,
-        mode: str = "device",
-        *,
-        dl_device_type: int = 0,
-        host_accessible: bool = False,
-        dl_device_current: bool = True,
-        flags: int = 0,
-        granule: int = 1,
-        records: dict[int, Any] | None = None,
-        record: Callable[[int], Any] | None = None,
-        slow_free: dict[int, Any] | None = None,
+        self, allocator: NativeAllocator | None, mode: str = "device", **options: Any
     ) -> None: ...
     @property
     def _native_allocator(self) -> NativeAllocator | None: ...

@@ -56,20 +56,15 @@ The live table and garbage collection
     interpreter exit (``sys.is_finalizing()``) a dropped buffer is only untracked: the
     process's exit returns its memory.
 
-``NativeAllocator`` is a compiled ops table (after UMF's memory-provider ops): the C
-addresses of a GPU runtime's allocation calls, whose CUDA and HIP signatures are the
-same. An area installs one for its mode (``AreaBase._set_native``); then ``mmap(size)``
-without options and ``munmap`` of the buffers it made run in C from end to end, with no
-Python frame (but the area's native-record factory, on a size's first allocation): get
-the current device, allocate, make the buffer, track it (and the reverse). Anything else (another device to select, options, a buffer with an IPC export)
-takes the Python ``_allocate``/``_free`` path, which frees either kind of buffer.
-
-``PoolCache`` is the same idea for aml_core.pool: the pool's exact-size free stacks,
-counters and lock. A pool installs it (``AreaBase._set_pool``); then ``mmap(size)``
-without options that finds a cached block of the rounded size, and ``munmap`` of a
-block allocated in host order, run in C, only while nobody holds the pool's lock and
-without releasing the GIL or running Python code, so they are atomic with respect to
-each other and to the pool's locked Python code.
+The fast path
+    An area may install one compiled fast path (aml_core/_fastpath.pyx: ``take``,
+    ``give``, ``can_give``): a GPU runtime's ``NativeAllocator`` bound to it
+    (``_set_native``, aml_core/_allocator.pyx) or a pool's ``PoolCache``
+    (``_set_pool``, aml_core/_pool_cache.pyx). ``mmap(size)`` without options asks it
+    first; munmap and a finalizer give it the detached buffer first; what it does not
+    serve takes the area's Python ``_allocate``/``_free``. This module re-exports both
+    (``aml_core._buffer.NativeAllocator``, ``PoolCache``); docs/kernel.md draws the
+    layout.
 """
 
 cimport cython
@@ -80,6 +75,7 @@ from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 
+from ._capi cimport PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull
 from ._dlpack cimport (
     DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION,
@@ -95,14 +91,10 @@ from .checks import size as _check_size
 
 cdef extern from "Python.h":
     # Declared here without exception checks: the callers test and clear errors.
-    Py_ssize_t _as_ssize "PyLong_AsSsize_t"(object) noexcept
-    unsigned long long _as_ull "PyLong_AsUnsignedLongLong"(object) noexcept
     void *PyMem_Calloc(size_t nelem, size_t elsize) noexcept
     void PyMem_Free(void *p) noexcept
     void _set_error "PyErr_SetObject"(object type, object value) noexcept
     void _write_unraisable "PyErr_WriteUnraisable"(object obj) noexcept
-    PyObject *PyErr_Occurred() noexcept
-    void PyErr_Clear() noexcept
     int Py_IsInitialized() noexcept nogil
     int PyType_IsSubtype(PyTypeObject *a, PyTypeObject *b) noexcept
     PyObject *_PyType_Lookup(PyTypeObject *type, object name) noexcept  # borrowed, no error
@@ -127,9 +119,6 @@ READONLY = 2
 
 cdef extern from "<limits.h>":
     const unsigned long long ULLONG_MAX
-
-cdef extern from "Python.h":
-    const Py_ssize_t PY_SSIZE_T_MAX
 
 cdef extern from *:
     """
@@ -186,6 +175,10 @@ cdef extern from *:
     void aml_inside_forget(void *a) noexcept nogil
     int aml_inside_here(void *a) noexcept nogil
 
+
+cdef void forget_inside(void *key) noexcept nogil:
+    aml_inside_forget(key)
+
 # How a dropped buffer is freed (AreaBase._reclaim).
 cdef enum:
     M_FINALIZER = 0  # from its finalizer: never under anyone inside the area, never waiting
@@ -201,16 +194,6 @@ cdef enum:
     DUPLICATE = 4  # ... or with an address that is already live here
     NOMEM = 5  # the live table could not grow
 
-cdef enum:
-    F_HOST = 1
-    F_READONLY = 2
-    F_RELEASED = 4  # freed: no new export
-    F_NATIVE = 8  # made by the area's NativeAllocator: munmap may free it in C
-    F_TRACKED = 16  # in its area's live table
-    F_ORPHAN = 32  # detached while viewed (close, a with block): its finalizer frees it
-    F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
-    F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
-
 cdef str RELEASED_MSG = "this aml buffer was freed: its memory can no longer be viewed"
 cdef tuple NO_DL_DEVICE = (0, 0)
 cdef tuple EMPTY = ()
@@ -219,11 +202,6 @@ cdef char *BYTE_FORMAT = b"B"
 
 
 # ---- DLPack: what a capsule owns ---------------------------------------------------------
-cdef struct DLContext:
-    PyObject *owner  # a strong reference to the BufferBase, counted in its exports
-    int64_t shape[1]
-
-
 cdef inline object exact_int(object given, unsigned long long value):
     """``given`` itself when it is an exact int (no allocation), else the int of value."""
     if type(given) is int:
@@ -244,27 +222,6 @@ cdef class BufferBase:
     ``ptr``, ``size``, ``area``, ``kind``, ``device``, ``device_ptr`` and ``native`` are
     read-only: AreaBase._new_buffer sets them, and _bind re-binds the range of a buffer
     that grows in place. An area frees a buffer from exactly these fields."""
-
-    cdef unsigned long long _ptr
-    #: Size in bytes.
-    cdef readonly Py_ssize_t size
-    #: Number of live buffer-protocol views and DLPack consumers.
-    cdef readonly Py_ssize_t exports
-    cdef int flags
-    cdef int dl_device_type
-    cdef int dl_device_id
-    cdef object _key  # ptr as an exact int: the key of the area's live table
-    cdef object _area
-    #: The kind of memory.
-    cdef readonly object kind
-    #: The device index, or None.
-    cdef readonly object device
-    #: The address devices use.
-    cdef readonly object device_ptr
-    #: Backend-specific data the area needs to free the mapping.
-    cdef readonly object native
-    cdef object __weakref__
-    cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
 
     @property
     def ptr(self):
@@ -474,346 +431,6 @@ cdef void capsule_versioned(object capsule) noexcept:
             t.deleter(t)
 
 
-# ---- the compiled allocation ops (NativeAllocator) ---------------------------------------
-# The shapes CUDA's and HIP's runtime calls share (cudaX and hipX alike); 0 is success.
-ctypedef int (*get_device_fn)(int *) noexcept nogil
-ctypedef int (*malloc_fn)(void **, size_t) noexcept nogil
-ctypedef int (*malloc_flags_fn)(void **, size_t, unsigned int) noexcept nogil
-ctypedef int (*free_fn)(void *) noexcept nogil
-
-#: The operations of a NativeAllocator, as named in its ``names``.
-OPS = ("get_device", "malloc", "free", "malloc_managed", "host_alloc", "free_host")
-
-# Modes an area may run natively (AreaBase._set_native), named by the values of
-# aml_core.gpu.flags.AllocMode (a GPU area's flags decoded once, by decode_flags).
-cdef enum:
-    N_NONE = 0
-    N_DEVICE = 1  # malloc / free
-    N_MANAGED = 2  # malloc_managed(flags) / free, in granules
-    N_HOST = 3  # host_alloc(flags) / free_host
-
-cdef dict NATIVE_MODES = {"device": N_DEVICE, "managed": N_MANAGED, "host": N_HOST}
-
-
-cdef inline size_t address(object value, str what) except? 0:
-    cdef unsigned long long a = value
-    if a == 0:
-        raise ValueError(f"the address of {what} is NULL")
-    return <size_t>a
-
-
-@cython.auto_pickle(False)
-cdef class NativeAllocator:
-    """NativeAllocator(*, get_device, malloc, free, fail, names, malloc_managed=None, host_alloc=None, free_host=None, error_sentinel=None, attach_host=0, attach_global=0, host_portable=0, owner=None)
---
-
-    A GPU runtime's allocation calls as C function pointers (integer addresses), with
-    the signatures CUDA and HIP share:
-
-    ============================  =============================================
-    ``get_device(int *)``         cudaGetDevice / hipGetDevice
-    ``malloc(void **, size_t)``   cudaMalloc / hipMalloc
-    ``free(void *)``              cudaFree / hipFree
-    ``malloc_managed(void **,     cudaMallocManaged / hipMallocManaged
-    size_t, unsigned int)``
-    ``host_alloc(void **,         cudaHostAlloc / hipHostMalloc (hipExtHostAlloc)
-    size_t, unsigned int)``
-    ``free_host(void *)``         cudaFreeHost / hipHostFree (hipFreeHost)
-    ============================  =============================================
-
-    Each returns 0 on success or the runtime's error code. ``names`` maps each operation
-    (:data:`OPS`) to the native function's name. On a non-zero return (the error path
-    only) the allocator calls ``fail(name, code, *args)``, which must raise the backend's
-    translated AMLError (its table, its native cause); ``args`` are the call's size
-    (allocations) and flags (``host_alloc``), for the message. ``error_sentinel``: the
-    functions are Cython functions declared ``except ?error_sentinel`` (cuda-bindings'
-    cyruntime): that return value with a Python exception set propagates the exception.
-    ``attach_host``/``attach_global`` are the malloc_managed flags of
-    cudaMemAttachHost/Global, ``host_portable`` the host_alloc flag of a portable
-    allocation. The functions must stay loaded while the allocator lives (``owner`` is
-    kept referenced for that)."""
-
-    cdef get_device_fn c_get_device
-    cdef malloc_fn c_malloc
-    cdef free_fn c_free
-    cdef malloc_flags_fn c_malloc_managed
-    cdef malloc_flags_fn c_host_alloc
-    cdef free_fn c_free_host
-    cdef int sentinel
-    cdef bint has_sentinel
-    #: The error hook: fail(name, code, *args) raises.
-    cdef readonly object fail
-    #: operation -> native function name.
-    cdef readonly dict names
-    #: What keeps the functions loaded (a library, a module).
-    cdef readonly object owner
-    cdef readonly unsigned int attach_host
-    cdef readonly unsigned int attach_global
-    cdef readonly unsigned int host_portable
-
-    def __init__(
-        self,
-        *,
-        get_device,
-        malloc,
-        free,
-        fail,
-        names,
-        malloc_managed=None,
-        host_alloc=None,
-        free_host=None,
-        error_sentinel=None,
-        attach_host=0,
-        attach_global=0,
-        host_portable=0,
-        owner=None,
-    ):
-        if not callable(fail):
-            raise TypeError("fail must be callable")
-        given = {"get_device": get_device, "malloc": malloc, "free": free, "malloc_managed": malloc_managed,
-                 "host_alloc": host_alloc, "free_host": free_host}
-        self.names = {}
-        for op in OPS:
-            if given[op] is not None:
-                name = names[op]
-                if not isinstance(name, str):
-                    raise TypeError(f"names[{op!r}] must be a str")
-                self.names[op] = name
-        self.c_get_device = <get_device_fn>address(get_device, "get_device")
-        self.c_malloc = <malloc_fn>address(malloc, "malloc")
-        self.c_free = <free_fn>address(free, "free")
-        if malloc_managed is not None:
-            self.c_malloc_managed = <malloc_flags_fn>address(malloc_managed, "malloc_managed")
-        if (host_alloc is None) != (free_host is None):
-            raise ValueError("host_alloc and free_host come together")
-        if host_alloc is not None:
-            self.c_host_alloc = <malloc_flags_fn>address(host_alloc, "host_alloc")
-            self.c_free_host = <free_fn>address(free_host, "free_host")
-        self.has_sentinel = error_sentinel is not None
-        self.sentinel = error_sentinel if self.has_sentinel else 0
-        self.fail = fail
-        self.owner = owner
-        self.attach_host = attach_host
-        self.attach_global = attach_global
-        self.host_portable = host_portable
-
-    def has(self, op, /):
-        """Whether the allocator has the operation ``op`` (one of :data:`OPS`)."""
-        return op in self.names
-
-    def __repr__(self):
-        return f"<aml NativeAllocator {', '.join(self.names.values())}>"
-
-    cdef int failed(self, int code, str op, tuple args) except -1:
-        """The error path of a call that returned ``code`` (non-zero): raise."""
-        if self.has_sentinel and code == self.sentinel and PyErr_Occurred() != NULL:
-            return -1  # the function raised a Python exception: propagate it
-        self.fail(self.names[op], code, *args)
-        raise SystemError(f"the fail hook of {self!r} returned instead of raising")
-
-    def get_device(self):
-        """The current device, through the compiled get_device."""
-        cdef int dev = -1
-        cdef int rc = self.c_get_device(&dev)
-        if rc != 0:
-            self.failed(rc, "get_device", EMPTY)
-        return dev
-
-    cdef int free_native(self, int mode, void *p) except -1:
-        cdef int rc
-        if mode == N_HOST:
-            with nogil:
-                rc = self.c_free_host(p)
-            if rc != 0:
-                self.failed(rc, "free_host", EMPTY)
-        else:
-            with nogil:
-                rc = self.c_free(p)
-            if rc != 0:
-                self.failed(rc, "free", EMPTY)
-        return 0
-
-
-# A do-nothing allocator in C (no memory: fake, never dereferenced addresses from a
-# counter), for measuring and testing the compiled path without a GPU. Its address
-# counter and live count are atomic (its calls run without the GIL); its fault
-# injection (calls fail with `noop_fail_code` while `noop_fail_count` > 0, after
-# `noop_skip` calls) is for single-threaded tests.
-cdef extern from *:
-    """
-    static size_t aml_noop_next = (size_t)1 << 44;
-    static long long aml_noop_live = 0;
-    static size_t aml_noop_take(size_t n) { return __atomic_fetch_add(&aml_noop_next, n, __ATOMIC_RELAXED); }
-    static void aml_noop_count(long long d) { __atomic_fetch_add(&aml_noop_live, d, __ATOMIC_RELAXED); }
-    static long long aml_noop_live_now(void) { return __atomic_load_n(&aml_noop_live, __ATOMIC_RELAXED); }
-    """
-    size_t aml_noop_take(size_t n) noexcept nogil
-    void aml_noop_count(long long d) noexcept nogil
-    long long aml_noop_live_now() noexcept nogil
-
-cdef int noop_fail_code = 0
-cdef int noop_fail_count = 0
-cdef int noop_skip = 0
-
-
-cdef inline int noop_fault() noexcept nogil:
-    global noop_fail_count, noop_skip
-    if noop_skip > 0:
-        noop_skip -= 1
-        return 0
-    if noop_fail_count > 0:
-        noop_fail_count -= 1
-        return noop_fail_code
-    return 0
-
-
-cdef int noop_get_device(int *dev) noexcept nogil:
-    cdef int rc = noop_fault()
-    if rc == 0:
-        dev[0] = 0
-    return rc
-
-
-cdef int noop_malloc(void **p, size_t size) noexcept nogil:
-    cdef int rc = noop_fault()
-    if rc == 0:
-        p[0] = <void *>aml_noop_take((size + 4095) & ~(<size_t>4095))
-        aml_noop_count(1)
-    return rc
-
-
-cdef int noop_malloc_flags(void **p, size_t size, unsigned int flags) noexcept nogil:
-    return noop_malloc(p, size)
-
-
-cdef int noop_free(void *p) noexcept nogil:
-    cdef int rc = noop_fault()
-    if rc == 0:
-        aml_noop_count(-1)
-    return rc
-
-
-def _noop_functions():
-    """Addresses of the compiled do-nothing allocator (benchmarks, tests): a dict of
-    get_device, malloc, free, malloc_managed, host_alloc, free_host."""
-    return {
-        "get_device": <size_t>noop_get_device,
-        "malloc": <size_t>noop_malloc,
-        "free": <size_t>noop_free,
-        "malloc_managed": <size_t>noop_malloc_flags,
-        "host_alloc": <size_t>noop_malloc_flags,
-        "free_host": <size_t>noop_free,
-    }
-
-
-def _noop_control(fail_code=0, fail_count=0, skip=0):
-    """Make the do-nothing allocator's ``fail_count`` calls after the next ``skip`` return
-    ``fail_code``; return how many of its allocations are live."""
-    global noop_fail_code, noop_fail_count, noop_skip
-    noop_fail_code = fail_code
-    noop_fail_count = fail_count
-    noop_skip = skip
-    return aml_noop_live_now()
-
-
-# ---- the compiled pool cache (PoolCache) --------------------------------------------------
-@cython.auto_pickle(False)
-cdef class PoolCache:
-    """PoolCache(area, granule, lock)
---
-
-    The state of an aml_core.pool.Pool that its compiled fast path shares with the
-    Python pool code, and the pool's one lock.
-
-    ``fast`` maps a block size to the LIFO stack (a list) of the freed blocks of that
-    size that were not coalesced yet; ``hits``, ``requested`` (bytes asked for by live
-    buffers), ``peak_requested`` and ``blocks`` (bytes of live blocks) are C counters
-    the pool's statistics read; ``keep_fast`` says whether a freed block may go on its
-    stack (False with a release_threshold and once the pool is closing).
-
-    Entering the cache (``with cache:``) takes the pool's re-entrant lock and counts the
-    holder in ``busy`` (left: uncounted, then released); the pool that installed it
-    counts its holders and waiters as inside it (AreaBase._inside), so that a GC-driven
-    free of a pooled buffer waits for them (see the module doc). A pool installs its cache
-    (``AreaBase._set_pool``); then ``mmap(size)`` without options pops a block of the
-    rounded size from its stack, and ``munmap`` of a block allocated in host order pushes
-    it, in C with no Python frame, only while ``busy`` is 0 and without releasing the
-    GIL or running Python code: so a fast operation is atomic with respect to every
-    other fast operation and to the Python code that holds the lock, as if it held the
-    lock itself. Anything else (a miss, options, streams, a held lock, a closed area)
-    takes the pool's Python ``_allocate``/``_free``."""
-
-    #: size -> list of free blocks of that size (Python objects with ``addr``, ``size``,
-    #: ``stream`` and ``slab.cinfo``).
-    cdef public dict fast
-    cdef public bint keep_fast
-    cdef public long long hits
-    cdef public long long requested
-    cdef public long long peak_requested
-    cdef public long long blocks
-    #: How many mmaps and munmaps the compiled path served (tests, benchmarks).
-    cdef readonly long long fast_mmaps
-    cdef readonly long long fast_munmaps
-    #: The depth of the lock's holder (0: nobody holds it).
-    cdef readonly int busy
-    #: The re-entrant lock.
-    cdef readonly object lock
-    cdef object _acquire
-    cdef object _release
-    cdef AreaBase _area  # the pooled area (a closed one: the Python path raises)
-    cdef Py_ssize_t _mask
-    cdef object _owner  # a weak reference to the pool that installed it (AreaBase._set_pool)
-    cdef void *_owner_key  # the pool's address: its key in the thread's inside-table
-
-    def __init__(self, area, Py_ssize_t granule, lock):
-        if not isinstance(area, AreaBase):
-            raise TypeError("a PoolCache is over an aml area")
-        if granule < 1 or granule & (granule - 1):
-            raise ValueError("granule must be a power of two")
-        self._area = area
-        self._mask = granule - 1
-        self.fast = {}
-        self.keep_fast = True
-        self.lock = lock
-        self._acquire = lock.acquire
-        self._release = lock.release
-
-    def __enter__(self):
-        cdef AreaBase owner = self._owner_area()
-        if owner is not None:
-            owner._enter()  # counted before waiting: see AreaLock
-        try:
-            self._acquire()
-        except BaseException:
-            if owner is not None:
-                owner._leave()
-            raise
-        self.busy += 1
-        return self
-
-    def __exit__(self, *exc):
-        self.busy -= 1
-        self._release()
-        cdef AreaBase owner = self._owner_area()
-        if owner is not None:
-            owner._leave()
-        elif self._owner_key != NULL:
-            aml_inside_forget(self._owner_key)  # the pool is gone: forget it in this thread
-        return False
-
-    cdef AreaBase _owner_area(self):
-        if self._owner is None:
-            return None
-        cdef PyObject *o = PyWeakref_GetObject(self._owner)
-        if o == <PyObject *>None:
-            return None
-        return <AreaBase>o
-
-    @property
-    def granule(self):
-        return self._mask + 1
-
-
 # ---- sections of an area ------------------------------------------------------------------
 @cython.final
 @cython.auto_pickle(False)
@@ -831,13 +448,6 @@ cdef class AreaLock:
     ``_free`` uses state of its own guards that state with an AreaLock of the area (never
     a bare ``threading.Lock``: a finalizer would wait on it, or enter half-done state).
     It holds the area weakly (no reference cycle)."""
-
-    cdef object _ref
-    cdef void *_key  # the area's address: its key in the thread's inside-table
-    cdef object _acquire
-    cdef object _release
-    #: The lock (None: a section that only counts).
-    cdef readonly object lock
 
     def __init__(self, area, lock=None):
         if not isinstance(area, AreaBase):
@@ -877,18 +487,14 @@ cdef class AreaLock:
         if area is not None:
             area._leave()  # frees what waited, unless this thread is still inside
         else:
-            aml_inside_forget(self._key)  # the area is gone: forget it in this thread
+            forget_inside(self._key)  # the area is gone: forget it in this thread
         return False
 
 
 # ---- areas -------------------------------------------------------------------------------
-# The live table: open addressing on the buffer's address, linear probing, deletion by
-# backward shift (no tombstones). The buffer pointer is borrowed (see the module doc).
-cdef struct LiveSlot:
-    unsigned long long key  # the buffer's address; 0: empty (NULL is never tracked)
-    PyObject *buf
-
-
+# The live table (LiveSlot, _buffer.pxd): open addressing on the buffer's address,
+# linear probing, deletion by backward shift (no tombstones). The buffer pointer is
+# borrowed (see the module doc).
 cdef inline size_t slot_hash(unsigned long long key) noexcept nogil:
     # Addresses are aligned: mix the high bits into the low ones.
     cdef unsigned long long h = key * 0x9E3779B97F4A7C15ULL
@@ -925,49 +531,6 @@ cdef class AreaBase:
     subclass's _allocate and _free run outside them. The live table does not keep buffers
     alive: a live buffer that becomes unreachable is freed by its finalizer (see the
     module doc)."""
-
-    #: The kind of memory this area allocates.
-    cdef public object kind
-    #: The area's device index, or None.
-    cdef public object device
-    cdef bint _closed
-    # The live table (see the module doc): _cap slots (a power of two, or 0), _count used.
-    cdef LiveSlot *_slots
-    cdef Py_ssize_t _cap
-    cdef Py_ssize_t _count
-    # C counters. Live mappings are disjoint address ranges, so their total fits in 64
-    # bits: _add refuses a mapping that would pass it (only fake pointers can).
-    cdef unsigned long long _bytes
-    cdef unsigned long long _peak
-    cdef unsigned long long _maps
-    cdef unsigned long long _unmaps
-    cdef unsigned long long _next_seq  # the order of tracking: buffers() is oldest first
-    # Garbage collection (see the module doc): who is inside the area now, the buffers
-    # whose GC-driven free waits for them, the tracked buffers whose native free failed,
-    # whether a drain runs, the area a pool takes its memory from, and the areas above
-    # (weak references) whose frees wait for this one.
-    cdef int _inside
-    cdef list _pending
-    cdef dict _kept
-    cdef bint _draining
-    cdef AreaBase _below
-    cdef list _waiting
-    # The compiled path (_set_native): the allocator, the mode and what it needs.
-    cdef NativeAllocator _native
-    cdef int _nmode
-    cdef int _ndevice  # the area's device (negative: the current one)
-    cdef unsigned int _nflags
-    cdef Py_ssize_t _ngranule
-    cdef int _ndl_type
-    cdef bint _nhost  # host-accessible buffers
-    cdef bint _ndl_current  # DLPack device id: the current device (else 0)
-    cdef dict _nrecords  # allocated size -> native record
-    cdef object _nrecord  # allocated size -> a new native record (on a miss)
-    cdef bint _nrecord_self  # _nrecord is the function of a method of this area: pass self
-    cdef dict _nslow  # buffers whose key is here are freed by _free (IPC exports)
-    # The compiled pool path (_set_pool): the pool's cache.
-    cdef PoolCache _pool
-    cdef object __weakref__
 
     def __cinit__(self, *args, **kwargs):
         self._pending = []
@@ -1375,18 +938,9 @@ cdef class AreaBase:
         return 0
 
     cdef bint _fast_free_ok(self, BufferBase buf) noexcept:
-        """Whether munmap would free ``buf`` in C (the pool cache or the NativeAllocator):
-        atomic under the GIL, it never runs Python code, waits, or touches an area below."""
-        cdef PoolCache c = self._pool
-        if c is not None and c.busy == 0 and c.keep_fast:
-            blk = buf.native
-            try:
-                if blk is not None and blk.stream is None and type(blk.size) is int:
-                    return True
-            except BaseException:
-                PyErr_Clear()
-                return False
-        return bool(buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow))
+        """Whether munmap would free ``buf`` in C (the installed fast path): atomic under
+        the GIL, it never runs Python code, waits, or touches an area below."""
+        return self._fast is not None and self._fast.can_give(self, buf)
 
     cdef int _reclaim_orphan(self, BufferBase buf, int mode) except -1:
         """Free a buffer detached while viewed once it is unreachable (_free_orphan,
@@ -1564,120 +1118,50 @@ cdef class AreaBase:
         buf.native = native
         return buf
 
-    # -- the compiled path ------------------------------------------------------------------
-    def _set_native(
-        self,
-        NativeAllocator allocator,
-        str mode="device",
-        *,
-        int dl_device_type=0,
-        bint host_accessible=False,
-        bint dl_device_current=True,
-        unsigned int flags=0,
-        Py_ssize_t granule=1,
-        dict records=None,
-        record=None,
-        dict slow_free=None,
-    ):
-        """Install ``allocator`` for this area's ``mode`` ("device": malloc/free,
-        "managed": malloc_managed(flags) in ``granule`` bytes/free, "host":
-        host_alloc(flags)/free_host); None uninstalls it. Then ``mmap(size)`` without
-        options, when the area's device (read now: it must not change) is negative or the
-        current one, runs in C: get_device, the allocation, the buffer (host_accessible,
-        DLPack device (dl_device_type, the current device if dl_device_current else 0),
-        device: the current device, native: ``records[allocated size]``, or
-        ``record(allocated size)`` on a miss), then the bookkeeping. munmap frees such a
-        buffer in C unless its pointer is a key of ``slow_free`` (the area's IPC exports),
-        when _free does. _free must free both kinds of buffers: close, finalizers and
-        every other case use it."""
+    # -- the fast path (_fastpath.pyx) -----------------------------------------------------
+    def _set_native(self, allocator, mode="device", **options):
+        """Install ``allocator`` (a NativeAllocator) for this area's ``mode`` (the
+        ``options`` are NativePath's, which says what then runs in C); None uninstalls
+        it. _free must free both kinds of buffers: close, finalizers and every other case
+        use it. An area runs either a NativeAllocator or a pool cache."""
         if allocator is None:
-            self._native = None
-            self._nmode = N_NONE
+            if isinstance(self._fast, NativePath):
+                self._fast = None
             return
-        cdef int m = NATIVE_MODES.get(mode, N_NONE)
-        if m == N_NONE:
-            raise ValueError(f"unknown native mode {mode!r}")
-        if m == N_MANAGED and not allocator.has("malloc_managed"):
-            raise ValueError(f"{allocator!r} has no malloc_managed")
-        if m == N_HOST and not allocator.has("host_alloc"):
-            raise ValueError(f"{allocator!r} has no host_alloc")
-        if granule < 1:
-            raise ValueError("granule must be >= 1")
-        if records is None or slow_free is None or not callable(record):
-            raise TypeError("records (a dict), record (a callable) and slow_free (a dict) are needed")
-        dev = self.device
-        self._ndevice = -1 if dev is None else dev
-        self._nmode = m
-        self._nflags = flags
-        self._ngranule = granule
-        self._ndl_type = dl_device_type
-        self._nhost = host_accessible
-        self._ndl_current = dl_device_current
-        self._nrecords = records
-        # A bound method of this area is kept as its function: the method would be a
-        # reference cycle through a C field, which the collector cannot break.
-        self._nrecord_self = getattr(record, "__self__", None) is self and hasattr(record, "__func__")
-        self._nrecord = record.__func__ if self._nrecord_self else record
-        self._nslow = slow_free
-        self._native = allocator
+        if self._fast is not None and not isinstance(self._fast, NativePath):
+            raise ValueError("this area runs a PoolCache already")
+        self._install(NativePath(allocator, self, mode, **options))
+
+    def _set_pool(self, cache):
+        """Install a pool's cache (None uninstalls it): then ``mmap(size)`` without
+        options takes a cached block of the rounded size, and ``munmap`` of a block
+        allocated in host order caches it, in C (see PoolCache), while nobody holds the
+        cache's lock. _allocate and _free do everything else and must accept blocks
+        either path made. An area runs either a NativeAllocator or a pool cache."""
+        if cache is None:
+            if isinstance(self._fast, PoolCache):
+                self._fast = None
+            return
+        if not isinstance(cache, PoolCache):
+            raise TypeError(f"_set_pool takes a PoolCache, not {type(cache).__name__}")
+        if self._fast is not None and not isinstance(self._fast, PoolCache):
+            raise ValueError("this area runs a NativeAllocator already")
+        self._install(cache)
+
+    cdef int _install(self, FastPath path) except -1:
+        path.installed(self)
+        self._fast = path
+        return 0
 
     @property
     def _native_allocator(self):
         """The installed NativeAllocator, or None."""
-        return self._native
+        return self._fast.allocator if isinstance(self._fast, NativePath) else None
 
-    cdef BufferBase _native_mmap(self, object n_obj):
-        """The compiled mmap (the size is checked); None when the Python path must run
-        (another device to select)."""
-        cdef NativeAllocator a = self._native
-        cdef int current = -1
-        cdef int rc = a.c_get_device(&current)
-        if rc != 0:
-            a.failed(rc, "get_device", EMPTY)
-        if self._ndevice >= 0 and self._ndevice != current:
-            return None
-        cdef Py_ssize_t n = n_obj
-        cdef Py_ssize_t alloc = n
-        cdef Py_ssize_t g = self._ngranule
-        if self._nmode == N_MANAGED and g > 1:
-            if n > PY_SSIZE_T_MAX - (g - 1):
-                return None  # the Python path rounds it with ints
-            alloc = (n + g - 1) // g * g
-        tp = self._buffer_type(None)
-        record = self._nrecords.get(alloc)
-        if record is None:
-            record = self._nrecord(self, alloc) if self._nrecord_self else self._nrecord(alloc)
-        cdef void *p = NULL
-        cdef unsigned int fl = self._nflags
-        if self._nmode == N_DEVICE:
-            with nogil:
-                rc = a.c_malloc(&p, <size_t>n)
-            if rc != 0:
-                a.failed(rc, "malloc", (n_obj,))
-        elif self._nmode == N_MANAGED:
-            with nogil:
-                rc = a.c_malloc_managed(&p, <size_t>alloc, fl)
-            if rc != 0:
-                a.failed(rc, "malloc_managed", (alloc,))
-        else:
-            with nogil:
-                rc = a.c_host_alloc(&p, <size_t>n, fl)
-            if rc != 0:
-                a.failed(rc, "host_alloc", (n_obj, fl))
-        cdef unsigned long long up = <unsigned long long><uintptr_t>p
-        cdef int flags = F_NATIVE | (F_HOST if self._nhost else 0)
-        try:
-            return self._make(
-                tp, up, up, n, flags, self._ndl_type, current if self._ndl_current else 0,
-                current, None, record,
-            )
-        except BaseException:
-            with nogil:
-                if self._nmode == N_HOST:
-                    a.c_free_host(p)
-                else:
-                    a.c_free(p)
-            raise
+    @property
+    def _pool_cache(self):
+        """The installed PoolCache, or None."""
+        return self._fast if isinstance(self._fast, PoolCache) else None
 
     def _track(self, BufferBase buf not None, during="mmap"):
         """Track a new buffer (mmap's, or one a subclass made); if the area is closed, give
@@ -1773,11 +1257,8 @@ cdef class AreaBase:
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None
-        if options is None:
-            if self._native is not None:
-                buf = self._native_mmap(n_obj)
-            elif self._pool is not None:
-                buf = self._pool_take(n_obj)
+        if options is None and self._fast is not None:
+            buf = self._fast.take(self, n_obj)
         if buf is None:
             self._enter()  # a finalizer run by the subclass's code defers its free
             try:
@@ -1794,7 +1275,7 @@ cdef class AreaBase:
         self._unmap(buffer, size, True)
 
     def _munmap_slow(self, buffer, size=None):
-        """munmap through _free, never the compiled pool path (a pool's munmap_on)."""
+        """munmap through _free, never the fast path (a pool's munmap_on)."""
         self._unmap(buffer, size, False)
 
     cdef int _unmap(self, buffer, size, bint fast) except -1:
@@ -1805,17 +1286,10 @@ cdef class AreaBase:
         return self._free_detached(buf, fast)
 
     cdef int _free_detached(self, BufferBase buf, bint fast) except -1:
-        """Free a buffer _detach (or a finalizer) untracked: the compiled pool path (if
-        ``fast``), the compiled native free, or _free (counted inside the area). If the
-        native free fails the buffer is tracked again (_restore) and the error raised."""
-        if fast and self._pool is not None and self._pool_give(buf):
-            return 0
-        if buf.flags & F_NATIVE and self._native is not None and not (self._nslow and buf._key in self._nslow):
-            try:
-                self._native.free_native(self._nmode, <void *><uintptr_t>buf._ptr)
-            except BaseException:
-                self._restore(buf)  # the memory is still there: keep tracking it
-                raise
+        """Free a buffer _detach (or a finalizer) untracked: the fast path (if ``fast``),
+        else _free (counted inside the area). If the free fails the buffer is tracked
+        again (_restore) and the error raised."""
+        if fast and self._fast is not None and self._fast.give(self, buf):
             return 0
         self._enter()
         try:
@@ -1826,104 +1300,6 @@ cdef class AreaBase:
         finally:
             self._leave()
         return 0
-
-    # -- the compiled pool path ---------------------------------------------------------
-    def _set_pool(self, PoolCache cache):
-        """Install a pool's cache (None uninstalls it): then ``mmap(size)`` without
-        options takes a cached block of the rounded size, and ``munmap`` of a block
-        allocated in host order caches it, in C (see PoolCache), while nobody holds the
-        cache's lock. _allocate and _free do everything else and must accept blocks
-        either path made. An area runs either a NativeAllocator or a pool cache."""
-        if cache is not None and self._native is not None:
-            raise ValueError("this area runs a NativeAllocator already")
-        if cache is not None:
-            cache._owner = PyWeakref_NewRef(self, None)  # its holders count as inside
-            cache._owner_key = <void *>self
-        self._pool = cache
-
-    @property
-    def _pool_cache(self):
-        """The installed PoolCache, or None."""
-        return self._pool
-
-    cdef BufferBase _pool_take(self, object n_obj):
-        """The compiled pool mmap (the size is checked); None when the Python path must
-        run. Everything is read and checked, then the state changes, then the buffer is
-        made (an allocation that may run a finalizer: the state is whole by then)."""
-        cdef PoolCache c = self._pool
-        if c.busy or c._area._closed or not c.fast:
-            return None
-        cdef Py_ssize_t n = _as_ssize(n_obj)
-        if n <= 0 or n > PY_SSIZE_T_MAX - c._mask:
-            if n == -1 and PyErr_Occurred() != NULL:
-                PyErr_Clear()
-            return None
-        cdef Py_ssize_t r = (n + c._mask) & ~c._mask
-        stack = c.fast.get(r)
-        if not stack or type(stack) is not list:
-            return None
-        tp = self._buffer_type(None)
-        blk = (<list>stack)[len(<list>stack) - 1]
-        info = blk.slab.cinfo
-        addr_obj = blk.addr
-        cdef unsigned long long addr = addr_obj
-        cdef unsigned long long sptr = info[0]
-        cdef unsigned long long sdptr = info[1]
-        cdef int flags = info[2]
-        cdef int dl_type = info[3]
-        cdef int dl_id = info[4]
-        device = info[5]
-        cdef unsigned long long dptr = sdptr + (addr - sptr)
-        dptr_obj = None if dptr == addr else dptr
-        # Read and checked: change the state (no Python code, no tracked allocation).
-        (<list>stack).pop()
-        c.hits += 1
-        c.blocks += r
-        c.requested += n
-        if c.requested > c.peak_requested:
-            c.peak_requested = c.requested
-        c.fast_mmaps += 1
-        try:
-            return self._make(
-                tp, addr_obj, addr, n, (flags & (F_HOST | F_READONLY)), dl_type, dl_id, device, dptr_obj, blk
-            )
-        except BaseException:
-            c.fast_mmaps -= 1
-            c.requested -= n
-            c.blocks -= r
-            c.hits -= 1
-            fresh = []  # may run a finalizer that replaces c.fast (a flush): read it after
-            (<list>c.fast.setdefault(r, fresh)).append(blk)
-            raise
-
-    cdef bint _pool_give(self, BufferBase buf) except -1:
-        """The compiled pool munmap of a detached buffer: True if its block went on its
-        stack, False when _free must run."""
-        cdef PoolCache c = self._pool
-        if c.busy or not c.keep_fast:
-            return False
-        blk = buf.native
-        if blk is None or blk.stream is not None:
-            return False
-        size_obj = blk.size
-        if type(size_obj) is not int:
-            return False
-        cdef Py_ssize_t size = size_obj
-        stack = c.fast.get(size_obj)
-        if stack is None:
-            # A new list may run a finalizer (a GC-tracked allocation) that frees into
-            # the cache or flushes it (a new c.fast): make the list first, then read
-            # c.fast and add the list only if no stack appeared meanwhile.
-            fresh = []
-            stack = c.fast.setdefault(size_obj, fresh)
-        if type(stack) is not list:
-            return False
-        # No Python code or tracked allocation from here on (append may resize only).
-        (<list>stack).append(blk)
-        c.requested -= buf.size
-        c.blocks -= size
-        c.fast_munmaps += 1
-        return True
 
 
 def _mmap_function():
@@ -1945,3 +1321,9 @@ def address_of(obj, /):
         return (<unsigned long long><uintptr_t>view.buf, view.len, bool(view.readonly))
     finally:
         PyBuffer_Release(&view)
+
+
+# The fast paths this module's areas install, re-exported here (aml_core._buffer.X is
+# their public import path). Imported last: they cimport this module's types.
+from ._allocator import OPS, NativeAllocator, NativePath, _noop_control, _noop_functions
+from ._pool_cache import PoolCache

@@ -1,4 +1,4 @@
-"""What to do when aml_core's compiled modules (``_buffer``, ``_os``) cannot be imported.
+"""What to do when aml_core's compiled modules (:data:`COMPILED`) cannot be imported.
 
 They are built from Cython sources (``aml_core/*.pyx``) by ``pip install .`` or, for a
 source tree, ``python setup.py build_ext --inplace``. ``aml_core/__init__.py`` imports
@@ -25,7 +25,14 @@ from importlib import metadata
 from importlib.machinery import ModuleSpec, PathFinder
 from pathlib import Path
 
-COMPILED = ("aml_core._buffer", "aml_core._os")
+# setup.py builds the same (its COMPILED); _buffer first: it imports the fast paths.
+COMPILED = (
+    "aml_core._buffer",
+    "aml_core._fastpath",
+    "aml_core._allocator",
+    "aml_core._pool_cache",
+    "aml_core._os",
+)
 PACKAGE = Path(__file__).resolve().parent
 
 

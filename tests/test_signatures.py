@@ -146,10 +146,10 @@ def test_signature(qualname: str) -> None:
 def test_compiled_functions_have_signatures() -> None:
     """The compiled modules' own functions and methods, private ones too: what a
     traceback, a debugger or an IDE shows."""
-    from aml_core import _buffer, _os
+    from aml_core import _buffer, _compiled, _os
 
     checked = 0
-    for module in (_buffer, _os):
+    for module in [importlib.import_module(name) for name in _compiled.COMPILED]:
         for name, obj in vars(module).items():
             if name.startswith("__") or getattr(obj, "__module__", None) != module.__name__:
                 continue
@@ -159,17 +159,19 @@ def test_compiled_functions_have_signatures() -> None:
             for target in targets:
                 inspect.signature(target)
                 checked += 1
+        # A compiled class's signature is written in its docstring: it must say what the
+        # module's stub (what mypy checks callers against) says.
+        stub_name = module.__name__.removeprefix("aml_core.") + ".pyi"
+        stub = ast.parse((Path(module.__file__).parent / stub_name).read_text())
+        for node in stub.body:
+            if isinstance(node, ast.ClassDef) and isinstance(getattr(module, node.name, None), type):
+                inits = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
+                for init in inits:
+                    a = init.args
+                    expected = [p.arg for p in a.posonlyargs + a.args][1:] + [p.arg for p in a.kwonlyargs]
+                    signature = inspect.signature(getattr(module, node.name))
+                    assert list(signature.parameters) == expected, node.name
     assert checked > 40, checked
-    # A compiled class's signature is written in its docstring: it must say what the
-    # stub (what mypy checks callers against) says.
-    stub = ast.parse((Path(_buffer.__file__).parent / "_buffer.pyi").read_text())
-    for node in stub.body:
-        if isinstance(node, ast.ClassDef) and isinstance(getattr(_buffer, node.name, None), type):
-            inits = [f for f in node.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"]
-            for init in inits:
-                a = init.args
-                expected = [p.arg for p in a.posonlyargs + a.args][1:] + [p.arg for p in a.kwonlyargs]
-                assert list(inspect.signature(getattr(_buffer, node.name)).parameters) == expected, node.name
     assert str(inspect.signature(_os.mmap)) == "(length, prot, flags, fd, offset, alignment, /)"
     assert str(inspect.signature(_buffer.AreaBase.munmap)) == "(self, buffer, size=None)"
 

@@ -1,0 +1,137 @@
+# The live table and buffer lifetime (aml_core/_buffer.pyx), as the other compiled
+# modules see it: the buffer's and the area's C fields and the area's bookkeeping
+# methods. A fast path (aml_core/_fastpath.pxd: the NativeAllocator's, the pool cache's)
+# reads these fields and calls _buffer_type and _make; it changes the live table only
+# through the area, which calls it (docs/kernel.md).
+from cpython.object cimport PyObject
+
+from libc.stdint cimport int64_t
+
+from ._dlpack cimport DLTensor
+from ._fastpath cimport FastPath
+
+# A buffer's flags (BufferBase.flags).
+cdef enum:
+    F_HOST = 1
+    F_READONLY = 2
+    F_RELEASED = 4  # freed: no new export
+    F_NATIVE = 8  # made by the area's NativeAllocator: munmap may free it in C
+    F_TRACKED = 16  # in its area's live table
+    F_ORPHAN = 32  # detached while viewed (close, a with block): its finalizer frees it
+    F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
+    F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
+
+# One entry of an area's live table: open addressing on the buffer's address, linear
+# probing, deletion by backward shift (no tombstones). The buffer pointer is borrowed.
+cdef struct LiveSlot:
+    unsigned long long key  # the buffer's address; 0: empty (NULL is never tracked)
+    PyObject *buf
+
+
+# What a DLPack capsule of a buffer owns.
+cdef struct DLContext:
+    PyObject *owner  # a strong reference to the BufferBase, counted in its exports
+    int64_t shape[1]
+
+
+# Forget ``key`` (an area's address) in this thread's inside-table: the area is gone.
+# The table is this module's thread-local state: other modules call this, never a copy.
+cdef void forget_inside(void *key) noexcept nogil
+
+
+cdef class BufferBase:
+    cdef unsigned long long _ptr
+    cdef readonly Py_ssize_t size
+    cdef readonly Py_ssize_t exports
+    cdef int flags
+    cdef int dl_device_type
+    cdef int dl_device_id
+    cdef object _key  # ptr as an exact int: the key of the area's live table
+    cdef object _area
+    cdef readonly object kind
+    cdef readonly object device
+    cdef readonly object device_ptr
+    cdef readonly object native
+    cdef object __weakref__
+    cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
+
+    cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept
+
+
+cdef class AreaLock:
+    cdef object _ref
+    cdef void *_key  # the area's address: its key in the thread's inside-table
+    cdef object _acquire
+    cdef object _release
+    cdef readonly object lock
+
+    cdef AreaBase _area(self)
+
+
+cdef class AreaBase:
+    cdef public object kind
+    cdef public object device
+    cdef bint _closed
+    # The live table: _cap slots (a power of two, or 0), _count used.
+    cdef LiveSlot *_slots
+    cdef Py_ssize_t _cap
+    cdef Py_ssize_t _count
+    # C counters. Live mappings are disjoint address ranges, so their total fits in 64
+    # bits: _add refuses a mapping that would pass it (only fake pointers can).
+    cdef unsigned long long _bytes
+    cdef unsigned long long _peak
+    cdef unsigned long long _maps
+    cdef unsigned long long _unmaps
+    cdef unsigned long long _next_seq  # the order of tracking: buffers() is oldest first
+    # Garbage collection: who is inside the area now, the buffers whose GC-driven free
+    # waits for them, the tracked buffers whose native free failed, whether a drain
+    # runs, the area a pool takes its memory from, and the areas above (weak
+    # references) whose frees wait for this one.
+    cdef int _inside
+    cdef list _pending
+    cdef dict _kept
+    cdef bint _draining
+    cdef AreaBase _below
+    cdef list _waiting
+    # The installed fast path (_set_native, _set_pool), or None.
+    cdef FastPath _fast
+    cdef object __weakref__
+
+    # the live table
+    cdef Py_ssize_t _find(self, unsigned long long key) noexcept
+    cdef int _reserve(self) noexcept
+    cdef void _put(self, BufferBase buf) noexcept
+    cdef void _remove_at(self, Py_ssize_t at) noexcept
+    cdef void _untrack(self, BufferBase buf) noexcept
+    cdef bint _tracks(self, BufferBase buf) noexcept
+    cdef object _at(self, target)
+    cdef list _snapshot(self)
+    # the atomic changes of the bookkeeping
+    cdef int _add(self, BufferBase buf) except -1
+    cdef int _detach(self, BufferBase buf) except -1
+    # garbage collection
+    cdef void _enter(self) noexcept
+    cdef void _leave(self) noexcept
+    cdef bint _here(self, AreaBase area) noexcept
+    cdef AreaBase _blocker(self)
+    cdef void _defer(self, BufferBase buf, AreaBase blocker) noexcept
+    cdef void _dropped(self, BufferBase buf) noexcept
+    cdef int _reclaim(self, BufferBase buf, int mode) except -1
+    cdef bint _fast_free_ok(self, BufferBase buf) noexcept
+    cdef int _reclaim_orphan(self, BufferBase buf, int mode) except -1
+    cdef void _drain_pending(self) noexcept
+    cdef void _views_gone(self) noexcept
+    cdef void _report(self, object exc, object obj, str note) noexcept
+    # the fast path
+    cdef int _install(self, FastPath path) except -1
+    # making buffers, mmap and munmap
+    cdef object _buffer_type(self, buffer_type)
+    cdef BufferBase _make(
+        self, tp, ptr, unsigned long long p, Py_ssize_t size, int flags, int dl_type, int dl_id,
+        device, device_ptr, native,
+    )
+    cdef int _refuse(self, BufferBase buf, int status, str during) except -1
+    cpdef BufferBase _lookup(self, target, size)
+    cdef object _map(self, size, options)
+    cdef int _unmap(self, buffer, size, bint fast) except -1
+    cdef int _free_detached(self, BufferBase buf, bint fast) except -1
