@@ -99,3 +99,20 @@ class NativeLibrary:
         """Call a function returning an error code; raise the translated error on failure."""
         rc = self.function(name)(*args)
         self.errors.check(name, rc)
+
+
+class VendorLibrary:
+    """What every ctypes backend's library wrapper (``HipLibrary``, ``ZeLibrary``,
+    ``HsaLibrary``) holds: the loaded library with the backend's prototype tables declared,
+    its error table and its path."""
+
+    def __init__(
+        self,
+        native: NativeLibrary,
+        required: Mapping[str, tuple[Any, Sequence[Any]]],
+        optional: Mapping[str, tuple[Any, Sequence[Any]]],
+    ) -> None:
+        self.native = native
+        self.errors = native.errors
+        self.path = native.path
+        native.declare_all(required, optional)

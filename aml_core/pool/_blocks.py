@@ -69,22 +69,12 @@ class Blocks(PoolBase):
         prev = blk.prev
         if prev is not None and prev.free:
             heap.remove(prev)
-            prev.size += blk.size
-            prev.next = blk.next
-            if blk.next is None:
-                slab.last = prev
-            else:
-                blk.next.prev = prev
+            _absorb(slab, prev, blk)
             blk = prev
         nxt = blk.next
         if nxt is not None and nxt.free:
             heap.remove(nxt)
-            blk.size += nxt.size
-            blk.next = nxt.next
-            if nxt.next is None:
-                slab.last = blk
-            else:
-                nxt.next.prev = blk
+            _absorb(slab, blk, nxt)
         heap.insert(blk)
         return slab
 
@@ -203,3 +193,13 @@ class Blocks(PoolBase):
         if error is not None:
             raise error
         return released
+
+
+def _absorb(slab: _Slab, left: _Block, right: _Block) -> None:
+    """Coalescing: ``right``, the free block just after ``left`` in ``slab``, joins it."""
+    left.size += right.size
+    left.next = right.next
+    if right.next is None:
+        slab.last = left
+    else:
+        right.next.prev = left

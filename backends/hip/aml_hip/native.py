@@ -18,7 +18,7 @@ from ctypes import POINTER, c_char_p, c_int, c_size_t, c_uint, c_ulonglong, c_vo
 from typing import Any, Final
 
 from aml_core.errors import AMLNotSupported
-from aml_core.native import NativeLibrary
+from aml_core.native import NativeLibrary, VendorLibrary
 
 from . import abi as C
 from .errors import HipErrorNames, c_char_p_function, make_error_table
@@ -126,15 +126,12 @@ STREAM_ORDERED_FUNCTIONS: Final[tuple[str, ...]] = (
 )
 
 
-class HipLibrary:
+class HipLibrary(VendorLibrary):
     """A loaded libamdhip64: its prototypes, error table, version and ABI."""
 
     def __init__(self, native: NativeLibrary, names: HipErrorNames) -> None:
-        self.native = native
+        super().__init__(native, REQUIRED, OPTIONAL)
         self.names = names
-        self.errors = native.errors
-        self.path = native.path
-        native.declare_all(REQUIRED, OPTIONAL)
         names.bind(c_char_p_function(native.function("hipGetErrorName")))
         raw = c_int(0)
         native.call("hipRuntimeGetVersion", ctypes.byref(raw))

@@ -21,7 +21,7 @@ from ctypes import CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint32, c_ui
 from typing import Any, Final
 
 from aml_core.errors import ErrorCode
-from aml_core.native import NativeLibrary
+from aml_core.native import NativeLibrary, VendorLibrary
 
 from . import abi as C
 from .errors import HsaStatusNames, make_error_table, status_string_function
@@ -109,15 +109,12 @@ def _resolve(path: str) -> str:
     return path
 
 
-class HsaLibrary:
+class HsaLibrary(VendorLibrary):
     """A loaded libhsa-runtime64: prototypes, error table, interface version, init count."""
 
     def __init__(self, native: NativeLibrary, names: HsaStatusNames) -> None:
-        self.native = native
+        super().__init__(native, REQUIRED, OPTIONAL)
         self.names = names
-        self.errors = native.errors
-        self.path = native.path
-        native.declare_all(REQUIRED, OPTIONAL)
         names.lookup = status_string_function(native.function("hsa_status_string"))
         self.has = native.has
         self.interface: tuple[int, int] = C.interface_of(self.has)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from ctypes import POINTER, c_size_t, c_uint32, c_void_p
 from typing import Any, Final
 
-from aml_core.native import NativeLibrary
+from aml_core.native import NativeLibrary, VendorLibrary
 
 from . import abi as C
 from .errors import ERRORS
@@ -91,14 +91,11 @@ OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
 }
 
 
-class ZeLibrary:
+class ZeLibrary(VendorLibrary):
     """A loaded Level Zero loader (or double): its prototypes and error table."""
 
     def __init__(self, native: NativeLibrary) -> None:
-        self.native = native
-        self.errors = native.errors
-        self.path = native.path
-        native.declare_all(REQUIRED, OPTIONAL)
+        super().__init__(native, REQUIRED, OPTIONAL)
 
     def has(self, name: str) -> bool:
         """Whether the library exports ``name`` (and it was declared)."""
