@@ -3,10 +3,12 @@ double emulating two devices)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import aml_core
 from aml_core.area import Area
+from aml_core.gpu.managed import CPU, Advice, RangeAttribute
 
 
 def check_one_pool_per_device(area0: Area, area1: Area, current: Area, rt: Any) -> None:
@@ -43,3 +45,25 @@ def check_one_pool_per_device(area0: Area, area1: Area, current: Area, rt: Any) 
                 other.munmap(there)
         finally:
             rt.set_device(0)
+
+
+def check_managed_memory_moves(area: Any, size: int, synchronize: Callable[[], None], rt: Any) -> None:
+    """Managed memory of ``area`` (a managed GPU area on device 0) prefetched to device 1,
+    back to 0 and to the host, each move read back through the last-prefetch attribute;
+    advice across the two devices read back; the bytes and the caller's device unchanged.
+    ``synchronize`` waits for both devices."""
+    buf = area.mmap(size)
+    memoryview(buf)[:8] = b"managed!"
+    last = RangeAttribute.LAST_PREFETCH_LOCATION
+    for where, expected in ((1, 1), (0, 0), ("host", CPU)):
+        area.prefetch(buf, where)
+        synchronize()
+        assert area.range_attribute(buf, last) == expected, where
+    area.advise(buf, Advice.SET_PREFERRED_LOCATION, 1)
+    area.advise(buf, Advice.SET_ACCESSED_BY, 0)
+    got = area.range_attributes(buf, [RangeAttribute.PREFERRED_LOCATION, RangeAttribute.ACCESSED_BY])
+    assert got[RangeAttribute.PREFERRED_LOCATION] == 1
+    assert 0 in got[RangeAttribute.ACCESSED_BY]
+    assert bytes(memoryview(buf)[:8]) == b"managed!"
+    assert rt.get_device() == 0
+    area.munmap(buf)

@@ -21,13 +21,13 @@ from typing import Any
 
 import aml_cuda
 import pytest
-from aml_cuda import Access, Advice, CudaFlags, RangeAttribute
+from aml_cuda import Access, CudaFlags
 from cuda_children import pattern, read_device, write_device
 from cuda_helpers import HERE, child_env
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLValueError
-from tests.support.gpu2 import check_one_pool_per_device
+from tests.support.gpu2 import check_managed_memory_moves, check_one_pool_per_device
 
 pytestmark = pytest.mark.gpu2
 
@@ -306,22 +306,12 @@ def test_managed_memory_moves_between_the_gpus(rt: Any) -> None:
         if free < 4 * size:
             pytest.skip(f"GPU {device} has {free} bytes free, not enough for {size} of managed memory")
     with aml_cuda.create(0, CudaFlags.ALLOC_UNIFIED) as area:
-        buf = area.mmap(size)
-        memoryview(buf)[:8] = b"managed!"
-        last = RangeAttribute.LAST_PREFETCH_LOCATION
-        for where, expected in ((1, 1), (0, 0), ("host", CPU)):
-            area.prefetch(buf, where)
+
+        def synchronize() -> None:
             on_device(rt, 0, lambda r: r.synchronize())
             on_device(rt, 1, lambda r: r.synchronize())
-            assert area.range_attribute(buf, last) == expected, where
-        area.advise(buf, Advice.SET_PREFERRED_LOCATION, 1)
-        area.advise(buf, Advice.SET_ACCESSED_BY, 0)
-        got = area.range_attributes(buf, [RangeAttribute.PREFERRED_LOCATION, RangeAttribute.ACCESSED_BY])
-        assert got[RangeAttribute.PREFERRED_LOCATION] == 1
-        assert 0 in got[RangeAttribute.ACCESSED_BY]  # type: ignore[operator]
-        assert bytes(memoryview(buf)[:8]) == b"managed!"
-        assert rt.get_device() == 0
-        area.munmap(buf)
+
+        check_managed_memory_moves(area, size, synchronize, rt)
 
 
 # -- 6. one pool per device ---------------------------------------------------------------------

@@ -21,12 +21,12 @@ from typing import Any
 
 import aml_hip
 import pytest
-from aml_hip import Access, Advice, HipFlags, HipMmapOptions, RangeAttribute
+from aml_hip import Access, HipFlags, HipMmapOptions
 from hip_helpers import HipDouble
 
 import aml_core
 from aml_core.errors import AMLMemoryError, AMLValueError
-from tests.support.gpu2 import check_one_pool_per_device
+from tests.support.gpu2 import check_managed_memory_moves, check_one_pool_per_device
 
 pytestmark = pytest.mark.gpu2
 
@@ -274,22 +274,7 @@ def test_managed_memory_moves_between_the_devices(
     if min(free_bytes(two, 0), free_bytes(two, 1)) < 4 * size:
         pytest.skip("not enough free device memory for the managed buffer")
     rt = aml_hip.get_runtime()
-    area = areas(0, HipFlags.ALLOC_UNIFIED)
-    buf = area.mmap(size)
-    memoryview(buf)[:8] = b"managed!"
-    last = RangeAttribute.LAST_PREFETCH_LOCATION
-    for where, expected in ((1, 1), (0, 0), ("host", CPU)):
-        area.prefetch(buf, where)
-        rt.synchronize()
-        assert area.range_attribute(buf, last) == expected, where
-    area.advise(buf, Advice.SET_PREFERRED_LOCATION, 1)
-    area.advise(buf, Advice.SET_ACCESSED_BY, 0)
-    got = area.range_attributes(buf, [RangeAttribute.PREFERRED_LOCATION, RangeAttribute.ACCESSED_BY])
-    assert got[RangeAttribute.PREFERRED_LOCATION] == 1
-    assert 0 in got[RangeAttribute.ACCESSED_BY]  # type: ignore[operator]
-    assert bytes(memoryview(buf)[:8]) == b"managed!"
-    assert rt.get_device() == 0
-    area.munmap(buf)
+    check_managed_memory_moves(areas(0, HipFlags.ALLOC_UNIFIED), size, rt.synchronize, rt)
 
 
 # -- 6. one pool per device ---------------------------------------------------------------------
