@@ -18,6 +18,7 @@ a GPU area, with memory a test may touch.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import sys
 import types
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from ..gpu import hooks
 from ..host import HostArea
 from ..specs import Kind
 
-__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch", "faked"]
+__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch", "faked", "torch_entry_points"]
 
 
 class FakeDeviceArea(HostArea):
@@ -123,6 +124,21 @@ def fake_torch() -> types.ModuleType:
     setattr(torch, "_C", types.SimpleNamespace(_cuda_customAllocator=custom_allocator))  # noqa: B010
     setattr(torch, "state", state)  # noqa: B010
     return torch
+
+
+#: The C signatures PyTorch calls an allocator through: ``void *malloc(ssize_t size, int
+#: device, cudaStream_t stream)`` and ``void free(void *ptr, ssize_t size, int device,
+#: cudaStream_t stream)``.
+TORCH_MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+TORCH_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+
+
+def torch_entry_points(torch: types.ModuleType) -> tuple[Any, Any]:
+    """The ``malloc`` and ``free`` that a hook installed in the fake ``torch`` (of
+    :func:`fake_torch`), callable from Python as PyTorch calls them from C."""
+    tag, alloc, free = torch.state["current"]
+    assert tag == "custom", "no pluggable allocator was installed"
+    return ctypes.cast(alloc, TORCH_MALLOC), ctypes.cast(free, TORCH_FREE)
 
 
 @contextlib.contextmanager

@@ -19,10 +19,7 @@ import aml_core
 from aml_core import Area
 from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
 from aml_core.host import HostArea
-from aml_core.testing.hook_fakes import FakeDeviceArea, faked
-
-MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
-FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+from aml_core.testing.hook_fakes import FakeDeviceArea, faked, torch_entry_points
 
 
 @pytest.fixture
@@ -38,16 +35,10 @@ def area() -> Iterator[Area]:
     area.close()
 
 
-def _entry_points(torch: Any) -> tuple[Any, Any]:
-    tag, alloc, free = torch.state["current"]
-    assert tag == "custom"
-    return ctypes.cast(alloc, MALLOC), ctypes.cast(free, FREE)
-
-
 def test_the_c_entry_points_allocate_from_a_pool(torch: Any, area: Area) -> None:
     with aml_core.pool(area) as pool:
         hook = aml_cuda.use_with_torch(pool)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         ptr = malloc(4096, 0, None)
         assert ptr is not None
         assert hook.live == 1
@@ -75,7 +66,7 @@ def test_streams_reach_the_pool(torch: Any) -> None:
     area = Streamed()
     with aml_core.pool(area) as pool:
         aml_cuda.use_with_torch(pool)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         ptr = malloc(1000, 0, 0x1234)
         free(ptr, 1000, 0, 0x1234)
         again = malloc(1000, 0, 0x1234)  # reused at once on the stream that freed it
@@ -88,7 +79,7 @@ def test_streams_reach_the_pool(torch: Any) -> None:
 def test_failures_become_null_and_are_kept(torch: Any, area: Area) -> None:
     with aml_core.pool(area, limit=1 << 20) as pool:
         hook = aml_cuda.use_with_torch(pool)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         assert malloc(2 << 20, 0, None) is None  # past the limit: PyTorch sees NULL (its OOM)
         assert isinstance(hook.errors[-1], MemoryError)
         free(0x1000, 16, 0, None)  # not ours: reported, not raised into PyTorch

@@ -8,7 +8,6 @@ an NVIDIA GPU (``AML_HIP_TEST_DOUBLE=forward``, ``run_forward.sh``)."""
 
 from __future__ import annotations
 
-import ctypes
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,11 +21,9 @@ from hip_helpers import HipDouble
 
 import aml_core
 from aml_core.errors import AMLBusyError, AMLNotSupported, AMLValueError
-from aml_core.testing.hook_fakes import faked
+from aml_core.testing.hook_fakes import faked, torch_entry_points
 
 HERE = Path(__file__).resolve().parent
-MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
-FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 
 
 @pytest.fixture
@@ -35,17 +32,11 @@ def torch() -> Iterator[Any]:
         yield fake
 
 
-def _entry_points(torch: Any) -> tuple[Any, Any]:
-    tag, alloc, free = torch.state["current"]
-    assert tag == "custom"
-    return ctypes.cast(alloc, MALLOC), ctypes.cast(free, FREE)
-
-
 def test_the_c_entry_points_allocate_from_a_hip_pool(hip: HipDouble, torch: Any) -> None:
     with aml_hip.create(0, 0) as area, aml_core.pool(area) as pool:
         hook = aml_hip.use_with_torch(pool)
         assert "(hip)" in repr(hook)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         ptr = malloc(4096, 0, None)
         assert ptr is not None
         assert hook.live == 1
@@ -68,7 +59,7 @@ def test_pytorch_streams_reach_the_hip_pool(hip: HipDouble, torch: Any) -> None:
     with aml_hip.create(0, 0) as area:
         pool = aml_core.pool(area, small_slab=4096, small_max=4096)  # slabs of one block
         hook = aml_hip.use_with_torch(pool)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         ptr = malloc(4096, 0, s1.handle)
         free(ptr, 4096, 0, s1.handle)
         assert malloc(4096, 0, s1.handle) == ptr  # same stream: no event
@@ -91,7 +82,7 @@ def test_stream_ordered_allocation_through_a_hip_area(hip: HipDouble, torch: Any
     s = aml_hip.stream(non_blocking=True)
     with aml_hip.create(0, 0) as area:
         aml_hip.use_with_torch(area)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         ptr = malloc(4096, 0, s.handle)
         assert hip.last("hipMallocAsync")[1:] == (4096, s.handle)  # type: ignore[index]
         free(ptr, 4096, 0, s.handle)
@@ -105,7 +96,7 @@ def test_stream_ordered_allocation_through_a_hip_area(hip: HipDouble, torch: Any
 def test_failures_become_null_and_are_kept(hip: HipDouble, torch: Any) -> None:
     with aml_hip.create(0, 0) as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = aml_hip.use_with_torch(pool)
-        malloc, free = _entry_points(torch)
+        malloc, free = torch_entry_points(torch)
         assert malloc(2 << 20, 0, None) is None  # past the limit: PyTorch sees NULL (its OOM)
         assert isinstance(hook.errors[-1], MemoryError)
         free(0x1000, 16, 0, None)  # not ours: reported, not raised into PyTorch
