@@ -15,6 +15,7 @@ from aml_ze import abi as C
 from ze_helpers import ZeDouble
 
 from aml_core.errors import AMLFailure
+from tests.support.dropped import check_dropped_vm_failure_is_kept, check_dropped_vm_gives_back
 
 
 def test_a_dropped_area_destroys_its_context(ze: ZeDouble) -> None:
@@ -25,74 +26,38 @@ def test_a_dropped_area_destroys_its_context(ze: ZeDouble) -> None:
     assert ze.live()["context"] == 0
 
 
-def _hold_everything(vm: aml_ze.VirtualMemory) -> None:
-    """A reservation with a mapping, one without, a physical allocation never mapped and
-    a buffer: everything a virtual-memory area can hold."""
-    g = vm.granularity()
-    res = vm.reserve(2 * g)
-    phys = vm.create(g)
-    vm.map(res.ptr, g, phys)
-    vm.create(g)
-    vm.reserve(g)
-
-
-def _drop(objects: list[object]) -> None:
-    """Drop the last references to ``objects`` and collect."""
-    objects.clear()
-    gc.collect()
-
-
-def test_a_dropped_virtual_memory_gives_back_what_it_holds(ze: ZeDouble) -> None:
-    vm = aml_ze.virtual_memory(0)
-    _hold_everything(vm)
-    buffers = [vm.mmap(vm.granularity())]
-    held = {k: n for k, n in ze.live().items() if n}
-    assert held == {"context": 1, "reservation": 3, "physical": 3, "mapping": 2}
-    del vm
-    gc.collect()
-    assert {k: n for k, n in ze.live().items() if n} == held  # the buffer holds its area
-    with pytest.warns(ResourceWarning, match="unclosed"):
-        _drop(buffers)
-    assert {k: n for k, n in ze.live().items() if n} == {"context": 1}  # the runtime's own
-    aml_ze.BACKEND.reset()  # destroys the runtime's context: nothing holds it now
-    assert ze.live()["context"] == 0
-
-
-@pytest.fixture
-def unraisable(monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
-    """What finalizers report through ``sys.unraisablehook`` during the test."""
-    seen: list[BaseException] = []
+def test_a_dropped_area_whose_context_destroy_fails(ze: ZeDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The failure is reported as a GC-driven free's is (``sys.unraisablehook``), and the
+    context is kept: the backend's reset() destroys it."""
+    seen: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda info: seen.append(info.exc_value))
-    return seen
-
-
-def test_a_dropped_area_whose_context_destroy_fails(ze: ZeDouble, unraisable: list[BaseException]) -> None:
-    """The failure is reported as a GC-driven free's is, and the context is kept: the
-    backend's reset() destroys it."""
     area = aml_ze.host_area()
     ze.inject("zeContextDestroy", C.ZE_RESULT_ERROR_DEVICE_LOST)
     del area
     gc.collect()
-    assert [type(e) for e in unraisable] == [AMLFailure]
-    assert "zeContextDestroy" in str(unraisable[0])
+    assert [type(e) for e in seen] == [AMLFailure]
+    assert "zeContextDestroy" in str(seen[0])
     assert ze.live()["context"] == 1
     aml_ze.BACKEND.reset()
     assert ze.live()["context"] == 0
 
 
-def test_a_dropped_virtual_memory_whose_release_fails(ze: ZeDouble, unraisable: list[BaseException]) -> None:
-    """The failure is reported as a GC-driven free's is; what could not be given back is
-    kept, with its area, and the backend's reset() gives it back (then destroys the
-    runtime's context, which a leftover reservation would keep in use)."""
-    vm = aml_ze.virtual_memory(0)
-    _hold_everything(vm)
-    ze.inject("zeVirtualMemFree", C.ZE_RESULT_ERROR_DEVICE_LOST)
-    del vm
-    gc.collect()
-    assert [type(e) for e in unraisable] == [AMLFailure]
-    assert ze.live()["reservation"] == 1
-    aml_ze.BACKEND.reset()
-    assert {k: n for k, n in ze.live().items() if n} == {}
+def test_a_dropped_virtual_memory_gives_back_what_it_holds(ze: ZeDouble) -> None:
+    check_dropped_vm_gives_back(ze, lambda: aml_ze.virtual_memory(0))
+
+
+def test_a_dropped_virtual_memory_whose_release_fails(ze: ZeDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What could not be given back is kept, with its area, and the backend's reset()
+    gives it back (then destroys the runtime's context, which a leftover reservation
+    would keep in use: HANDLE_OBJECT_IN_USE)."""
+    check_dropped_vm_failure_is_kept(
+        ze,
+        lambda: aml_ze.virtual_memory(0),
+        monkeypatch,
+        "zeVirtualMemFree",
+        C.ZE_RESULT_ERROR_DEVICE_LOST,
+        AMLFailure,
+    )
 
 
 CHILD = """
