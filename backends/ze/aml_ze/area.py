@@ -10,7 +10,7 @@ one context per area), so it lives here, with :class:`ZeBackend`, the
 (docs/aml-contract.md#level-zero-area):
 
 * each area uses the first driver and creates its own context, destroyed when the area
-  closes (``aml_area_ze_destroy``);
+  closes (``aml_area_ze_destroy``) or, dropped without close(), when it is collected;
 * DEVICE areas map with ``zeMemAllocDevice``, SHARED ones with ``zeMemAllocShared``
   (device and host descriptors, the area's device), HOST ones with ``zeMemAllocHost``;
   munmap is ``zeMemFree``;
