@@ -290,6 +290,23 @@ class Area(AreaBase, abc.ABC):
         self._orphans.pop(buf.ptr, None)
         self._free(buf)
 
+    def _give_back(self, buf: Buffer, exc: BaseException) -> None:
+        """Free a buffer that :meth:`_allocate` made but cannot return, because a later
+        step failed with ``exc``. If this native free fails too, say so on ``exc`` and keep
+        the buffer tracked and held by the area, as a mapping whose munmap failed is: the
+        memory is still there, and close() frees it."""
+        buf._release()
+        try:
+            self._free(buf)
+        except AMLError as failed:
+            exc.add_note(
+                f"giving the allocation back failed too: {failed}; the area keeps it: close() frees it"
+            )
+            buf._revive()
+            self._track(buf, "mmap")  # the map is counted...
+            self._untrack_viewed(buf)  # ...and an unmap, which _restore takes back:
+            self._restore(buf)  # tracked, and held by the area until close() frees it
+
     def __enter__(self) -> Self:
         return self
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,7 @@ from .runtime import AllocationProperties
 if TYPE_CHECKING:
     from .runtime import VirtualMemoryOps
 
-__all__ = ["Access", "Physical", "Reservation", "VirtualMemoryApi", "also"]
+__all__ = ["Access", "Physical", "Reservation", "VirtualMemoryApi", "also", "close_dropped"]
 
 
 class Access(enum.IntEnum):
@@ -297,6 +299,51 @@ class VirtualMemoryApi(DeviceMemoryArea):
             for other in errors[1:]:
                 errors[0].add_note(f"another native release failed too: {other}")
             raise errors[0]
+
+    def _holds_native(self) -> bool:
+        """Whether anything native is left: a buffer, a reservation, a physical allocation
+        or a mapping."""
+        held = (getattr(self, name, None) for name in ("_reservations", "_physicals", "_mappings"))
+        return bool(self._stats()[2]) or any(held)
+
+    def __del__(self) -> None:
+        """A virtual-memory area dropped without close() gives back what it holds when it is
+        collected, as a dropped buffer is freed: a failure is reported through
+        ``sys.unraisablehook`` (an exception in ``__del__``) and the area is kept, with what
+        it could not give back, for the backend's ``reset()`` to retry (:func:`close_dropped`).
+        At interpreter exit nothing is done: the process's exit returns the memory."""
+        if sys.is_finalizing() or not self._holds_native():
+            return
+        what = repr(self)
+        try:
+            self.close()
+        except AMLError:
+            _DROPPED.append(self)  # kept alive (resurrected) until close_dropped() frees it
+            raise
+        warnings.warn(f"unclosed {what}", ResourceWarning, stacklevel=2)
+
+
+#: Virtual-memory areas collected without close() whose native release failed: each is
+#: closed again by :func:`close_dropped` (its backend's ``reset()``).
+_DROPPED: list[VirtualMemoryApi] = []
+
+
+def close_dropped(runtime: object) -> None:
+    """Close again the dropped virtual-memory areas of ``runtime`` whose release failed when
+    they were collected (a backend's ``reset()``, before it unloads the runtime); those that
+    fail again stay kept, and the first error is raised with the others as notes."""
+    errors: list[AMLError] = []
+    for vm in [vm for vm in _DROPPED if vm._runtime is runtime]:
+        try:
+            vm.close()
+        except AMLError as exc:
+            errors.append(exc)
+            continue
+        _DROPPED.remove(vm)
+    if errors:
+        for other in errors[1:]:
+            errors[0].add_note(f"closing another dropped virtual-memory area failed too: {other}")
+        raise errors[0]
 
 
 def also(exc: BaseException, what: str, undo: Callable[[], None]) -> None:

@@ -230,13 +230,13 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
         try:
             with selected_device(rt, device):
                 buf = self._allocate_on(size, options, device)
-        except BaseException:
+        except BaseException as exc:
             if buf is not None:
                 # The allocation succeeded but the caller's device could not be restored. AML's
                 # C area returns the pointer with aml_errno set; Python cannot both return and
-                # raise, so the memory is given back and the restore error raised: nothing leaks.
-                buf._release()
-                self._free(buf)
+                # raise, so the memory is given back and the restore error raised: nothing leaks
+                # (a give-back that fails too leaves the mapping tracked for close()).
+                self._give_back(buf, exc)
             raise
         return buf
 

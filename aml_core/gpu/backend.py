@@ -29,6 +29,7 @@ from ..buffer import Buffer
 from ..descriptor import ProbeResult
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..specs import Capability, Kind
+from ._vmm_api import close_dropped
 from .area import GpuArea
 from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
@@ -103,7 +104,10 @@ class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
         for area in defaults:
             area.close()
         if runtime is not None:
-            self._unload(runtime)
+            try:
+                close_dropped(runtime)  # virtual memory collected unclosed whose release failed
+            finally:
+                self._unload(runtime)
 
     def _unload(self, runtime: RuntimeT) -> None:
         """Release what a forgotten runtime holds itself (:meth:`reset`, after its areas

@@ -15,7 +15,9 @@
 
 Everything is tracked: sizes are checked against the granularity, maps against live
 reservations and existing mappings, and unknown pointers or handles are EINVAL before
-any native call. ``close()`` unmaps, releases and frees whatever is left.
+any native call. ``close()`` unmaps, releases and frees whatever is left; so does the
+collector for an area dropped without close() once its buffers are gone
+(:meth:`~aml_core.gpu._vmm_api.VirtualMemoryApi.__del__`).
 """
 
 from __future__ import annotations

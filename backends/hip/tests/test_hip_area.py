@@ -5,6 +5,7 @@ and every error row of ``aml_area_hip_create`` / ``mmap`` / ``munmap``."""
 from __future__ import annotations
 
 import ctypes
+import gc
 import mmap
 from collections.abc import Callable, Iterator
 
@@ -307,6 +308,33 @@ def test_restore_failure_gives_the_memory_back(hip: HipDouble, areas: Callable[.
     assert hip.calls("hipMalloc") == 1
     assert hip.calls("hipFree") == 1
     assert area.stats.live_mappings == 0
+
+
+def test_restore_and_give_back_failing_keep_the_memory_for_close(
+    hip: HipDouble, areas: Callable[..., aml_hip.HipArea]
+) -> None:
+    """Double fault (issue 20): the caller's device cannot be restored and giving the
+    allocation back (hipFree) fails too. The allocation stays tracked, held by the area
+    (live in its stats), and close() frees it."""
+    hip.need_devices(2)
+    rt = aml_hip.get_runtime()
+    rt.set_device(0)
+    area = areas(1, F.DEFAULT)
+    hip.inject("hipSetDevice", 216, skip=1)  # select OK, restore fails: context in use
+    hip.inject("hipFree", 1)  # and the give-back fails: hipErrorInvalidValue
+    with pytest.raises(AMLBusyError) as info:
+        area.mmap(4096)
+    assert any("giving the allocation back failed too" in note for note in info.value.__notes__)
+    gc.collect()
+    assert area.stats.live_mappings == 1
+    assert area.stats.total_maps == 1
+    assert area.stats.total_unmaps == 0
+    assert hip.live()["device"] == 1
+    area.close()  # retries the free
+    assert hip.calls("hipFree") == 2
+    assert hip.live()["device"] == 0
+    assert area.stats.live_mappings == 0
+    assert area.stats.total_unmaps == 1
 
 
 # -- error rows of aml_area_hip_* (docs/aml-contract.md#hip-area) --------------------------------

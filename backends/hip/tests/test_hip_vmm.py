@@ -21,6 +21,7 @@ from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLNotSupporte
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.specs import Capability
 from aml_core.testing import VirtualMemoryConformance
+from tests.support.dropped import check_dropped_vm_failure_is_kept, check_dropped_vm_gives_back
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
 VERSIONS = {
@@ -238,3 +239,18 @@ def test_vmm_capability(hip: HipDouble, version: int, attr_value: int | None, ex
         hip.ctl.set_attribute(89, attr_value)
     info = aml_hip.get_runtime().device_info(0)
     assert (Capability.VIRTUAL_MEMORY in info.capabilities) is expected
+
+
+def test_a_dropped_virtual_memory_gives_back_what_it_holds(hip: HipDouble) -> None:
+    """Dropped without close() (issue 20): collected, it unmaps, releases and frees."""
+    check_dropped_vm_gives_back(hip, lambda: aml_hip.virtual_memory(0))
+
+
+def test_a_dropped_virtual_memory_whose_release_fails(
+    hip: HipDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release failing while a dropped virtual-memory area is collected: reported through
+    sys.unraisablehook, kept, and given back by the backend's reset()."""
+    check_dropped_vm_failure_is_kept(
+        hip, lambda: aml_hip.virtual_memory(0), monkeypatch, "hipMemAddressFree", 1, AMLValueError
+    )

@@ -77,20 +77,21 @@ class PoolArea(Area):
     def _allocate(self, size: int, options: object) -> Buffer:
         rt = self.runtime
         ptr = rt.pool_allocate(self.pool, size)
-        try:
-            if self.kind is Kind.HOST and rt.gpus:
-                rt.allow_access(rt.gpus, ptr)
-        except BaseException:
-            rt.pool_free(ptr)
-            raise
         host = self.kind is Kind.HOST
-        return self._new_buffer(
+        buf = self._new_buffer(
             ptr,
             size,
             host_accessible=host,
             dl_device=(rt.traits.dl_host, 0) if host else (rt.traits.dl_device, self.device or 0),
             native=_PoolAllocation("pool", self.pool.handle),
         )
+        if host and rt.gpus:
+            try:
+                rt.allow_access(rt.gpus, ptr)
+            except BaseException as exc:
+                self._give_back(buf, exc)  # pool_free; if that fails too, close() frees it
+                raise
+        return buf
 
     def _free(self, buffer: Buffer) -> None:
         close_exports(self._exports, buffer.ptr)

@@ -3,6 +3,7 @@ no GPU, and the double), hsa_init's reference count, and HSA IPC between process
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import pickle
@@ -98,6 +99,25 @@ def test_pool_allocation_failure_frees(hsa: HsaDouble) -> None:
     hsa.inject("hsa_amd_agents_allow_access", C.HSA_STATUS_ERROR_INVALID_AGENT)
     with aml_hsa.host_area() as host, pytest.raises(AMLValueError):
         host.mmap(100)
+    assert hsa.objects() == {}
+
+
+def test_allow_access_and_give_back_failing_keep_the_memory_for_close(hsa: HsaDouble) -> None:
+    """Double fault (issue 20): allow_access fails and giving the allocation back
+    (hsa_amd_memory_pool_free) fails too. The allocation stays tracked, held by the area,
+    and close() frees it."""
+    hsa.inject("hsa_amd_agents_allow_access", C.HSA_STATUS_ERROR_INVALID_AGENT)
+    hsa.inject("hsa_amd_memory_pool_free", C.HSA_STATUS_ERROR)
+    host = aml_hsa.host_area()
+    with pytest.raises(AMLValueError) as info:
+        host.mmap(100)
+    assert any("giving the allocation back failed too" in note for note in info.value.__notes__)
+    gc.collect()
+    assert host.stats.live_mappings == 1
+    assert hsa.objects() == {"pool_alloc": 1}
+    host.close()  # retries the free
+    assert host.stats.live_mappings == 0
+    assert hsa.calls("hsa_amd_memory_pool_free") == 2
     assert hsa.objects() == {}
 
 

@@ -21,6 +21,7 @@ from hsa_helpers import HERE, HsaDouble, aml_hsa, open_fds
 from aml_core.errors import AMLBusyError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu.runtime import Group
 from aml_core.specs import Capability
+from tests.support.dropped import check_dropped_vm_failure_is_kept, check_dropped_vm_gives_back
 
 CHILD = HERE / "hsa_children.py"
 
@@ -497,3 +498,23 @@ def test_sequence_script(hsa: HsaDouble) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].split() == ["SEQUENCE", "OK"]
+
+
+def test_a_dropped_virtual_memory_gives_back_what_it_holds(hsa: HsaDouble) -> None:
+    """Dropped without close() (issue 20): collected, it unmaps, releases and frees."""
+    check_dropped_vm_gives_back(hsa, lambda: aml_hsa.virtual_memory(0))
+
+
+def test_a_dropped_virtual_memory_whose_release_fails(
+    hsa: HsaDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A release failing while a dropped virtual-memory area is collected: reported through
+    sys.unraisablehook, kept, and given back by the backend's reset()."""
+    check_dropped_vm_failure_is_kept(
+        hsa,
+        lambda: aml_hsa.virtual_memory(0),
+        monkeypatch,
+        "hsa_amd_vmem_address_free",
+        C.HSA_STATUS_ERROR_INVALID_ALLOCATION,
+        AMLValueError,
+    )

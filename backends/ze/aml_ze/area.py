@@ -10,7 +10,7 @@ one context per area), so it lives here, with :class:`ZeBackend`, the
 (docs/aml-contract.md#level-zero-area):
 
 * each area uses the first driver and creates its own context, destroyed when the area
-  closes (``aml_area_ze_destroy``);
+  closes (``aml_area_ze_destroy``) or, dropped without close(), when it is collected;
 * DEVICE areas map with ``zeMemAllocDevice``, SHARED ones with ``zeMemAllocShared``
   (device and host descriptors, the area's device), HOST ones with ``zeMemAllocHost``;
   munmap is ``zeMemFree``;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import os
+import sys
 import threading
 import weakref
 from typing import Any
@@ -219,6 +220,23 @@ class ZeArea(Area):
         super()._free_orphan(buf)
         if self.closed and not self._orphans:
             self._destroy_context()
+
+    def __del__(self) -> None:
+        """An area collected without close(): free its mappings (Area's finalizer), then
+        destroy its context once nothing needs it (still-viewed buffers hold the area,
+        so none is left by now). A failure is reported through ``sys.unraisablehook`` (an
+        exception in ``__del__``) and the context kept for the runtime's close() (the
+        backend's ``reset()``) to retry. At interpreter exit an area without mappings does
+        nothing: the process's exit returns the context."""
+        super().__del__()
+        context = getattr(self, "context", 0)
+        if not context or sys.is_finalizing() or getattr(self, "_orphans", None):
+            return
+        try:
+            self._destroy_context()
+        except AMLError:
+            self.runtime.keep_context(context)
+            raise
 
     def __repr__(self) -> str:
         what = {Kind.DEVICE: "device", Kind.MANAGED: "shared", Kind.HOST: "host"}[self.kind]

@@ -51,7 +51,7 @@ import attrs
 
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
-from aml_core.errors import AMLFailure, AMLNotSupported, AMLValueError
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError
 from aml_core.gpu.runtime import (
     PointerAttributes,
     Runtime,
@@ -147,6 +147,9 @@ class ZeRuntime(Runtime, ZeIpc, ZeVirtualMemory):
         )
         self._lock = threading.RLock()
         self._context = 0
+        #: Contexts of areas collected without close() whose zeContextDestroy failed:
+        #: close() destroys them (keep_context).
+        self._dropped_contexts: list[int] = []
         #: Pointer -> the context that owns it (registered by the areas).
         self._owners: dict[int, int] = {}
         ZeVirtualMemory.__init__(self)
@@ -176,12 +179,34 @@ class ZeRuntime(Runtime, ZeIpc, ZeVirtualMemory):
                 self._context = self.create_context()
             return self._context
 
+    def keep_context(self, context: int) -> None:
+        """Keep the context of an area collected without close() that could not be
+        destroyed then: :meth:`close` destroys it (never waits: a finalizer calls this)."""
+        self._dropped_contexts.append(context)
+
     def close(self) -> None:
-        """Destroy the runtime's context (what it holds must be gone)."""
+        """Destroy the contexts kept by :meth:`keep_context`, then the runtime's own (what
+        they hold must be gone). A context whose zeContextDestroy fails stays: close()
+        again retries it; the first error is raised, with the others as notes."""
+        errors: list[AMLError] = []
         with self._lock:
+            for context in list(self._dropped_contexts):
+                try:
+                    self.destroy_context(context)
+                except AMLError as exc:
+                    errors.append(exc)
+                    continue
+                self._dropped_contexts.remove(context)
             if self._context:
-                self.destroy_context(self._context)
-                self._context = 0
+                try:
+                    self.destroy_context(self._context)
+                    self._context = 0
+                except AMLError as exc:
+                    errors.append(exc)
+        if errors:
+            for other in errors[1:]:
+                errors[0].add_note(f"destroying another context failed too: {other}")
+            raise errors[0]
 
     def register(self, ptr: int, context: int) -> None:
         """Record that ``ptr`` belongs to ``context`` (an area's allocation)."""
