@@ -157,7 +157,9 @@ def test_real_cupy_on_a_hip_pool(hip: HipDouble) -> None:
         under.close()
 
 
-def test_without_cupy_installed_the_hook_is_not_supported(hip: HipDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_cupy_installed_the_hook_is_not_supported(
+    hip: HipDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # sys.modules["cupy"] = None: ``import cupy`` fails as it does where CuPy is not installed.
     monkeypatch.setitem(sys.modules, "cupy", None)
     with aml_hip.create(0, 0) as area:

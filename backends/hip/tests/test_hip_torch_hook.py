@@ -180,7 +180,9 @@ def test_real_pytorch_on_a_hip_pool(hip: HipDouble) -> None:
     assert proc.stdout.rstrip().endswith("[]"), proc.stdout  # no error kept by the hook
 
 
-def test_without_pytorch_installed_the_hook_is_not_supported(hip: HipDouble, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_pytorch_installed_the_hook_is_not_supported(
+    hip: HipDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # sys.modules["torch"] = None: ``import torch`` fails as it does where PyTorch is not installed.
     monkeypatch.setitem(sys.modules, "torch", None)
     from aml_core.gpu import hooks
