@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import aml_hip
 import pytest
@@ -14,6 +15,7 @@ from aml_hip import HipFlags, HipMmapOptions
 from aml_hip.abi import hip_version
 from hip_helpers import HipDouble
 
+import aml_core
 from aml_core.area import Area
 from aml_core.buffer import Buffer
 from aml_core.errors import (
@@ -522,3 +524,35 @@ def test_hipflags_are_amls() -> None:
         ("ALLOC_MAPPED", 4),
         ("ALLOC_GLOBAL", 8),
     ]
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda t, b: t.write(b, "text"), AMLTypeError),
+        (lambda t, b: t.write(b, 5), AMLTypeError),
+        (lambda t, b: t.write(b, b"ab", "0"), AMLTypeError),
+        (lambda t, b: t.write(b, memoryview(b"abcd")[::2]), AMLValueError),
+        (lambda t, b: t.read(b, "2"), AMLTypeError),
+        (lambda t, b: t.read(b, 2, 1.0), AMLTypeError),
+        (lambda t, b: t.read(b, 2, 4095), AMLValueError),
+    ],
+)
+@pytest.mark.parametrize("pooled", [False, True], ids=["area", "pool"])
+def test_copies_with_wrong_types_are_aml_errors(
+    hip: HipDouble, call: Callable[[Any, Any], object], error: type[Exception], pooled: bool
+) -> None:
+    # The copies of every GPU area and pool share one check (checks.span, checks.host_bytes).
+    with aml_hip.create(0, 0) as area:
+        target: Any = aml_core.pool(area) if pooled else area
+        buf = target.mmap(4096)
+        copies = hip.calls("hipMemcpy")
+        with pytest.raises(error):
+            call(target, buf)
+        assert hip.calls("hipMemcpy") == copies  # refused before any copy
+        target.write(buf, b"still works", 7)
+        assert target.read(buf, 11, 7) == b"still works"
+        assert hip.calls("hipMemcpy") == copies + 2
+        target.munmap(buf)
+        if pooled:
+            target.close()
