@@ -30,6 +30,7 @@ from aml_core.errors import (
 )
 from aml_core.specs import Capability, Kind
 from aml_core.testing import AreaConformance, IpcConformance
+from tests.support.bad_copies import bad_copies, refused_before_any_copy
 
 F = HipFlags
 
@@ -526,18 +527,7 @@ def test_hipflags_are_amls() -> None:
     ]
 
 
-@pytest.mark.parametrize(
-    ("call", "error"),
-    [
-        (lambda t, b: t.write(b, "text"), AMLTypeError),
-        (lambda t, b: t.write(b, 5), AMLTypeError),
-        (lambda t, b: t.write(b, b"ab", "0"), AMLTypeError),
-        (lambda t, b: t.write(b, memoryview(b"abcd")[::2]), AMLValueError),
-        (lambda t, b: t.read(b, "2"), AMLTypeError),
-        (lambda t, b: t.read(b, 2, 1.0), AMLTypeError),
-        (lambda t, b: t.read(b, 2, 4095), AMLValueError),
-    ],
-)
+@bad_copies
 @pytest.mark.parametrize("pooled", [False, True], ids=["area", "pool"])
 def test_copies_with_wrong_types_are_aml_errors(
     hip: HipDouble, call: Callable[[Any, Any], object], error: type[Exception], pooled: bool
@@ -545,14 +535,6 @@ def test_copies_with_wrong_types_are_aml_errors(
     # The copies of every GPU area and pool share one check (checks.span, checks.host_bytes).
     with aml_hip.create(0, 0) as area:
         target: Any = aml_core.pool(area) if pooled else area
-        buf = target.mmap(4096)
-        copies = hip.calls("hipMemcpy")
-        with pytest.raises(error):
-            call(target, buf)
-        assert hip.calls("hipMemcpy") == copies  # refused before any copy
-        target.write(buf, b"still works", 7)
-        assert target.read(buf, 11, 7) == b"still works"
-        assert hip.calls("hipMemcpy") == copies + 2
-        target.munmap(buf)
+        refused_before_any_copy(target, call, error, lambda: hip.calls("hipMemcpy"))
         if pooled:
             target.close()

@@ -28,6 +28,7 @@ from aml_core.errors import (
     ErrorCode,
 )
 from aml_core.specs import Capability, Kind
+from tests.support.bad_copies import bad_copies, refused_before_any_copy
 
 DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1")
 
@@ -321,37 +322,14 @@ def test_create_with_a_device_of_the_wrong_type_is_a_type_error(hsa: HsaDouble, 
     assert hsa.objects() == {}
 
 
-@pytest.mark.parametrize(
-    ("call", "error"),
-    [
-        (lambda area, buf: area.write(buf, "text"), AMLTypeError),
-        (lambda area, buf: area.write(buf, 5), AMLTypeError),  # not 5 zero bytes
-        (lambda area, buf: area.write(buf, None), AMLTypeError),
-        (lambda area, buf: area.write(buf, b"ab", "0"), AMLTypeError),
-        (lambda area, buf: area.write(buf, b"ab", 1.0), AMLTypeError),
-        (lambda area, buf: area.write(buf, b"ab", -1), AMLValueError),
-        (lambda area, buf: area.write(buf, memoryview(b"abcd")[::2]), AMLValueError),
-        (lambda area, buf: area.read(buf, "2"), AMLTypeError),
-        (lambda area, buf: area.read(buf, 2, "0"), AMLTypeError),
-        (lambda area, buf: area.read(buf, 2.0), AMLTypeError),
-        (lambda area, buf: area.read(buf, -1), AMLValueError),
-        (lambda area, buf: area.read(buf, 2, 4095), AMLValueError),
-    ],
-)
+@bad_copies
 @pytest.mark.parametrize("pooled", [False, True], ids=["PoolArea", "Pool"])
 def test_read_and_write_with_wrong_types_are_aml_errors(
     hsa: HsaDouble, call: Callable[[Any, Any], object], error: type[Exception], pooled: bool
 ) -> None:
     with aml_hsa.create(0) as area:
-        target = aml_core.pool(area) if pooled else area
-        buf = target.mmap(4096)
-        copies = hsa.calls("hsa_memory_copy")
-        with pytest.raises(error):
-            call(target, buf)
-        assert hsa.calls("hsa_memory_copy") == copies  # refused before any copy
-        target.write(buf, b"still works", 7)
-        assert target.read(buf, 11, 7) == b"still works"
-        target.munmap(buf)
+        target: Any = aml_core.pool(area) if pooled else area
+        refused_before_any_copy(target, call, error, lambda: hsa.calls("hsa_memory_copy"))
         if pooled:
             target.close()
     assert hsa.objects() == {}
