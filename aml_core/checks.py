@@ -35,11 +35,13 @@ __all__ = [
     "fd",
     "flag_bits",
     "handle_bytes",
+    "host_bytes",
     "integer",
     "member",
     "pointer",
     "power_of_two",
     "size",
+    "span",
 ]
 
 U64_MAX = (1 << 64) - 1
@@ -155,3 +157,28 @@ def handle_bytes(value: object, length: int, what: str = "an IPC handle") -> byt
     if len(data) != length:
         raise AMLValueError(f"{what} is {length} bytes, got {len(data)}")
     return data
+
+
+def host_bytes(value: object, what: str = "data") -> int:
+    """The byte count of host data a copy reads (a C-contiguous bytes-like object: bytes,
+    bytearray, a memoryview, an array); AMLTypeError for anything else (an int is not a
+    count of zero bytes here), AMLValueError for a non-contiguous view."""
+    try:
+        view = memoryview(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise AMLTypeError(f"{what} must be a bytes-like object, not {type(value).__name__}") from None
+    with view:
+        if not view.c_contiguous:
+            raise AMLValueError(f"{what} must be C-contiguous")
+        return view.nbytes
+
+
+def span(offset: object, length: object | None, total: int, what: str = "the copy") -> tuple[int, int]:
+    """``(offset, length)`` of a copy into or out of an object of ``total`` bytes (a
+    buffer's ``write`` / ``read``): ints (AMLTypeError), not negative and inside the object
+    (AMLValueError); ``length`` None: to the end."""
+    off = integer(offset, f"{what}'s offset")
+    n = total - off if length is None else integer(length, f"{what}'s size")
+    if off < 0 or n < 0 or off + n > total:
+        raise AMLValueError(f"{n} bytes at offset {off} are not inside {total}")
+    return off, n

@@ -81,6 +81,39 @@ class IpcHandle:
     pid: int = attrs.field(validator=_pid)
     offset: int = attrs.field(default=0, validator=_offset)
 
+    # Pickles: a dict of the fields (what attrs writes for a slotted class), read by name.
+    # aml 0.2's handles have no ``offset`` (it named whole allocations): they are read with
+    # offset 0, their meaning. Any other set of fields is a handle of an aml version this
+    # one cannot read: AMLValueError naming both, never a half-built handle.
+    def __getstate__(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    def __setstate__(self, state: object) -> None:
+        if isinstance(state, tuple):  # attrs before 22.2 pickled slotted classes as tuples
+            fields = _FIELDS if len(state) == len(_FIELDS) else _FIELDS_0_2
+            state = dict(zip(fields, state, strict=True)) if len(state) == len(fields) else None
+        names = set(state) if isinstance(state, dict) else None
+        if names == set(_FIELDS_0_2):
+            assert isinstance(state, dict)
+            state = {**state, "offset": 0}
+        elif names != set(_FIELDS):
+            from . import __version__
+
+            found = sorted(map(str, names)) if names is not None else type(state).__name__
+            raise AMLValueError(
+                f"this IPC handle was made by an aml version that aml {__version__} cannot read "
+                f"(its fields: {found}); aml {__version__} reads the handles of aml 0.2 and later "
+                f"({', '.join(_FIELDS)}): export it again with this aml version"
+            )
+        assert isinstance(state, dict)
+        for name in _FIELDS:
+            object.__setattr__(self, name, state[name])
+
+
+#: The fields of an IpcHandle, in order; aml 0.2's lacked ``offset``.
+_FIELDS = tuple(f.name for f in attrs.fields(IpcHandle))
+_FIELDS_0_2 = tuple(name for name in _FIELDS if name != "offset")
+
 
 def revalidate(handle: IpcHandle) -> None:
     """Check every field of a handle again, as an importer must: unpickling (or

@@ -198,8 +198,12 @@ class AreaSpec:
 
     @backend.validator
     def _check_backend(self, attribute: attrs.Attribute[Any], value: object) -> None:
-        if value is not None and (not isinstance(value, str) or not value):
-            raise AMLValueError(f"backend must be a non-empty backend name or None, got {value!r}")
+        if value is None:
+            return
+        if not isinstance(value, str):
+            raise AMLTypeError(f"backend must be a backend name (a str) or None, not {type(value).__name__}")
+        if not value:
+            raise AMLValueError("backend must be a non-empty backend name or None, got ''")
 
 
 #: The states of a backend in :class:`BackendStatus` (and ``aml info``).

@@ -185,3 +185,44 @@ def test_plugin_failure_reasons_are_reported() -> None:
     assert "probe failed: OSError: driver crashed" in _status_reason(
         P.Plugin(P.descriptor("x", 1, probe=P.raising_probe))
     )
+
+
+_HANDLE_FIELDS: dict[str, object] = {"backend": "memfd", "device": 0, "size": 4096, "data": b"x", "pid": 1}
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {**_HANDLE_FIELDS, "offset": 0, "generation": 2},  # a later aml's extra field
+        {"backend": "memfd", "size": 4096},  # fields missing
+        "not a state",
+        (1, 2, 3),
+    ],
+)
+def test_an_ipc_handle_of_another_aml_version_is_a_clear_error(state: object) -> None:
+    # What pickle.loads does with a handle whose state this aml does not know (the
+    # __reduce_ex__ of a frozen attrs record): AMLValueError naming both versions.
+    import copyreg
+    import pickle
+
+    class Foreign:
+        def __reduce_ex__(self, protocol: object) -> tuple[object, ...]:
+            return (copyreg._reconstructor, (aml_core.IpcHandle, object, None), state)
+
+    data = pickle.dumps(Foreign())
+    with pytest.raises(
+        E.AMLValueError, match=f"aml {aml_core.__version__} cannot read.*aml 0.2 and later"
+    ) as info:
+        pickle.loads(data)
+    assert info.value.code is ErrorCode.EINVAL
+
+
+def test_an_ipc_handle_round_trips_and_reads_attrs_tuple_states() -> None:
+    import pickle
+
+    handle = aml_core.IpcHandle(**_HANDLE_FIELDS, offset=4096)  # type: ignore[arg-type]
+    assert pickle.loads(pickle.dumps(handle)) == handle
+    old = aml_core.IpcHandle.__new__(aml_core.IpcHandle)
+    old.__setstate__(tuple(_HANDLE_FIELDS.values()))  # attrs < 22.2 pickled a tuple (aml 0.2's five fields)
+    assert old == aml_core.IpcHandle(**_HANDLE_FIELDS)  # type: ignore[arg-type]
+    assert old.offset == 0

@@ -210,6 +210,17 @@ def test_forced_backend(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch)
     assert aml_registry.choose("host", backend="other").backend == "other"
 
 
+@pytest.mark.parametrize("backend", [42, b"host", ["host"]])
+def test_a_backend_of_the_wrong_type_is_a_type_error(backend: object) -> None:
+    # A wrong type is AMLTypeError at every entry point; an empty name is a bad value.
+    with pytest.raises(AMLTypeError, match=f"backend must be a backend name .*not {type(backend).__name__}"):
+        aml_core.area("host", backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(AMLTypeError, match="backend must be"):
+        aml_core.AreaSpec("host", backend=backend)  # type: ignore[arg-type]
+    with pytest.raises(AMLValueError, match="non-empty backend name"):
+        aml_core.area("host", backend="")
+
+
 def test_disabled_backends(aml_registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AML_DISABLE_BACKENDS", "best, spare")
     aml_registry.register(

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import abc
 
+from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
-from ..errors import AMLValueError
 
 __all__ = ["CopyingArea"]
 
@@ -22,9 +22,8 @@ class CopyingArea(Area):
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a buffer of this area (any kind)."""
         self._lookup(buffer, None)
-        src, n, _ = address_of(data)
-        if offset < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        offset, n = checks.span(offset, checks.host_bytes(data), buffer.size)
+        src, _, _ = address_of(data)
         if n:
             self._memcpy(buffer.device_ptr + offset, src, n)
             self._written()
@@ -32,9 +31,7 @@ class CopyingArea(Area):
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Copy bytes out of a buffer of this area (any kind)."""
         self._lookup(buffer, None)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        offset, n = checks.span(offset, size, buffer.size)
         out = bytearray(n)
         if n:
             dst, _, _ = address_of(out)

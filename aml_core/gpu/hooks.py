@@ -35,6 +35,8 @@ Rules (errors are aml's, with their codes):
   memory lives until CuPy drops it;
 * an area that is closed or not an aml area is EINVAL / a TypeError at install, and so is
   a GPU area (or a pool over one) of another backend than the hook's.
+* without CuPy (or PyTorch for ``use_with_torch``) installed, or when it fails to import,
+  installing is :class:`~aml_core.errors.AMLNotSupported` (ENOTSUP) naming the package.
 
 ``use_with_torch(area, backend=...)`` does the same for PyTorch through
 ``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed.
@@ -92,6 +94,18 @@ class _Owner:
                 buf.area.munmap(buf)
 
 
+def _import(module: str, library: str) -> Any:
+    """``library``'s module, imported on first use (CuPy and PyTorch are not dependencies
+    of aml); :class:`~aml_core.errors.AMLNotSupported` naming the package when it is not
+    installed or fails to import."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise AMLNotSupported(
+            f"this hook needs {library} (the {module!r} package), which cannot be imported: {exc}"
+        ) from exc
+
+
 class CupyHook:
     """An installed CuPy allocator hook (see the module doc): made by
     :func:`use_with_cupy`, with ``area`` (device memory), ``pinned`` (host memory, or None)
@@ -99,7 +113,7 @@ class CupyHook:
 
     def __init__(self, area: Area, pinned: Area | None, backend: str = "cuda") -> None:
         # Imported here (not a dependency of aml), untyped: CuPy ships no stubs.
-        self._cupy: Any = importlib.import_module("cupy")
+        self._cupy: Any = _import("cupy", "CuPy")
         cupy = self._cupy
         self.area = area
         self.pinned = pinned
@@ -308,7 +322,7 @@ def use_with_torch(area: Area, *, backend: str) -> TorchHook:
     area = _check_area(area, "area", backend, "use_with_torch")
     if area.kind is not Kind.DEVICE and area.kind is not Kind.MANAGED:
         raise AMLValueError(f"PyTorch tensors live in device or managed memory, not {area.kind.value} memory")
-    torch: Any = importlib.import_module("torch")
+    torch: Any = _import("torch", "PyTorch")
     with _lock:
         if _torch_hook is not None:
             raise AMLBusyError(f"{_torch_hook!r} is installed already (PyTorch takes one allocator)")

@@ -120,15 +120,21 @@ class Stream:
 def as_stream_handle(stream: Any) -> int:
     """A native stream handle from: None (the default stream, 0), an int, an aml
     :class:`Stream`, an object with ``__cuda_stream__`` (cuda.core), a CuPy stream
-    (``.ptr``) or a PyTorch stream (``.cuda_stream``)."""
+    (``.ptr``) or a PyTorch stream (``.cuda_stream``).
+
+    The one check of every stream argument (a GPU area's options and ``munmap_on``, a
+    pool's, prefetch and advice): whatever the form, the handle is a pointer-sized
+    unsigned value, 0..2**64 - 1 (:func:`aml_core.checks.pointer`, NULL allowed: the
+    default stream); a wrong type is :class:`~aml_core.errors.AMLTypeError`, a value out
+    of that range :class:`~aml_core.errors.AMLValueError` (both EINVAL), before any native
+    call. Whether the handle names a live stream only the runtime can tell: its
+    stream-ordered calls refuse one it does not know."""
     if stream is None:
         return 0
     if isinstance(stream, bool):
         raise AMLTypeError("a stream must be a stream object or an int handle, not bool")
     if isinstance(stream, int):
-        if stream < 0:
-            raise AMLValueError(f"a stream handle must be >= 0, got {stream}")
-        return stream
+        return checks.pointer(stream, "a stream handle", null=True)
     if isinstance(stream, Stream):
         return int(stream)
     proto = getattr(stream, "__cuda_stream__", None)
@@ -147,7 +153,7 @@ def as_stream_handle(stream: Any) -> int:
     for attr in ("cuda_stream", "ptr", "handle"):
         value = getattr(stream, attr, None)
         if isinstance(value, int) and not isinstance(value, bool):
-            return value
+            return checks.pointer(value, f"the stream handle {type(stream).__name__}.{attr}", null=True)
     raise AMLTypeError(
         f"cannot use a {type(stream).__name__} as a stream: pass an int handle, an aml Stream, "
         "a CuPy or PyTorch stream, or an object with __cuda_stream__"

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import attrs
 
+from .. import checks
 from .._buffer import address_of
 from ..buffer import Buffer
-from ..errors import AMLNotSupported, AMLValueError
+from ..errors import AMLNotSupported
 from ..ipc import IpcExport
 from ..protocols import DeviceCopies, IpcExporter
 from ._layout import PoolBase
@@ -42,9 +43,7 @@ class Sharing(PoolBase):
         """Copy host bytes into a pooled buffer: through the area's ``write`` (an area with
         DeviceCopies, as GPU areas) or, in an expandable pool, the area's copy."""
         copies, slab, base = self._slab_io(buffer)
-        n = memoryview(data).nbytes
-        if offset < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} do not fit in {buffer.size}")
+        offset, n = checks.span(offset, checks.host_bytes(data), buffer.size)
         if copies is not None:
             assert slab is not None
             copies.write(slab, data, base + offset)
@@ -56,9 +55,7 @@ class Sharing(PoolBase):
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Copy bytes out of a pooled buffer (see :meth:`write`)."""
         copies, slab, base = self._slab_io(buffer)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        offset, n = checks.span(offset, size, buffer.size)
         if copies is not None:
             assert slab is not None
             return copies.read(slab, n, base + offset)

@@ -8,6 +8,7 @@ import ctypes
 import gc
 import mmap
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import aml_hip
 import pytest
@@ -15,6 +16,7 @@ from aml_hip import HipFlags, HipMmapOptions
 from aml_hip.abi import hip_version
 from hip_helpers import HipDouble
 
+import aml_core
 from aml_core.area import Area
 from aml_core.buffer import Buffer
 from aml_core.errors import (
@@ -29,6 +31,7 @@ from aml_core.errors import (
 )
 from aml_core.specs import Capability, Kind
 from aml_core.testing import AreaConformance, IpcConformance
+from tests.support.bad_copies import bad_copies, refused_before_any_copy
 
 F = HipFlags
 
@@ -550,3 +553,16 @@ def test_hipflags_are_amls() -> None:
         ("ALLOC_MAPPED", 4),
         ("ALLOC_GLOBAL", 8),
     ]
+
+
+@bad_copies
+@pytest.mark.parametrize("pooled", [False, True], ids=["area", "pool"])
+def test_copies_with_wrong_types_are_aml_errors(
+    hip: HipDouble, call: Callable[[Any, Any], object], error: type[Exception], pooled: bool
+) -> None:
+    # The copies of every GPU area and pool share one check (checks.span, checks.host_bytes).
+    with aml_hip.create(0, 0) as area:
+        target: Any = aml_core.pool(area) if pooled else area
+        refused_before_any_copy(target, call, error, lambda: hip.calls("hipMemcpy"))
+        if pooled:
+            target.close()

@@ -10,6 +10,7 @@ on an AMD GPU."""
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,7 @@ from aml_hip import HipFlags
 from hip_helpers import HipDouble
 
 import aml_core
-from aml_core.errors import AMLBusyError, AMLTypeError, AMLValueError
+from aml_core.errors import AMLBusyError, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu import hooks
 from aml_core.testing.hook_fakes import FakeDeviceArea, faked
 
@@ -154,3 +155,16 @@ def test_real_cupy_on_a_hip_pool(hip: HipDouble) -> None:
     finally:
         pool.close()
         under.close()
+
+
+def test_without_cupy_installed_the_hook_is_not_supported(
+    hip: HipDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sys.modules["cupy"] = None: ``import cupy`` fails as it does where CuPy is not installed.
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with aml_hip.create(0, 0) as area:
+        with pytest.raises(AMLNotSupported, match=r"needs CuPy \(the 'cupy' package\)") as info:
+            aml_hip.use_with_cupy(area)
+        assert isinstance(info.value.__cause__, ModuleNotFoundError)
+        assert hooks._installed is None
+        assert area.stats.live_mappings == 0

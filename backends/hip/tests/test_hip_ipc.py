@@ -5,6 +5,7 @@ and the error paths."""
 
 from __future__ import annotations
 
+import base64
 import os
 import pickle
 from collections.abc import Callable
@@ -178,3 +179,46 @@ def test_handles_are_checked_before_the_call(hip: HipDouble) -> None:
     with pytest.raises(AMLValueError, match="cuda"):
         aml_hip.ipc_open(foreign)
     assert hip.calls("hipIpcOpenMemHandle") == 0
+
+
+def _pickled_as_aml_0_2(handle: IpcHandle, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``handle`` pickled as aml 0.2 pickled it: the class ``aml_core.gpu.ipc.IpcHandle``,
+    a frozen slotted attrs record of five fields (no ``offset``), its state their dict."""
+    import attrs
+
+    import aml_core.gpu.ipc
+
+    @attrs.frozen
+    class IpcHandle02:
+        backend: str
+        device: int
+        size: int
+        data: bytes
+        pid: int
+
+    IpcHandle02.__module__, IpcHandle02.__qualname__ = "aml_core.gpu.ipc", "IpcHandle"
+    with monkeypatch.context() as m:
+        m.setattr(aml_core.gpu.ipc, "IpcHandle", IpcHandle02)
+        old = IpcHandle02(handle.backend, handle.device, handle.size, handle.data, handle.pid)
+        data = pickle.dumps(old, protocol=2)
+    assert b"offset" not in data
+    assert b"aml_core.gpu.ipc" in data
+    return base64.b64encode(data).decode()
+
+
+def test_a_handle_pickled_by_aml_0_2_is_read_with_offset_0(
+    hip: HipDouble, device_area: aml_hip.HipArea, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # aml 0.2's handles named whole allocations: no offset field, read as offset 0.
+    buf = device_area.mmap(1 << 16)
+    device_area.write(buf, b"exported for aml 0.2")
+    handle = device_area.ipc_export(buf).handle
+    old = _pickled_as_aml_0_2(handle, monkeypatch)
+    loaded = pickle.loads(base64.b64decode(old))
+    assert loaded == handle
+    assert loaded.offset == 0
+    env = hip.env()
+    report = hip.run_child([str(CHILD), "ipc"], {"handle": old, "read": 20}, env)
+    assert "error" not in report, report
+    assert bytes.fromhex(report["read"]) == b"exported for aml 0.2"
+    device_area.munmap(buf)

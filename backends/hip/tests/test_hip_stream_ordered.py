@@ -164,6 +164,64 @@ def test_bad_streams_reach_no_native_call(hip: HipDouble, area: aml_hip.HipArea)
     aml_hip.get_runtime().synchronize()
 
 
+class _Ptr:
+    """A CuPy-like stream whose ``ptr`` is out of range."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __repr__(self) -> str:
+        return f"ptr={self.ptr}"
+
+
+class _CudaStream:
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, object]:
+        return (0, self.handle)
+
+    def __repr__(self) -> str:
+        return f"__cuda_stream__={self.handle}"
+
+
+OUT_OF_RANGE_STREAMS = [2**64, 2**70, -1, -5, _Ptr(-5), _Ptr(2**64), _CudaStream(2**70), _CudaStream(-5)]
+
+
+@pytest.mark.parametrize("bad", OUT_OF_RANGE_STREAMS, ids=repr)
+def test_a_stream_handle_past_64_bits_or_negative_is_einval_everywhere(
+    hip: HipDouble, area: aml_hip.HipArea, bad: object
+) -> None:
+    # One check (aml_core.gpu.stream.as_stream_handle) for every stream argument: the
+    # area's options and munmap_on, a pool's; nothing reaches a native call truncated.
+    with pytest.raises(AMLValueError, match="64-bit address") as info:
+        area.mmap(4096, {"stream": bad})
+    assert info.value.code is ErrorCode.EINVAL
+    buf = area.mmap(4096, {"stream": 0})
+    with pytest.raises(AMLValueError, match="64-bit address"):
+        area.munmap_on(buf, bad)
+    assert not buf.freed
+    area.munmap(buf)
+    with aml_core.pool(area) as pool:
+        with pytest.raises(AMLValueError, match="64-bit address"):
+            pool.mmap(4096, {"stream": bad})
+        block = pool.mmap(4096)
+        with pytest.raises(AMLValueError, match="64-bit address"):
+            pool.munmap_on(block, bad)
+        assert not block.freed
+        pool.munmap(block)
+    assert hip.calls("hipMallocAsync") == 1  # the stream-0 allocation only
+    assert hip.calls("hipFreeAsync") == 1
+    aml_hip.get_runtime().synchronize()
+
+
+def test_an_unknown_stream_handle_is_refused_by_the_runtime(hip: HipDouble, area: aml_hip.HipArea) -> None:
+    # In range but not a stream: the runtime, which knows its streams, refuses it.
+    with pytest.raises(AMLValueError):
+        area.mmap(4096, {"stream": 0xBAD0})
+    assert area.stats.live_mappings == 0
+
+
 def test_stream_ordered_is_device_memory_only(hip: HipDouble) -> None:
     with (
         aml_hip.create(0, aml_hip.HipFlags.ALLOC_HOST) as host,

@@ -169,3 +169,17 @@ def test_real_pytorch_on_a_hip_pool(hip: HipDouble) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("ok"), proc.stdout
     assert proc.stdout.rstrip().endswith("[]"), proc.stdout  # no error kept by the hook
+
+
+def test_without_pytorch_installed_the_hook_is_not_supported(
+    hip: HipDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # sys.modules["torch"] = None: ``import torch`` fails as it does where PyTorch is not installed.
+    monkeypatch.setitem(sys.modules, "torch", None)
+    from aml_core.gpu import hooks
+
+    with aml_hip.create(0, 0) as area:
+        with pytest.raises(AMLNotSupported, match=r"needs PyTorch \(the 'torch' package\)") as info:
+            aml_hip.use_with_torch(area)
+        assert isinstance(info.value.__cause__, ModuleNotFoundError)
+        assert hooks._torch_hook is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aml_core import checks
 from aml_core.errors import AMLNotSupported, AMLTypeError
 from aml_core.gpu.backend import BackendBase
 from aml_core.specs import Kind
@@ -44,7 +45,8 @@ class HsaBackend(BackendBase["HsaRuntime", PoolArea]):
             raise AMLNotSupported(
                 "hsa areas take no flags: use create() for device memory, host_area() for host"
             )
-        return PoolArea(self.runtime, Kind.DEVICE, 0 if device is None or device < 0 else device)
+        d = -1 if device is None else checks.c_int(device, "device")
+        return PoolArea(self.runtime, Kind.DEVICE, 0 if d < 0 else d)
 
     def host_area(self) -> PoolArea:
         """Host memory from a CPU agent's fine-grained pool, accessible to every GPU."""

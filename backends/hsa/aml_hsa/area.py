@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from aml_core import checks
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer
 from aml_core.errors import AMLNotSupported, AMLValueError
@@ -104,9 +105,8 @@ class PoolArea(Area):
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a buffer of this area (``hsa_memory_copy``)."""
         self._lookup(buffer, None)
-        raw = bytes(data)
-        if offset < 0 or offset + len(raw) > buffer.size:
-            raise AMLValueError(f"{len(raw)} bytes at offset {offset} do not fit in {buffer.size}")
+        offset, _ = checks.span(offset, checks.host_bytes(data), buffer.size)
+        raw = bytes(memoryview(data).cast("B"))
         if raw:
             src = ctypes.create_string_buffer(raw, len(raw))
             self.runtime.memory_copy(buffer.ptr + offset, ctypes.addressof(src), len(raw))
@@ -114,9 +114,7 @@ class PoolArea(Area):
     def read(self, buffer: Buffer, size: int | None = None, offset: int = 0) -> bytes:
         """Copy bytes out of a buffer of this area (``hsa_memory_copy``)."""
         self._lookup(buffer, None)
-        n = buffer.size - offset if size is None else size
-        if offset < 0 or n < 0 or offset + n > buffer.size:
-            raise AMLValueError(f"{n} bytes at offset {offset} are not inside {buffer.size}")
+        offset, n = checks.span(offset, size, buffer.size)
         if not n:
             return b""
         dst = ctypes.create_string_buffer(n)

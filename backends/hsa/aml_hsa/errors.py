@@ -23,6 +23,10 @@ HSA_STATUS_ERROR_FATAL, HSA_STATUS_ERROR
 anything else (HSA_STATUS_INFO_BREAK too)      FAILURE    never success
 =============================================  =========  ==================================================
 
+One call has its own rule (:meth:`aml_hsa.runtime.HsaRuntime.pool_allocate`):
+``hsa_amd_memory_pool_allocate``'s INVALID_ALLOCATION, a size past what the pool can
+allocate, is ENOMEM, as HIP and Level Zero say for the same request.
+
 :data:`DOCUMENTED` lists, for every ``hsa_amd_vmem_*`` call, the statuses the vendor's
 documentation gives it and their meaning there; the meaning becomes the error's message,
 so ``address_free`` failing with RESOURCE_FREE says "the address range is still in use".

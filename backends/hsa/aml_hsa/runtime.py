@@ -27,7 +27,7 @@ from ctypes import byref, c_int, c_size_t, c_uint32, c_uint64, c_void_p
 
 from aml_core import checks
 from aml_core.buffer import DLDeviceType
-from aml_core.errors import AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 from aml_core.gpu.runtime import (
     AllocationProperties,
     Group,
@@ -197,7 +197,11 @@ class HsaRuntime(Runtime, VmemTracking, IpcOps, VirtualMemoryOps):
         return found
 
     def gpu(self, device: int) -> Agent:
+        """GPU agent ``device``: ENOTSUP when there is no GPU agent at all (a missing device,
+        as every backend says it), EINVAL for an index past the GPU agents there are."""
         d = checks.device(device)
+        if not self.gpus:
+            raise AMLNotSupported(f"{self.lib.label} lists no GPU agent: there is no device {d}")
         if d >= len(self.gpus):
             raise AMLValueError(f"device {d} is not in 0..{len(self.gpus) - 1}")
         return self.gpus[d]
@@ -271,15 +275,34 @@ class HsaRuntime(Runtime, VmemTracking, IpcOps, VirtualMemoryOps):
         if not p.alloc_allowed:
             raise AMLValueError(f"pool {p.handle:#x} does not allow runtime allocation")
         out = c_void_p()
-        self.lib.call("hsa_amd_memory_pool_allocate", p.handle, n, 0, byref(out))
+        rc = self.lib.raw("hsa_amd_memory_pool_allocate", p.handle, n, 0, byref(out))
+        if rc == C.HSA_STATUS_ERROR_INVALID_ALLOCATION:
+            # ROCr's answer to a size past what the pool can allocate at once (the pool's
+            # size or its largest allocation; alloc_allowed was checked above): no memory
+            # for the request, ENOMEM as HIP and Level Zero say for the same request.
+            raise self.errors.error(
+                "hsa_amd_memory_pool_allocate",
+                rc,
+                f"{n} bytes are more than pool {p.handle:#x} can allocate (its size is {p.size} bytes)",
+                code=ErrorCode.ENOMEM,
+            )
+        if rc != C.HSA_STATUS_SUCCESS:
+            raise self.errors.error("hsa_amd_memory_pool_allocate", rc)
         ptr = int(out.value or 0)
         if ptr == 0 or (p.alignment and ptr % p.alignment):
-            if ptr:  # real memory at a place the pool does not promise: give it back, then fail
-                self.lib.call("hsa_amd_memory_pool_free", _vp(ptr))
-            raise AMLFailure(
+            failure = AMLFailure(
                 f"hsa_amd_memory_pool_allocate returned an impossible address {ptr:#x} "
                 f"(the pool promises {p.alignment}-byte alignment)"
             )
+            if ptr:  # real memory at a place the pool does not promise: give it back, then fail
+                try:
+                    self.lib.call("hsa_amd_memory_pool_free", _vp(ptr))
+                except AMLError as exc:
+                    # The documented error is the impossible answer's FAILURE; the failed
+                    # give-back is its note (and cause): the memory at ptr is lost to aml.
+                    failure.add_note(f"giving {ptr:#x} back failed too, and it leaks: {exc}")
+                    raise failure from exc
+            raise failure
         return ptr
 
     def pool_free(self, ptr: int) -> None:

@@ -7,10 +7,12 @@ import gc
 import json
 import os
 import pickle
+import re
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aml_hsa import AgentType, PoolLocation, Segment
@@ -18,8 +20,16 @@ from aml_hsa import abi as C
 from hsa_helpers import HERE, REPO, HsaDouble, aml_hsa, child_env, forget
 
 import aml_core
-from aml_core.errors import AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.errors import (
+    AMLFailure,
+    AMLMemoryError,
+    AMLNotSupported,
+    AMLTypeError,
+    AMLValueError,
+    ErrorCode,
+)
 from aml_core.specs import Capability, Kind
+from tests.support.bad_copies import bad_copies, refused_before_any_copy
 
 DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1")
 
@@ -320,3 +330,99 @@ print(d.name, d.priority, sorted(k.value for k in d.kinds))
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["hsa", "90", "['device',", "'host']"]
+
+
+# -- hostile input and impossible answers (issue 20) --------------------------------------
+
+
+@pytest.mark.parametrize("device", ["x", 1.5, b"0", [0]])
+def test_create_with_a_device_of_the_wrong_type_is_a_type_error(hsa: HsaDouble, device: object) -> None:
+    with pytest.raises(AMLTypeError, match="device"):
+        aml_hsa.create(device)  # type: ignore[arg-type]
+    assert hsa.objects() == {}
+
+
+@bad_copies
+@pytest.mark.parametrize("pooled", [False, True], ids=["PoolArea", "Pool"])
+def test_read_and_write_with_wrong_types_are_aml_errors(
+    hsa: HsaDouble, call: Callable[[Any, Any], object], error: type[Exception], pooled: bool
+) -> None:
+    with aml_hsa.create(0) as area:
+        target: Any = aml_core.pool(area) if pooled else area
+        refused_before_any_copy(target, call, error, lambda: hsa.calls("hsa_memory_copy"))
+        if pooled:
+            target.close()
+    assert hsa.objects() == {}
+
+
+def test_create_without_a_gpu_agent_is_not_supported(hsa: HsaDouble) -> None:
+    # A missing device is ENOTSUP in every backend (HIP's hipErrorNoDevice); an index past
+    # the GPUs there are stays EINVAL.
+    hsa.emulate_devices(0, 0)
+    with pytest.raises(AMLNotSupported, match="no GPU agent") as info:
+        aml_hsa.create(0)
+    assert info.value.code is ErrorCode.ENOTSUP
+    with pytest.raises(AMLNotSupported):
+        aml_core.area(kind=Kind.DEVICE, backend="hsa", device=0)
+    with aml_hsa.host_area() as host:  # host memory needs no GPU
+        host.munmap(host.mmap(64))
+    assert hsa.objects() == {}
+
+
+def test_create_past_the_gpu_agents_is_einval(hsa: HsaDouble) -> None:
+    with pytest.raises(AMLValueError, match=r"device 1 is not in 0\.\.0"):
+        aml_hsa.create(1)
+
+
+def _misaligned_pool(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The device pool claiming an alignment no address the double gives meets (2**60):
+    every allocation from it "succeeds" at an impossible address."""
+    import attrs
+
+    rt = aml_hsa.get_runtime()
+    pool = aml_hsa.device_pool(0)
+    claimed = attrs.evolve(pool, alignment=1 << 60)
+    monkeypatch.setitem(rt._pool_by_handle, pool.handle, claimed)
+    return claimed
+
+
+def test_an_impossible_allocation_is_given_back_and_is_failure(
+    hsa: HsaDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool = _misaligned_pool(monkeypatch)
+    with pytest.raises(AMLFailure, match="impossible address"):
+        aml_hsa.get_runtime().pool_allocate(pool, 4096)
+    assert hsa.calls("hsa_amd_memory_pool_free") == 1
+    assert hsa.objects() == {}
+
+
+def test_an_impossible_allocation_whose_give_back_fails_is_still_failure(
+    hsa: HsaDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The documented error is FAILURE (the impossible answer); the failed give-back is
+    # its note and cause, not the error reported (it used to be the give-back's EINVAL).
+    pool = _misaligned_pool(monkeypatch)
+    hsa.inject("hsa_amd_memory_pool_free", C.HSA_STATUS_ERROR_INVALID_ARGUMENT)
+    with pytest.raises(AMLFailure, match="impossible address") as info:
+        aml_hsa.get_runtime().pool_allocate(pool, 4096)
+    assert info.value.code is ErrorCode.FAILURE
+    assert isinstance(info.value.__cause__, AMLValueError)
+    (note,) = info.value.__notes__
+    found = re.search(r"giving (0x[0-9a-f]+) back failed too, and it leaks", note)
+    assert found, note
+    # The note names the memory that leaks, so that it can be given back by hand.
+    aml_hsa.get_runtime().pool_free(int(found[1], 16))
+    assert hsa.objects() == {}
+
+
+def test_mmap_past_the_pools_size_is_enomem(hsa: HsaDouble) -> None:
+    # ROCr answers INVALID_ALLOCATION for more than the pool can allocate; HIP and Level
+    # Zero give ENOMEM for the same request, and so does aml-hsa.
+    with aml_hsa.create(0) as area:
+        with pytest.raises(AMLMemoryError, match="more than pool") as info:
+            area.mmap(area.pool.size + 1)
+        assert info.value.code is ErrorCode.ENOMEM
+        assert info.value.native is not None
+        assert info.value.native.code == C.HSA_STATUS_ERROR_INVALID_ALLOCATION
+        assert area.stats.live_mappings == 0
+    assert hsa.objects() == {}
