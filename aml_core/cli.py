@@ -9,11 +9,13 @@ every text in full); ``aml info --json`` prints the same for scripts
 (docs/aml-info-json.md).
 
 Each entry-point backend is probed in its own process, so a probe that crashes or hangs
-is reported and the command still answers. A bad environment (``AML_BACKEND``,
-``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives a warning line and the rest
-of the report, with exit status 0. When the output cannot be written (a closed pipe, a
-full disk, a closed stdout), the command says so in one line on stderr and exits with
-status 1; text the output's encoding cannot show is escaped (``\\xe9``).
+is reported and the command still answers; a bounded number run at once, all within
+``AML_INFO_TIMEOUT`` seconds (default 60), and those the limit stopped say so. A bad
+environment (``AML_BACKEND``, ``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives
+a warning line and the rest of the report, with exit status 0. When the output cannot
+be written (a closed pipe, a full disk, a closed stdout), the command says so in one
+line on stderr and exits with status 1; text the output's encoding cannot show is
+escaped (``\\xe9``).
 
 What plugins print while the parent imports them and calls their hooks (``print``,
 ``os.write(1, ...)``, a C library's ``printf``) goes to stderr: only the report is
@@ -213,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="aml: place, advise, map and share memory on heterogeneous nodes. "
         "Without a command, runs 'aml info'.",
         epilog="Environment: AML_BACKEND forces a backend, AML_DISABLE_BACKENDS=a,b blocks some, "
-        "AML_PROBE_TIMEOUT bounds each probe (seconds), AML_<NAME>_LIBRARY points a ctypes "
-        "backend at a library.",
+        "AML_PROBE_TIMEOUT bounds each probe (seconds), AML_INFO_TIMEOUT all of aml info's probes "
+        "together, AML_<NAME>_LIBRARY points a ctypes backend at a library.",
     )
     parser.add_argument("--version", action="version", version=f"aml {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
