@@ -97,16 +97,31 @@ def _install(
 
 
 def _aml(
-    args: list[str], env: dict[str, str], timeout: float = 60, **kw: Any
+    args: list[str], env: dict[str, str], *, stdout: Any = subprocess.PIPE, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m aml_core ARGS``, its stderr (and by default its stdout) captured."""
     return subprocess.run(
         [sys.executable, "-m", "aml_core", *args],
-        capture_output=True,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
         env=env,
         timeout=timeout,
         check=False,
-        **kw,
+    )
+
+
+def _shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A bash command line where ``aml`` is ``python -m aml_core``, its output captured."""
+    return subprocess.run(
+        line.replace("aml ", f"{sys.executable} -m aml_core ", 1),
+        shell=True,
+        executable="/bin/bash",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
     )
 
 
@@ -120,15 +135,7 @@ def test_broken_pipe(args: list[str]) -> None:
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before aml writes: EPIPE on the first write
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "aml_core", *args],
-            stdout=write_end,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            timeout=60,
-            check=False,
-        )
+        proc = _aml(args, _env(), stdout=write_end)
     finally:
         os.close(write_end)
     assert proc.returncode == 1
@@ -140,16 +147,7 @@ def test_broken_pipe(args: list[str]) -> None:
 def test_shell_pipe_into_true() -> None:
     """The issue's own command line. Whether the write meets a closed pipe depends on
     timing, so both outcomes are accepted, as long as there is no traceback."""
-    proc = subprocess.run(
-        f"{sys.executable} -m aml_core info --json | true; echo status=${{PIPESTATUS[0]}}",
-        shell=True,
-        executable="/bin/bash",
-        capture_output=True,
-        text=True,
-        env=_env(),
-        timeout=60,
-        check=False,
-    )
+    proc = _shell("aml info --json | true; echo status=${PIPESTATUS[0]}", _env())
     assert "Traceback" not in proc.stderr, proc.stderr
     assert proc.stdout.strip() in ("status=0", "status=1"), proc.stdout
     if proc.stdout.strip() == "status=1":
@@ -160,15 +158,7 @@ def test_shell_pipe_into_true() -> None:
 @pytest.mark.parametrize("args", [["info", "--json"], ["info"]], ids=["json", "text"])
 def test_full_disk(args: list[str]) -> None:
     with open("/dev/full", "w") as full:
-        proc = subprocess.run(
-            [sys.executable, "-m", "aml_core", *args],
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-            timeout=60,
-            check=False,
-        )
+        proc = _aml(args, _env(), stdout=full)
     assert proc.returncode == 1
     assert proc.stderr == "aml: error: cannot write to standard output: No space left on device\n"
 
@@ -176,17 +166,7 @@ def test_full_disk(args: list[str]) -> None:
 @pytest.mark.parametrize("args", [["info", "--json"], ["info"], []], ids=["json", "text", "bare"])
 def test_closed_stdout(args: list[str]) -> None:
     """``aml info >&-``: one line, status 1, no traceback."""
-    cmd = " ".join([sys.executable, "-m", "aml_core", *args])
-    proc = subprocess.run(
-        f"{cmd} >&-",
-        shell=True,
-        executable="/bin/bash",
-        stderr=subprocess.PIPE,
-        text=True,
-        env=_env(),
-        timeout=60,
-        check=False,
-    )
+    proc = _shell(" ".join(["aml", *args, ">&-"]), _env())
     assert proc.returncode == 1
     assert proc.stderr == "aml: error: cannot write to standard output: it is closed\n"
 
@@ -211,19 +191,7 @@ ctypes.CDLL(None).printf(b"noise: printf in the hook\\n")
 def test_printing_plugin_does_not_corrupt_json(tmp_path: Path, stderr: str) -> None:
     _install(tmp_path, top=NOISY_TOP, hook=NOISY_HOOK, probe='print("noise: print in the probe")')
     env = _env(tmp_path)
-    if stderr == "closed":
-        proc = subprocess.run(
-            f"{sys.executable} -m aml_core info --json 2>&-",
-            shell=True,
-            executable="/bin/bash",
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-            check=False,
-        )
-    else:
-        proc = _aml(["info", "--json"], env)
+    proc = _shell("aml info --json 2>&-", env) if stderr == "closed" else _aml(["info", "--json"], env)
     assert proc.returncode == 0, proc.stderr
     backends = _backends(proc.stdout)  # valid JSON: the report only (the isolated probe's
     # own output goes to its process's stderr, which the report reads for a failure only)
