@@ -9,15 +9,24 @@ every text in full); ``aml info --json`` prints the same for scripts
 (docs/aml-info-json.md).
 
 Each entry-point backend is probed in its own process, so a probe that crashes or hangs
-is reported and the command still answers. A bad environment (``AML_BACKEND``,
-``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives a warning line and the rest
-of the report, with exit status 0. When the output cannot be written (a closed pipe, a
-full disk), the command says so in one line on stderr and exits with status 1.
+is reported and the command still answers; a bounded number run at once, all within
+``AML_INFO_TIMEOUT`` seconds (default 60), and those the limit stopped say so. A bad
+environment (``AML_BACKEND``, ``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives
+a warning line and the rest of the report, with exit status 0. When the output cannot
+be written (a closed pipe, a full disk, a closed stdout), the command says so in one
+line on stderr and exits with status 1; text the output's encoding cannot show is
+escaped (``\\xe9``).
+
+What plugins print while the parent imports them and calls their hooks (``print``,
+``os.write(1, ...)``, a C library's ``printf``) goes to stderr: only the report is
+written to stdout, so ``aml info --json`` stays valid JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import errno
 import json
 import os
@@ -27,7 +36,7 @@ import shutil
 import sys
 import textwrap
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from . import __version__
 from .errors import AMLError
@@ -206,8 +215,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="aml: place, advise, map and share memory on heterogeneous nodes. "
         "Without a command, runs 'aml info'.",
         epilog="Environment: AML_BACKEND forces a backend, AML_DISABLE_BACKENDS=a,b blocks some, "
-        "AML_PROBE_TIMEOUT bounds each probe (seconds), AML_<NAME>_LIBRARY points a ctypes "
-        "backend at a library.",
+        "AML_PROBE_TIMEOUT bounds each probe (seconds), AML_INFO_TIMEOUT all of aml info's probes "
+        "together, AML_<NAME>_LIBRARY points a ctypes backend at a library.",
     )
     parser.add_argument("--version", action="version", version=f"aml {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -224,19 +233,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _write(text: str) -> int:
-    """Write to stdout; a closed pipe or a full disk is one line on stderr and status 1."""
+    """Write to stdout; a closed pipe, a full disk or a closed stdout is one line on
+    stderr and status 1. What the output's encoding cannot show is escaped."""
+    out = sys.stdout
+    if out is None:
+        return _cannot_write("it is closed")
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    with contextlib.suppress(LookupError):
+        text = text.encode(encoding, "backslashreplace").decode(encoding, "replace")
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        out.write(text)
+        out.flush()
         return 0
+    except ValueError:  # the file object was closed
+        return _cannot_write("it is closed")
     except OSError as exc:
         _drop_stdout()
         if isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE:
-            why = "the reader closed the pipe (broken pipe)"
-        else:
-            why = exc.strerror or str(exc)
+            return _cannot_write("the reader closed the pipe (broken pipe)")
+        return _cannot_write(exc.strerror or str(exc))
+
+
+def _cannot_write(why: str) -> int:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         print(f"aml: error: cannot write to standard output: {why}", file=sys.stderr)
-        return 1
+    return 1
 
 
 def _drop_stdout() -> None:
@@ -249,13 +270,71 @@ def _drop_stdout() -> None:
         pass
 
 
+@contextlib.contextmanager
+def _plugin_output_to_stderr() -> Iterator[None]:
+    """While plugins are imported and probed in this process, what they write to stdout
+    (``print``, ``sys.__stdout__``, ``os.write(1, ...)``, C's ``printf``) goes to
+    stderr, so that stdout carries the report only. File descriptor 1 is restored, and
+    everything written meanwhile flushed to stderr, before the report is written."""
+    saved_stdout = sys.stdout
+    _flush(saved_stdout)
+    saved = _point_fd1_at_stderr()
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        for stream in {id(s): s for s in (sys.stdout, sys.__stdout__, sys.stderr)}.values():
+            _flush(stream)
+        _flush_c_stdio()
+        sys.stdout = saved_stdout
+        if saved >= 0:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+def _point_fd1_at_stderr() -> int:
+    """Point fd 1 at stderr (at /dev/null without one); the saved fd 1, or -1 when there
+    is no fd 1 to protect."""
+    try:
+        os.fstat(1)
+        # Taken before fd 1 is saved, so that a closed fd 2 is not reused for the copy.
+        try:
+            target = os.dup(2)
+        except OSError:
+            target = os.open(os.devnull, os.O_WRONLY)
+    except OSError:
+        return -1
+    try:
+        saved = os.dup(1)
+    except OSError:  # no file descriptor left
+        os.close(target)
+        return -1
+    os.dup2(target, 1)
+    os.close(target)
+    return saved
+
+
+def _flush(stream: object) -> None:
+    with contextlib.suppress(Exception):
+        stream.flush()  # type: ignore[attr-defined]
+
+
+def _flush_c_stdio() -> None:
+    """``fflush(NULL)``: what a C library buffered for stdout goes where fd 1 points now."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     as_json = bool(getattr(args, "json", False))
     verbose = bool(getattr(args, "verbose", False))
+    if sys.stdout is None:  # started with stdout closed (aml info >&-): nothing to probe for
+        return _cannot_write("it is closed")
     try:
-        data = info_data()
+        with _plugin_output_to_stderr():
+            data = info_data()
     except AMLError as exc:
         print(f"aml: error: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from aml_core import Capability, Kind
 from aml_core.errors import AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.host import HostArea
 from aml_core.registry import (
+    DEFAULT_INFO_TIMEOUT,
     DEFAULT_PROBE_TIMEOUT,
     MAX_PROBE_TIMEOUT,
     AMLConfigWarning,
@@ -242,6 +243,22 @@ def test_bad_probe_timeout_warns_and_uses_the_default(
     with pytest.warns(AMLConfigWarning, match="AML_PROBE_TIMEOUT"):
         Registry(group="aml.backends.__isolated_for_tests__").warnings()
     assert _status(aml_registry, "good").available
+
+
+@pytest.mark.parametrize("raw", ["soon", "inf", "nan", "-1", "0"])
+def test_bad_info_timeout_warns_and_uses_the_default(monkeypatch: pytest.MonkeyPatch, raw: str) -> None:
+    monkeypatch.setenv("AML_INFO_TIMEOUT", raw)
+    cfg = settings()
+    assert (cfg.info_timeout, cfg.timeout) == (DEFAULT_INFO_TIMEOUT, DEFAULT_PROBE_TIMEOUT)
+    assert cfg.warnings == (
+        f"AML_INFO_TIMEOUT={raw!r} is not a positive, finite number of seconds; using 60 s",
+    )
+    monkeypatch.setenv("AML_INFO_TIMEOUT", "1e308")
+    assert settings().info_timeout == MAX_PROBE_TIMEOUT
+    monkeypatch.setenv("AML_INFO_TIMEOUT", "2.5")
+    assert settings() == Settings(
+        forced=None, disabled=frozenset(), timeout=DEFAULT_PROBE_TIMEOUT, info_timeout=2.5
+    )
 
 
 def test_huge_probe_timeout_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -31,7 +31,11 @@ Rules (docs/user-guide.md, "Backends and the registry", is the user-facing versi
 * **Isolation.** ``aml info`` (``statuses(isolated=True)``) runs each entry-point
   backend's probe in its own interpreter (:mod:`.isolation`), so a native crash or hang
   in a probe is reported ("probe crashed (signal 11: SIGSEGV)", "probe timed out after
-  5 s") instead of taking the command down. In-process, the probe of an entry-point
+  5 s") instead of taking the command down. At most :func:`.config.isolated_parallelism`
+  such processes run at once, in rank order, and all of them within ``AML_INFO_TIMEOUT``
+  seconds (default 60): a probe the limit stopped, or kept from starting, makes its
+  backend ``unavailable`` with "probe stopped: ..." / "not probed: aml info's time limit
+  of 60 s (AML_INFO_TIMEOUT) ran out". In-process, the probe of an entry-point
   plugin (other than aml-core's) not yet seen to finish in this Python, at this
   distribution version, runs isolated first; only once it finished there does it run
   in-process (:mod:`.trust` remembers it across processes).
@@ -55,6 +59,7 @@ from ..descriptor import BackendDescriptor
 from ..specs import AreaSpec, BackendStatus, Kind
 from .config import (
     CORE_DISTRIBUTION,
+    DEFAULT_INFO_TIMEOUT,
     DEFAULT_PROBE_TIMEOUT,
     ENTRY_POINT_GROUP,
     ISOLATED_STARTUP_LIMIT,
@@ -74,6 +79,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AMLConfigWarning",
     "CORE_DISTRIBUTION",
+    "DEFAULT_INFO_TIMEOUT",
     "DEFAULT_PROBE_TIMEOUT",
     "ENTRY_POINT_GROUP",
     "ISOLATED_STARTUP_LIMIT",

@@ -1,5 +1,5 @@
-"""The registry's environment: ``AML_BACKEND``, ``AML_DISABLE_BACKENDS`` and
-``AML_PROBE_TIMEOUT``, parsed once per load. Bad values never raise: they give an
+"""The registry's environment: ``AML_BACKEND``, ``AML_DISABLE_BACKENDS``,
+``AML_PROBE_TIMEOUT`` and ``AML_INFO_TIMEOUT``, parsed once per load. Bad values never raise: they give an
 :class:`AMLConfigWarning` and the default."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import attrs
 
 __all__ = [
     "CORE_DISTRIBUTION",
+    "DEFAULT_INFO_TIMEOUT",
     "DEFAULT_PROBE_TIMEOUT",
     "ENTRY_POINT_GROUP",
     "ISOLATED_STARTUP_LIMIT",
@@ -20,6 +21,7 @@ __all__ = [
     "AMLConfigWarning",
     "Settings",
     "settings",
+    "isolated_parallelism",
     "warn",
 ]
 
@@ -30,6 +32,18 @@ DEFAULT_PROBE_TIMEOUT = 5.0
 MAX_PROBE_TIMEOUT = 3600.0
 #: How long an isolated probe's interpreter may take to start and load its plugin.
 ISOLATED_STARTUP_LIMIT = 30.0
+#: How long ``aml info`` (``statuses(isolated=True)``) may probe, all backends together.
+DEFAULT_INFO_TIMEOUT = 60.0
+
+
+def isolated_parallelism() -> int:
+    """How many isolated probes run at once: the CPUs this process may use, at least 8
+    (a probe mostly waits on a driver) and at most 32 (each is an interpreter)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return min(32, max(8, cpus))
 
 
 class AMLConfigWarning(UserWarning):
@@ -46,35 +60,42 @@ class Settings:
     disabled: frozenset[str]
     timeout: float
     warnings: tuple[str, ...] = ()
+    #: ``AML_INFO_TIMEOUT``: the time ``aml info`` gives all its probes together.
+    info_timeout: float = DEFAULT_INFO_TIMEOUT
 
 
 def settings() -> Settings:
-    """Read ``AML_BACKEND``, ``AML_DISABLE_BACKENDS`` and ``AML_PROBE_TIMEOUT``."""
+    """Read ``AML_BACKEND``, ``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT`` and
+    ``AML_INFO_TIMEOUT``."""
     notes: list[str] = []
-    raw = os.environ.get("AML_PROBE_TIMEOUT", "").strip()
-    timeout = DEFAULT_PROBE_TIMEOUT
-    if raw:
-        try:
-            value = float(raw)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value <= 0:
-            notes.append(
-                f"AML_PROBE_TIMEOUT={raw!r} is not a positive, finite number of seconds; "
-                f"using {DEFAULT_PROBE_TIMEOUT:g} s"
-            )
-        elif value > MAX_PROBE_TIMEOUT:
-            notes.append(
-                f"AML_PROBE_TIMEOUT={raw!r} is above {MAX_PROBE_TIMEOUT:g} s; using {MAX_PROBE_TIMEOUT:g} s"
-            )
-            timeout = MAX_PROBE_TIMEOUT
-        else:
-            timeout = value
+    timeout = _seconds("AML_PROBE_TIMEOUT", DEFAULT_PROBE_TIMEOUT, notes)
+    info_timeout = _seconds("AML_INFO_TIMEOUT", DEFAULT_INFO_TIMEOUT, notes)
     disabled = frozenset(
         p.strip() for p in os.environ.get("AML_DISABLE_BACKENDS", "").replace(",", " ").split() if p.strip()
     )
     forced = os.environ.get("AML_BACKEND", "").strip() or None
-    return Settings(forced=forced, disabled=disabled, timeout=timeout, warnings=tuple(notes))
+    return Settings(
+        forced=forced, disabled=disabled, timeout=timeout, warnings=tuple(notes), info_timeout=info_timeout
+    )
+
+
+def _seconds(name: str, default: float, notes: list[str]) -> float:
+    """A positive, finite number of seconds from the environment variable ``name``, at
+    most MAX_PROBE_TIMEOUT; a bad value adds a note and gives ``default``."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        notes.append(f"{name}={raw!r} is not a positive, finite number of seconds; using {default:g} s")
+        return default
+    if value > MAX_PROBE_TIMEOUT:
+        notes.append(f"{name}={raw!r} is above {MAX_PROBE_TIMEOUT:g} s; using {MAX_PROBE_TIMEOUT:g} s")
+        return MAX_PROBE_TIMEOUT
+    return value
 
 
 _warned: set[str] = set()

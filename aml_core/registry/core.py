@@ -11,7 +11,7 @@ from ..descriptor import BackendDescriptor
 from ..errors import AMLDomainError, AMLError, AMLNotSupported, AMLValueError
 from ..specs import AreaSpec, BackendStatus, Kind, as_kind
 from .config import CORE_DISTRIBUTION, ENTRY_POINT_GROUP, Settings, settings, warn
-from .isolation import probe_isolated, run_child
+from .isolation import TimeLimit, probe_isolated, run_child
 from .manager import DISABLED, Plugin, PluginManager, describe
 from .probes import Outcome, ProbeJob, backend_status, plugin_status
 from .ranking import (
@@ -141,8 +141,11 @@ class Registry:
 
         ``isolated=True`` (what ``aml info`` uses) probes each entry-point backend in a
         separate interpreter, so a probe that crashes the process or hangs in native
-        code is reported instead of taking the caller down; it is not cached.
-        Plugins given to :meth:`register` are probed in-process either way."""
+        code is reported instead of taking the caller down; it is not cached. At most
+        :func:`~.config.isolated_parallelism` run at once, in rank order, all within
+        ``AML_INFO_TIMEOUT`` seconds (default 60): a probe the limit stopped or kept from
+        starting is ``unavailable``, saying so. Plugins given to :meth:`register` are
+        probed in-process either way."""
         with self._lock:
             cfg = self._load()
             if self._statuses is not None and not isolated:
@@ -151,7 +154,7 @@ class Registry:
             outcomes: dict[str, Outcome] = {}
             if isolated:
                 remote = [b for b in active if b.plugin.entry_point is not None]
-                outcomes.update(probe_isolated(remote, cfg.timeout))
+                outcomes.update(probe_isolated(remote, cfg.timeout, TimeLimit.start(cfg.info_timeout)))
                 for b in remote:
                     if outcomes[b.desc.name].finished:
                         self._trust.remember(b.plugin, b.desc.name)

@@ -7,6 +7,11 @@ keeps the current directory (a source tree of aml_core, unbuilt) off its import 
 which is the parent's, given as PYTHONPATH. It writes ``{"started": true}`` once its
 plugin is loaded (the probe's own time starts then) and one JSON line with the result
 (``aml_core.codec``); what the plugin prints goes to stderr.
+
+:func:`probe_isolated` runs at most :func:`~.config.isolated_parallelism` children at
+once, in rank order (priority, then name), within one :class:`TimeLimit` for them all
+(``AML_INFO_TIMEOUT``): a probe still running when it runs out is stopped, one not yet
+started is not started, and both are ``unavailable``, saying so.
 """
 
 from __future__ import annotations
@@ -22,14 +27,16 @@ import threading
 import time
 from typing import Any
 
+import attrs
+
 from ..codec import result_from_json, result_to_json
 from ..descriptor import ProbeResult
-from .config import ISOLATED_STARTUP_LIMIT
+from .config import ISOLATED_STARTUP_LIMIT, isolated_parallelism
 from .manager import PluginManager, describe, dist_of, entry_points
 from .probes import Outcome, probe_once, timed_out
 from .ranking import Backend
 
-__all__ = ["probe_child", "probe_isolated", "run_child"]
+__all__ = ["TimeLimit", "probe_child", "probe_isolated", "run_child"]
 
 _CHILD = "import aml_core.registry.isolation as i; i.probe_child()"
 
@@ -74,18 +81,61 @@ def probe_child() -> None:
     answer({"result": result_to_json(outcome.result), "broken": outcome.broken})
 
 
-def probe_isolated(targets: list[Backend], timeout: float) -> dict[str, Outcome]:
-    """Probe each backend in its own interpreter, all at once."""
-    boxes: dict[str, list[Outcome]] = {b.desc.name: [] for b in targets}
+@attrs.frozen
+class TimeLimit:
+    """The time ``aml info`` gives all its isolated probes together (``AML_INFO_TIMEOUT``)."""
+
+    seconds: float
+    #: When it runs out, in ``time.monotonic()`` seconds.
+    end: float
+
+    @classmethod
+    def start(cls, seconds: float) -> TimeLimit:
+        return cls(seconds, time.monotonic() + seconds)
+
+    def ran_out(self) -> bool:
+        return time.monotonic() >= self.end
+
+    def outcome(self, what: str) -> Outcome:
+        """A probe the limit stopped (``what``: "probe stopped") or kept from starting
+        ("not probed"): unavailable, not broken (the probe did nothing wrong), and not
+        seen to finish."""
+        reason = f"{what}: aml info's time limit of {self.seconds:g} s (AML_INFO_TIMEOUT) ran out"
+        return Outcome(ProbeResult.unavailable(reason), broken=False, finished=False)
+
+
+def probe_isolated(
+    targets: list[Backend], timeout: float, limit: TimeLimit | None = None
+) -> dict[str, Outcome]:
+    """Probe each backend in its own interpreter, at most :func:`isolated_parallelism`
+    at once, in rank order, all within ``limit``."""
+    todo = sorted(targets, key=lambda b: (-b.desc.priority, b.desc.name))
+    todo.reverse()  # pop() takes the best-ranked first
+    outcomes: dict[str, Outcome] = {}
+    lock = threading.Lock()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                b = todo.pop()
+            if limit is not None and limit.ran_out():
+                outcome = limit.outcome("not probed")
+            else:
+                outcome = run_child(b, timeout, limit)
+            with lock:
+                outcomes[b.desc.name] = outcome
+
     threads = [
-        threading.Thread(target=lambda b=b: boxes[b.desc.name].append(run_child(b, timeout)), daemon=True)
-        for b in targets
+        threading.Thread(target=worker, name="aml-isolated-probe", daemon=True)
+        for _ in range(min(len(todo), isolated_parallelism()))
     ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return {name: box[0] for name, box in boxes.items()}
+    return outcomes
 
 
 def _child_env() -> dict[str, str]:
@@ -100,9 +150,9 @@ def _failed(reason: str) -> Outcome:
     return Outcome(ProbeResult.unavailable(reason), broken=True, finished=False)
 
 
-def run_child(b: Backend, timeout: float) -> Outcome:
+def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Outcome:
     """One isolated probe: the startup bounded by ISOLATED_STARTUP_LIMIT, the probe by
-    ``timeout``."""
+    ``timeout``, both by ``limit``."""
     assert b.plugin.entry_point is not None
     group, ep_name = b.plugin.entry_point
     # -P: the child's import path is the parent's (PYTHONPATH, from _child_env) and never the
@@ -124,9 +174,13 @@ def run_child(b: Backend, timeout: float) -> Outcome:
     started: float | None = None
     end = time.monotonic() + ISOLATED_STARTUP_LIMIT
     late = ""
+    stopped: Outcome | None = None
     try:
         while sel.get_map():
             now = time.monotonic()
+            if limit is not None and limit.end < end and now >= limit.end:
+                stopped = limit.outcome("probe stopped")
+                break
             if now >= end:
                 late = (
                     timed_out(timeout)
@@ -134,7 +188,8 @@ def run_child(b: Backend, timeout: float) -> Outcome:
                     else (f"the probe process did not start within {ISOLATED_STARTUP_LIMIT:g} s")
                 )
                 break
-            for key, _ in sel.select(end - now):
+            wait = end - now if limit is None else min(end, limit.end) - now
+            for key, _ in sel.select(max(0.0, wait)):
                 data = os.read(key.fd, 65536)
                 if not data:
                     sel.unregister(key.fileobj)
@@ -145,11 +200,13 @@ def run_child(b: Backend, timeout: float) -> Outcome:
                 end = started + timeout
     finally:
         sel.close()
-        if late:
+        if late or stopped is not None:
             proc.kill()
         rc = proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+    if stopped is not None:
+        return stopped
     if late:
         return _failed(late)
     return _parse_child(bytes(out), bytes(err), rc)

@@ -206,6 +206,17 @@ ROWS = [
         max_seconds=10,
     ),
     Row(
+        "probe hangs past AML_INFO_TIMEOUT",
+        Plugin(probe=HANG),
+        INFO,
+        env={"AML_PROBE_TIMEOUT": "20", "AML_INFO_TIMEOUT": "4"},
+        backend=(
+            "hostile",
+            "unavailable",
+            "probe stopped: aml info's time limit of 4 s (AML_INFO_TIMEOUT) ran out",
+        ),
+    ),
+    Row(
         "probe hangs, host forced",
         Plugin(probe=HANG),
         AREA_HOST_FORCED,
@@ -277,6 +288,13 @@ ROWS = [
         )
         for raw in ("abc", "inf", "1e308", "-1", "nan")
     ],
+    Row(
+        "AML_INFO_TIMEOUT=abc",
+        None,
+        TEXT,
+        env={"AML_INFO_TIMEOUT": "abc"},
+        says=("warning: AML_INFO_TIMEOUT='abc' is not a positive, finite number",),
+    ),
     Row(
         "AML_PROBE_TIMEOUT=abc, area",
         None,
@@ -484,6 +502,7 @@ def test_the_table_covers_the_issue() -> None:
         "AML_BACKEND",
         "AML_DISABLE_BACKENDS",
         "AML_PROBE_TIMEOUT",
+        "AML_INFO_TIMEOUT",
         "AML_HIP_LIBRARY",
         "backends()",
     ):
