@@ -319,9 +319,10 @@ class Pool(Blocks, Streams, Expandable, Sharing):
 
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays
-        open; the area's own close() calls this first). Buffers still viewed are freed when their last view is gone, and their
-        slabs with them. Idempotent; a second close retries destroying the pool's stream
-        event if the first could not (the slabs a failed free kept are the area's to free)."""
+        open; the area's own close() calls this first). Buffers still viewed are freed
+        when their last view is gone, and their slabs with them. Idempotent; a second
+        close retries destroying the pool's stream event if the first could not (the
+        slabs a failed free kept are the area's to free)."""
         with self._lock:
             closed = self.closed
         if closed:
@@ -344,6 +345,9 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                 self._trim_locked(0)
             except AMLError as exc:
                 error = error or exc
+                for slab in self._slabs:  # a closed pool holds only what viewed blocks use
+                    if slab.buf is not None and slab.whole_free():
+                        self._area._hold(slab.buf, False)  # the area's: munmap or close() frees it
             try:
                 self._destroy_event()
             except AMLError as exc:

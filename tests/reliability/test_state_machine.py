@@ -184,25 +184,36 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
     def area_mmap(self, size: int) -> Buffer:
         return self.area.mmap(size)
 
+    def _refused(self, error: AMLError, buf: Buffer, area: Area) -> None:
+        """A refused munmap: EBUSY for a viewed buffer, else EINVAL (freed, or closed)."""
+        if isinstance(error, AMLBusyError):
+            assert error.code is ErrorCode.EBUSY
+            assert buf.exports
+        else:
+            assert isinstance(error, AMLValueError)
+            assert error.code is ErrorCode.EINVAL
+            assert buf.freed or area.closed
+
     @rule(buf=pooled)
     def pool_munmap(self, buf: Buffer) -> None:
         try:
             self.pool.munmap(buf)
-        except AMLBusyError as exc:
-            assert exc.code is ErrorCode.EBUSY and buf.exports
-        except AMLValueError as exc:
-            assert exc.code is ErrorCode.EINVAL and (buf.freed or self.pool.closed)
+        except AMLError as exc:
+            error = exc
         else:
             del self.stamps[id(buf)]
+            return
+        self._refused(error, buf, self.pool)
 
     @rule(buf=direct)
     def area_munmap(self, buf: Buffer) -> None:
         try:
             self.area.munmap(buf)
-        except AMLBusyError as exc:
-            assert exc.code is ErrorCode.EBUSY and buf.exports
-        except AMLValueError as exc:
-            assert exc.code is ErrorCode.EINVAL and (buf.freed or self.area.closed)
+        except AMLError as exc:
+            error = exc
+        else:
+            return
+        self._refused(error, buf, self.area)
 
     @rule(buf=pooled, how=st.sampled_from(["ptr", "ptr, size"]))
     def area_munmap_pooled_pointer(self, buf: Buffer, how: str) -> None:
@@ -210,11 +221,9 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
         (its first block), inside one, or no longer anything the area mapped."""
         if buf.freed:
             return  # its address may be a new direct mapping's by now
+        size = buf.size if how == "ptr, size" else None
         with pytest.raises(AMLValueError) as info:
-            if how == "ptr":
-                self.area.munmap(buf.ptr)
-            else:
-                self.area.munmap(buf.ptr, buf.size)
+            self.area.munmap(buf.ptr, size)
         assert info.value.code is ErrorCode.EINVAL
 
     @rule(buf=pooled, how=st.sampled_from(sorted(FREEING)))
@@ -223,7 +232,7 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
             return
         slab = self.pool.slab_of(buf)[0]
         assert slab is not None
-        with pytest.raises(AMLValueError, match="pool holds|closed") as info:
+        with pytest.raises(AMLValueError, match=r"pool holds|closed") as info:
             FREEING[how](self.area, slab)
         assert info.value.code is ErrorCode.EINVAL
 
@@ -266,9 +275,12 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
     @invariant()
     def no_reachable_freed_memory(self) -> None:
         for buf, byte in self.stamps.values():
-            assert not buf.freed and self.pool._is_live(buf)
+            assert not buf.freed
+            assert self.pool._is_live(buf)
             slab = self.pool.slab_of(buf)[0]
-            assert slab is not None and self.area._is_live(slab) and self.area._held(slab)
+            assert slab is not None
+            assert self.area._is_live(slab)
+            assert self.area._held(slab)
             assert memoryview(buf)[buf.size - 1] == byte
 
     @invariant()

@@ -58,7 +58,8 @@ def assert_slab_refused(area: Area, pool: Pool, free: Callable[[Area, Buffer], N
         free(area, slab)
     assert info.value.code is ErrorCode.EINVAL
     assert area.stats == before
-    assert area._is_live(slab) and area._held(slab)
+    assert area._is_live(slab)
+    assert area._held(slab)
     if live:
         again = buf
     else:
