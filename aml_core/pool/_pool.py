@@ -345,9 +345,7 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                 self._trim_locked(0)
             except AMLError as exc:
                 error = error or exc
-                for slab in self._slabs:  # a closed pool holds only what viewed blocks use
-                    if slab.buf is not None and slab.whole_free():
-                        self._area._hold(slab.buf, False)  # the area's: munmap or close() frees it
+            self._let_go()
             try:
                 self._destroy_event()
             except AMLError as exc:
@@ -359,6 +357,16 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                     self._vm.address_free(res)
         if error is not None:
             raise error
+
+    def _let_go(self) -> None:
+        """What a closed pool still holds: only the slabs of its buffers detached while
+        viewed (its ``_orphans``). Any other slab left (its free failed, or a block of it
+        was lost) is the area's again: munmap or the area's close() frees it."""
+        viewed = self._orphans
+        for slab in self._slabs:
+            end = slab.ptr + slab.size
+            if slab.buf is not None and not any(slab.ptr <= p < end for p in viewed):
+                self._area._hold(slab.buf, False)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._stats()[2]} live"
