@@ -88,7 +88,8 @@ def test_closing_a_device_area_closes_its_pools(hip: HipDouble) -> None:
     buf = p.mmap(4096)
     p.write(buf, b"x" * 16)
     device.close()
-    assert p.closed and buf.freed
+    assert p.closed
+    assert buf.freed
     assert hip.calls("hipFree") == 1
     assert not any(hip.live().values())  # every hipMalloc freed
 
