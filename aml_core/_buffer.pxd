@@ -20,6 +20,7 @@ cdef enum:
     F_ORPHAN = 32  # detached while viewed (close, a with block): its finalizer frees it
     F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
     F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
+    F_HELD = 256  # a slab a pool holds: its area refuses to free it (AreaBase._hold)
 
 # One entry of an area's live table: open addressing on the buffer's address, linear
 # probing, deletion by backward shift (no tombstones). The buffer pointer is borrowed.
@@ -109,6 +110,7 @@ cdef class AreaBase:
     # the atomic changes of the bookkeeping
     cdef int _add(self, BufferBase buf) except -1
     cdef int _detach(self, BufferBase buf) except -1
+    cdef int _refuse_held(self, BufferBase buf) except -1
     # garbage collection
     cdef void _enter(self) noexcept
     cdef void _leave(self) noexcept

@@ -732,6 +732,8 @@ cdef class AreaBase:
             raise TypeError("_lookup returned None, not a buffer")
         if buf.flags & F_RELEASED or not self._tracks(buf):
             raise AMLValueError(f"{buf!r} was already unmapped")
+        if buf.flags & F_HELD:
+            self._refuse_held(buf)
         if buf.exports:
             raise AMLBusyError(
                 f"{buf!r} is still viewed ({buf.exports} memoryview/NumPy/DLPack exports); "
@@ -742,6 +744,31 @@ cdef class AreaBase:
         self._bytes -= buf.size
         self._unmaps += 1
         return 0
+
+    cdef int _refuse_held(self, BufferBase buf) except -1:
+        """The one refusal of a held slab: every way to free a live buffer of this area
+        (munmap by Buffer, pointer or (pointer, size), ``buf.free()``, a ``with`` block,
+        munmap_on) reaches _detach or _untrack_viewed, which call this."""
+        raise AMLValueError(
+            f"{buf!r} is a slab that a pool holds: the pool owns it (its blocks may be live); "
+            "pool.trim() or pool.close() gives it back to this area"
+        )
+
+    def _hold(self, BufferBase buf not None, bint held=True):
+        """Mark a live buffer of this area as held by a pool (a slab it carves blocks
+        from: munmap and a with block refuse it, EINVAL), or, ``held=False``, clear the
+        mark before the pool frees it (any buffer: a detached one too). The mark is the
+        buffer's flag F_HELD, so the check costs munmap one bit test."""
+        if held:
+            if buf.flags & F_RELEASED or not self._tracks(buf):
+                raise AMLValueError(f"{buf!r} is not live in this area: a pool cannot hold it")
+            buf.flags |= F_HELD
+        else:
+            buf.flags &= ~F_HELD
+
+    def _held(self, BufferBase buf not None):
+        """Whether a pool holds ``buf`` (see _hold)."""
+        return bool(buf.flags & F_HELD)
 
     def _resized(self, BufferBase buf not None, old_size):
         """Count the new size of a buffer a subclass re-bound (a growable buffer), if it is
@@ -812,6 +839,8 @@ cdef class AreaBase:
         doing nothing, if it is not live here. The one-buffer form of what _drain does."""
         if buf.flags & F_RELEASED or not self._tracks(buf):
             return False
+        if buf.flags & F_HELD:
+            self._refuse_held(buf)
         self._untrack(buf)  # the caller holds buf
         self._bytes -= buf.size
         self._unmaps += 1

@@ -18,6 +18,8 @@ munmap twice, or of a freed buffer          :class:`AMLValueError` (EINVAL)
 munmap with a size other than the mapping's :class:`AMLValueError` (EINVAL)
 munmap of a buffer another area made        :class:`AMLValueError` (EINVAL)
 munmap of a buffer still viewed             :class:`AMLBusyError` (EBUSY)
+munmap of a slab a pool holds (its Buffer,  :class:`AMLValueError` (EINVAL)
+its pointer, or a ``with`` block on it)
 any use of a closed area                    :class:`AMLValueError` (EINVAL)
 a native allocation that "succeeds" with    :class:`AMLFailure` (FAILURE), no buffer
 NULL or an address already live here
@@ -32,6 +34,14 @@ is still viewed (a memoryview, a NumPy array, a DLPack consumer) cannot be freed
 safely: close() detaches it instead, and its memory is released when the last view
 and the buffer object itself are gone. Leaving a buffer's ``with`` block does the same
 for that one buffer (:meth:`Area._detach_viewed`). Areas are thread-safe.
+
+Pools: a slab that a pool (:mod:`aml_core.pool`) took from this area belongs to the pool
+until the pool gives it back (``trim()``, ``close()``, ``release_threshold``): munmap of it,
+by Buffer, pointer or ``(pointer, size)``, ``slab.free()`` and a ``with`` block on it are
+EINVAL whether or not blocks of it are live (one rule, :meth:`AreaBase._hold`). ``close()``
+first closes every pool over the area (their live buffers are freed or, if viewed,
+detached), then frees the slabs; a slab still holding a viewed block is detached and freed
+once the pool lets it go.
 
 Garbage collection: an area does not keep its buffers alive. A buffer that becomes
 unreachable without munmap (no reference, no view, no DLPack consumer) is freed when it
@@ -73,6 +83,7 @@ import contextlib
 import inspect
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self, TypedDict, TypeVar, cast
 
@@ -174,6 +185,8 @@ class Area(AreaBase, abc.ABC):
         #: Mappings detached by close() or a with block while still viewed: ptr -> size,
         #: until their finalizer frees them.
         self._orphans: dict[int, int] = {}
+        #: The pools over this area (their slabs are its buffers): close() closes them first.
+        self._pools: weakref.WeakSet[Area] = weakref.WeakSet()
 
     # -- to implement --------------------------------------------------------------
     @abc.abstractmethod
@@ -236,14 +249,27 @@ class Area(AreaBase, abc.ABC):
         """Free every live mapping and refuse further use. Buffers still viewed are
         detached and freed when their last view is gone. A mapping whose native free
         fails stays tracked (live in :attr:`stats`) and the first such error is raised with
-        its native cause; calling close() again retries those frees. Otherwise idempotent."""
+        its native cause; calling close() again retries those frees. Otherwise idempotent.
+
+        The pools over this area are closed first (their live buffers freed, viewed ones
+        detached); a slab a pool still holds (for a viewed block) is detached too and
+        freed when the pool gives it back."""
+        errors: list[AMLError] = []
+        for pool in list(self._pools):
+            try:
+                pool.close()
+            except AMLError as exc:
+                errors.append(exc)
         live = self._drain()  # closed from now on; the buffers are counted as unmapped
         if live is None:  # already closed
+            if errors:
+                raise errors[0]
             return
-        errors: list[AMLError] = []
         with self._inside_area:  # a finalizer meanwhile defers its free to the end
             for buf in live:
-                if buf._release():
+                if self._held(buf):
+                    self._orphan(buf)  # its pool frees it: the buffer goes with the slab
+                elif buf._release():
                     try:
                         self._free(buf)
                     except AMLError as exc:

@@ -58,8 +58,10 @@ Statistics
 
 Errors
     A pool over a closed area is EINVAL at creation, and so is an ``mmap`` after its
-    area was closed (close the pool first: the area's close frees the slabs). Freeing a
-    buffer the pool did not make is EINVAL as on any area. A failure of the area while
+    area was closed (the area's close closes the pool first, then frees the slabs).
+    Freeing a buffer the pool did not make is EINVAL as on any area. A slab is the
+    pool's until it gives it back: the area refuses to free it, EINVAL (see
+    aml_core.area, "Pools"). A failure of the area while
     releasing a slab leaves the slab cached (and counted); :meth:`trim` and
     :meth:`close` raise it, a release triggered by ``release_threshold`` warns
     (ResourceWarning) instead, since the block was already returned.

@@ -131,6 +131,7 @@ class Blocks(PoolBase):
             if not self._trim_locked(0):
                 raise
             buf = self._area.mmap(want, self._options)
+        self._area._hold(buf)  # the pool's from now on: the area refuses to free it
         slab = _Slab(
             heap,
             buf,
@@ -162,8 +163,17 @@ class Blocks(PoolBase):
         assert blk.free
         assert blk.next is None
         assert slab.buf is not None
-        if not self._area.closed:  # a closed area freed its slabs already
-            self._area.munmap(slab.buf)
+        area = self._area
+        buf = slab.buf
+        area._hold(buf, False)  # the area's again: only the pool frees its slabs
+        if not area.closed:  # a closed area detached it: it is freed with the Buffer (below)
+            try:
+                area.munmap(buf)
+            except BaseException:
+                if area._is_live(buf):
+                    area._hold(buf)  # still there: still the pool's
+                raise
+        slab.buf = None
         slab.heap.remove(blk)
         self._slabs.remove(slab)
         self._reserved -= slab.size

@@ -137,6 +137,8 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         # A GC-driven free of a pooled buffer may release a slab: it waits while someone
         # is inside the area too (see aml_core.area, "Garbage collection").
         self._set_below(area)
+        # The area's close() closes this pool first (its slabs are the area's buffers).
+        area._pools.add(self)
 
     # -- the area being pooled --------------------------------------------------------------
     @property
@@ -303,7 +305,12 @@ class Pool(Blocks, Streams, Expandable, Sharing):
 
     def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]:
         """The area's buffer a pooled buffer was carved from (None for an expandable
-        pool, whose segment is no buffer) and the buffer's offset in it."""
+        pool, whose segment is no buffer) and the buffer's offset in it.
+
+        The slab is the pool's while it holds it: the area refuses to free it
+        (``area.munmap(slab)``, ``slab.free()``, a ``with`` block: EINVAL), so the Buffer
+        serves to read its address, size and device, to copy through or share it, never
+        to free it; the pool gives it back in :meth:`trim` and :meth:`close`."""
         with self._lock:
             self._check_open()
             buf = self._lookup(buffer, None)
@@ -312,9 +319,10 @@ class Pool(Blocks, Streams, Expandable, Sharing):
 
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays
-        open). Buffers still viewed are freed when their last view is gone, and their
-        slabs with them. Idempotent; a second close retries destroying the pool's stream
-        event if the first could not (the slabs a failed free kept are the area's to free)."""
+        open; the area's own close() calls this first). Buffers still viewed are freed
+        when their last view is gone, and their slabs with them. Idempotent; a second
+        close retries destroying the pool's stream event if the first could not (the
+        slabs a failed free kept are the area's to free)."""
         with self._lock:
             closed = self.closed
         if closed:
@@ -337,6 +345,7 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                 self._trim_locked(0)
             except AMLError as exc:
                 error = error or exc
+            self._let_go()
             try:
                 self._destroy_event()
             except AMLError as exc:
@@ -348,6 +357,16 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                     self._vm.address_free(res)
         if error is not None:
             raise error
+
+    def _let_go(self) -> None:
+        """What a closed pool still holds: only the slabs of its buffers detached while
+        viewed (its ``_orphans``). Any other slab left (its free failed, or a block of it
+        was lost) is the area's again: munmap or the area's close() frees it."""
+        viewed = self._orphans
+        for slab in self._slabs:
+            end = slab.ptr + slab.size
+            if slab.buf is not None and not any(slab.ptr <= p < end for p in viewed):
+                self._area._hold(slab.buf, False)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._stats()[2]} live"

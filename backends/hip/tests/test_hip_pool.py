@@ -8,6 +8,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aml_hip
 import pytest
@@ -19,6 +20,7 @@ from aml_core.errors import AMLError, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.gpu.vmm import VirtualMemory
 from aml_core.testing import AreaConformance
 from tests.support.child import pickled
+from tests.support.pool_ownership import FREEING, assert_slab_refused
 
 MiB = 1 << 20
 G = 2 * MiB  # the double's VMM granularity
@@ -54,6 +56,42 @@ def vm(hip: HipDouble) -> Iterator[VirtualMemory]:
     vm = aml_hip.virtual_memory(0)
     yield vm
     vm.close()
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["block live", "block cached"])
+@pytest.mark.parametrize("free", FREEING.values(), ids=FREEING.keys())
+def test_a_device_area_refuses_to_free_a_held_slab(hip: HipDouble, free: Any, live: bool) -> None:
+    """aml_core.area, "Pools": the slab is the pool's; no hipFree until the pool gives it back."""
+    with aml_hip.create(0, 0) as device:
+        p = aml_core.pool(device)
+        frees = hip.calls("hipFree")
+        assert_slab_refused(device, p, free, live=live)
+        assert hip.calls("hipFree") == frees + 1  # the pool's trim, once
+        p.close()
+    assert not any(hip.live().values())  # every hipMalloc freed
+
+
+def test_munmap_on_a_stream_refuses_a_held_slab(hip: HipDouble) -> None:
+    with aml_hip.create(0, 0) as device:
+        p = aml_core.pool(device)
+        s = aml_hip.stream(non_blocking=True)
+        try:
+            assert_slab_refused(device, p, lambda area, slab: area.munmap_on(slab, s), live=True)
+        finally:
+            s.close()
+        p.close()
+
+
+def test_closing_a_device_area_closes_its_pools(hip: HipDouble) -> None:
+    device = aml_hip.create(0, 0)
+    p = aml_core.pool(device)
+    buf = p.mmap(4096)
+    p.write(buf, b"x" * 16)
+    device.close()
+    assert p.closed
+    assert buf.freed
+    assert hip.calls("hipFree") == 1
+    assert not any(hip.live().values())  # every hipMalloc freed
 
 
 def test_the_protocols_the_pool_uses(vm: VirtualMemory, hip: HipDouble) -> None:
