@@ -35,6 +35,7 @@ class HsaMachine(VmMachine):
         "hsa_amd_vmem_set_access",
         "hsa_amd_vmem_unmap",
     )
+    VM_RELEASE = "hsa_amd_vmem_handle_release"
 
     def make_area(self) -> Area:
         return aml_hsa.create(0)
