@@ -16,15 +16,17 @@ driver double (aml-hip, aml-ze, aml-hsa).
   nothing.
 
 Invariants after each step: the double's live reservations and mappings equal the model's
-(one reservation and one mapping per one-step buffer and per hand-made step, one
-reservation and one mapping per chunk of a growable buffer); no physical allocation is
-live without a mapping or a hand-held handle; the area tracks exactly the model's buffers
-and no freed buffer is reachable through it. A native failure must surface as an AML
-error naming the injected function; a call that was to fail and did not is an error. At
-the end of each example the area is closed and every VM counter of the double is zero.
+(one reservation and one mapping per one-step buffer and per hand-made step; one
+reservation per growable buffer and one mapping per chunk); no physical allocation is
+live without a mapping (or a failed release in ``vm.mmap``, kept until close); the area
+tracks exactly the model's buffers and no freed buffer is reachable through it. A native
+failure must surface as an AML error naming the injected function; a call that was to
+fail and did not is an error. At the end of each example the area is closed and every VM
+counter of the double is zero.
 
 A backend's machine sets :attr:`VmMachine.VM_KINDS`, :attr:`VmMachine.VM_FUNCTIONS` and
-:meth:`VmMachine.make_vm`; the injected code is :attr:`IpcMachine.FAIL_CODE`.
+:meth:`VmMachine.make_vm` (and :attr:`VmMachine.VM_RELEASE` where it applies); the
+injected code is :attr:`IpcMachine.FAIL_CODE`.
 """
 
 from __future__ import annotations
