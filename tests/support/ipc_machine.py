@@ -20,8 +20,8 @@ doubles' live counters must be zero.
 
 A backend's test subclasses :class:`IpcMachine` (its double class, live kinds, allocation
 and free functions, a native error code, :meth:`~IpcMachine.make_area`) and calls
-:meth:`IpcMachine.run` from a test with bounded settings; the HIP machine adds its
-managed-memory and virtual-memory rules to the same class.
+:meth:`IpcMachine.run` from a test with bounded settings; :mod:`tests.support.vm_machine`
+adds virtual-memory rules to it (HIP, ze, HSA), and the HIP machine its managed memory.
 """
 
 from __future__ import annotations
