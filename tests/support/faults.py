@@ -51,7 +51,9 @@ from typing import Any
 
 import attrs
 
+from aml_core.area import Area
 from aml_core.errors import AMLError, ErrorCode, error_class
+from aml_core.gpu._vmm_api import VirtualMemoryApi
 from aml_core.gpu.vmm import Access
 from aml_core.ipc import IpcHandle
 
@@ -287,6 +289,10 @@ class FaultTable:
     #: (:data:`GIVE_BACK`: frees, releases, unregisters, destroys, unmaps, IPC closes).
     give_backs: frozenset[str] = attrs.field(converter=frozenset, factory=frozenset)
 
+    #: The double's live kinds that count the memory an area maps (``device``, ``host``...):
+    #: after a double fault, before closing again, they must sum to the live mappings the
+    #: operation's areas track (nothing untracked). Empty: not checked.
+    memory_kinds: tuple[str, ...] = ()
     #: Double faults that still lose what they took (a bug, reported: the test of each is
     #: an xfail with ``strict=True``): ``"operation:function+give_back"`` with the path.
     double_fault_leaks: Mapping[str, str] = attrs.field(converter=_mapping, factory=dict)
@@ -319,6 +325,15 @@ def _close_again(made: Made, retries: int = 0) -> list[str]:
                 if attempt == retries:
                     problems.append(f"closing {obj!r} again failed: {exc}")
     return problems
+
+
+def _area_mappings(obj: object) -> int:
+    """The live mappings ``obj`` tracks if it is an area of :attr:`FaultTable.memory_kinds`
+    (a pool's slabs are its area's; virtual memory is counted by its own kinds, and its
+    leaks by the live counters after closing again)."""
+    if isinstance(obj, Area) and not isinstance(obj, VirtualMemoryApi):
+        return int(obj._stats()[2])
+    return 0
 
 
 def _describe(exc: AMLError) -> dict[str, Any]:
@@ -355,7 +370,8 @@ def run(table: FaultTable, name: str) -> dict[str, Any]:
 
     def attempt(entry: dict[str, Any], retries: int) -> dict[str, int]:
         """Run the operation with the injections made, record into ``entry``; return the
-        give-back calls it made (before closing again)."""
+        give-back calls it made (before closing again). With ``retries`` (a double fault),
+        also record the memory the double holds that no area of the operation tracks."""
         made: Made = []
         try:
             operation(made)
@@ -364,6 +380,11 @@ def run(table: FaultTable, name: str) -> dict[str, Any]:
         except BaseException as exc:  # a bare error: reported, the table test fails it
             entry["bare"] = f"{type(exc).__name__}: {exc}"[:400]
         gave_back = {g: n for g in sorted(give_backs) if (n := int(ctl.calls(g)))}
+        if retries and table.memory_kinds:
+            held = sum(int(ctl.live(kind)) for kind in table.memory_kinds)
+            tracked = sum(_area_mappings(obj) for obj in made)
+            if held != tracked:
+                entry["untracked"] = f"the double holds {held} mappings, the areas track {tracked}"
         entry["close_problems"] = _close_again(made, retries)
         entry["tracked"] = {k: v for k, v in double.tracked().items() if v}
         try:
@@ -478,6 +499,8 @@ class FaultSuite:
                     found.append(f"{where}: native cause {run_['cause']}: {run_['text']}")
             if run_["close_problems"]:
                 found.append(f"{where}: {run_['close_problems']}")
+            if run_.get("untracked"):
+                found.append(f"{where}: {run_['untracked']}")
             if run_["tracked"]:
                 found.append(f"{where}: still tracked after closing again: {run_['tracked']}")
             if run_["live"]:

@@ -324,6 +324,7 @@ TABLE = FaultTable(
             "retries it)"
         ),
     },
+    memory_kinds=("device", "host", "managed", "registered"),
 )
 
 if __name__ == "__main__":

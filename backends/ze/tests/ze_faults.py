@@ -123,6 +123,7 @@ TABLE = FaultTable(
             "cannot be destroyed: HANDLE_OBJECT_IN_USE)"
         ),
     },
+    memory_kinds=("device", "host", "shared"),
 )
 
 if __name__ == "__main__":
