@@ -9,6 +9,8 @@ import hip_faults
 
 from tests.support.faults import fault_tests
 
-test_every_call_of_the_operation_fails_cleanly, test_the_table_covers_every_exported_function = fault_tests(
-    hip_faults, "hip"
-)
+(
+    test_every_call_of_the_operation_fails_cleanly,
+    test_the_table_covers_every_exported_function,
+    test_known_double_fault_leak,
+) = fault_tests(hip_faults, "hip")

@@ -149,6 +149,7 @@ TABLE = FaultTable(
             ),
         ),
     },
+    memory_kinds=("pool_alloc",),
 )
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ import ze_faults
 
 from tests.support.faults import fault_tests
 
-test_every_call_of_the_operation_fails_cleanly, test_the_table_covers_every_exported_function = fault_tests(
-    ze_faults, "ze"
-)
+(
+    test_every_call_of_the_operation_fails_cleanly,
+    test_the_table_covers_every_exported_function,
+    test_known_double_fault_leak,
+) = fault_tests(ze_faults, "ze")
