@@ -47,7 +47,7 @@ from .devices import selected_device
 from .runtime import Group
 
 if TYPE_CHECKING:
-    from .runtime import IpcOps, Runtime
+    from .runtime import Runtime
 
 __all__ = [
     "MAX_HANDLE_SIZE",
@@ -118,14 +118,6 @@ class _Imported:
     key: _Key
 
 
-def _close_noting(ops: IpcOps, ptr: int, exc: BaseException) -> None:
-    """Close an IPC mapping on an error path; a failure to close is noted on ``exc``."""
-    try:
-        ops.ipc_close_handle(ptr)
-    except AMLError as also:
-        exc.add_note(f"closing the IPC mapping failed too: {also}")
-
-
 class IpcImportArea(DeviceMemoryArea, CopyingArea):
     """Opened IPC handles of one backend in this process, cached by handle."""
 
@@ -165,6 +157,9 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
         #: (native handle, importing device) -> [mapped base, buffers using the mapping]
         self._mappings: dict[tuple[bytes, int], list[int]] = {}
         self._map_lock = AreaLock(self, threading.RLock())
+        #: (mapped base, importing device) of mappings an error path opened and could not
+        #: close: kept for close() to retry, never dropped untracked.
+        self._unclosed: list[tuple[int, int]] = []
 
     def open(self, handle: IpcHandle) -> Buffer:
         """Map a handle exported by another process into the current device (cached: one
@@ -243,7 +238,7 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
                             f"the exported allocation has {actual}"
                         )
                 except BaseException as exc:
-                    _close_noting(self._ops, base, exc)
+                    self._close_noting(base, options.device, exc)
                     raise
                 mapping = self._mappings[where] = [base, 0]
             mapping[1] += 1
@@ -266,7 +261,7 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
                 mapping[1] -= 1
                 if mapping[1] == 0:
                     del self._mappings[where]
-                    _close_noting(self._ops, mapping[0], exc)
+                    self._close_noting(mapping[0], options.device, exc)
             raise
 
     def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
@@ -298,8 +293,36 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
             if self._by_key.get(key) == buffer.ptr:
                 del self._by_key[key]
 
+    def _close_noting(self, base: int, device: int, exc: BaseException) -> None:
+        """Close a mapping on an error path (the caller holds the map lock); if that fails
+        too, note it on ``exc`` and keep the mapping for :meth:`close` to retry."""
+        try:
+            self._ops.ipc_close_handle(base)
+        except AMLError as also:
+            exc.add_note(f"closing the IPC mapping failed too: {also}; close() retries it")
+            self._unclosed.append((base, device))
+
     def close(self) -> None:
+        """Close every open mapping (see :meth:`Area.close`), and retry the mappings an
+        error path could not close; one that fails again stays kept and its error is
+        raised (close() again retries it)."""
         with self._open_lock:
             self._opens.clear()
             self._by_key.clear()
-        super().close()
+        first: AMLError | None = None
+        try:
+            super().close()
+        except AMLError as exc:
+            first = exc
+        with self._map_lock:
+            kept: list[tuple[int, int]] = []
+            for base, device in self._unclosed:
+                try:
+                    with selected_device(self._runtime, device):
+                        self._ops.ipc_close_handle(base)
+                except AMLError as exc:
+                    kept.append((base, device))
+                    first = first or exc
+            self._unclosed = kept
+        if first is not None:
+            raise first

@@ -316,14 +316,6 @@ TABLE = FaultTable(
     },
     rules={"hipGetDeviceCount": DEVICE_COUNT},
     devices=2,
-    double_fault_leaks={
-        "ipc-open:hipMemGetAddressRange+hipIpcCloseMemHandle": (
-            "aml_core.gpu.ipc IpcImportArea.mmap (_close_noting), HIP: when the range lookup "
-            "after hipIpcOpenMemHandle fails and the give-back hipIpcCloseMemHandle fails too, "
-            "the opened mapping is dropped untracked (the double's 'ipc' stays live; nothing "
-            "retries it)"
-        ),
-    },
     memory_kinds=("device", "host", "managed", "registered"),
 )
 

@@ -115,14 +115,6 @@ TABLE = FaultTable(
             lambda native, code: {ErrorCode.ENOTSUP},
         ),
     },
-    double_fault_leaks={
-        "ipc-open:zeMemGetAddressRange+zeMemCloseIpcHandle": (
-            "aml_core.gpu.ipc IpcImportArea.mmap (_close_noting), ze: when the range lookup "
-            "after zeMemOpenIpcHandle fails and the give-back zeMemCloseIpcHandle fails too, "
-            "the opened mapping is dropped untracked ('ipc_open' stays live, and the context "
-            "cannot be destroyed: HANDLE_OBJECT_IN_USE)"
-        ),
-    },
     memory_kinds=("device", "host", "shared"),
 )
 
