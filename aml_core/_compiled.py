@@ -101,11 +101,14 @@ def is_missing_build(exc: ImportError) -> bool:
 def not_built(exc: ImportError) -> ImportError:
     """The ImportError to raise instead of ``exc``: what happened and the two fixes."""
     module = exc.name if exc.name in COMPILED else "aml_core's compiled modules"
-    if source_root() is not None:
+    root = source_root()
+    if root is not None:
+        version = source_version(root)
+        which = f"aml-core {version}" if version else "aml-core"
         return ImportError(
             f"{module} is not built: you are importing aml_core from its source tree at {PACKAGE}, "
-            "whose Cython modules have not been compiled for this Python. Either install aml-core "
-            "(`pip install .` in the repository) and run Python from another directory, or build "
+            f"whose Cython modules have not been compiled for this Python. Either install {which} "
+            "(`pip install .` in the repository; this source tree then hands over to it), or build "
             "the modules in place: `python setup.py build_ext --inplace` in the repository (this "
             "needs Cython, a C compiler such as gcc and the Python headers, e.g. Debian's python3-dev)."
         )
