@@ -3,9 +3,9 @@
 aml_core/_buffer.pyx: buffers (buffer protocol, DLPack), the areas' live table and
 buffer lifetime; aml_core/_fastpath.pyx: the fast-path interface an area calls;
 aml_core/_allocator.pyx: the native allocator (a GPU runtime's calls through function
-pointers), aml_core/_pool_cache.pyx: the pool's compiled cache, its two implementations
+pointers), aml_core/_kernel.pyx: the allocator kernel (a pool's policy, C++), its two implementations
 (docs/kernel.md); aml_core/_os.pyx: the Linux memory system calls of the host backend.
-They cimport each other's .pxd declarations. Building needs Cython, a C compiler (gcc)
+They cimport each other's .pxd declarations. Building needs Cython, a C and a C++ compiler (gcc, g++)
 and the Python headers (Debian: python3-dev).
 """
 
@@ -22,12 +22,19 @@ DIRECTIVES = {
 }
 
 #: aml_core's compiled modules (aml_core/_compiled.py lists the same for its import check).
-COMPILED = ("_buffer", "_fastpath", "_allocator", "_pool_cache", "_os")
+COMPILED = ("_buffer", "_fastpath", "_allocator", "_kernel", "_os")
+#: The ones written in Cython's C++ mode (the kernel's ordered maps and vectors).
+CPP = ("_kernel",)
 
 setup(
     ext_modules=cythonize(
         [
-            Extension(f"aml_core.{name}", [f"aml_core/{name}.pyx"], extra_compile_args=["-O2"])
+            Extension(
+                f"aml_core.{name}",
+                [f"aml_core/{name}.pyx"],
+                extra_compile_args=["-O2"],
+                language="c++" if name in CPP else None,
+            )
             for name in COMPILED
         ],
         compiler_directives=DIRECTIVES,

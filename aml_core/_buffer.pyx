@@ -59,11 +59,11 @@ The live table and garbage collection
 The fast path
     An area may install one compiled fast path (aml_core/_fastpath.pyx: ``take``,
     ``give``, ``can_give``): a GPU runtime's ``NativeAllocator`` bound to it
-    (``_set_native``, aml_core/_allocator.pyx) or a pool's ``PoolCache``
-    (``_set_pool``, aml_core/_pool_cache.pyx). ``mmap(size)`` without options asks it
+    (``_set_native``, aml_core/_allocator.pyx) or a pool's ``PoolKernel``
+    (``_set_pool``, aml_core/_kernel.pyx). ``mmap(size)`` without options asks it
     first; munmap and a finalizer give it the detached buffer first; what it does not
     serve takes the area's Python ``_allocate``/``_free``. This module re-exports both
-    (``aml_core._buffer.NativeAllocator``, ``PoolCache``); docs/kernel.md draws the
+    (``aml_core._buffer.NativeAllocator``, ``PoolKernel``); docs/kernel.md draws the
     layout.
 """
 
@@ -1158,24 +1158,24 @@ cdef class AreaBase:
                 self._fast = None
             return
         if self._fast is not None and not isinstance(self._fast, NativePath):
-            raise ValueError("this area runs a PoolCache already")
+            raise ValueError("this area runs a PoolKernel already")
         self._install(NativePath(allocator, self, mode, **options))
 
-    def _set_pool(self, cache):
-        """Install a pool's cache (None uninstalls it): then ``mmap(size)`` without
-        options takes a cached block of the rounded size, and ``munmap`` of a block
-        allocated in host order caches it, in C (see PoolCache), while nobody holds the
-        cache's lock. _allocate and _free do everything else and must accept blocks
-        either path made. An area runs either a NativeAllocator or a pool cache."""
-        if cache is None:
-            if isinstance(self._fast, PoolCache):
+    def _set_pool(self, kernel):
+        """Install a pool's kernel (None uninstalls it): then ``mmap(size)`` without
+        options, or with a stream the kernel can read, that the kernel serves from its
+        cached blocks, and ``munmap`` of its blocks while it keeps stacks, run in C (see
+        PoolKernel). _allocate and _free do everything else and must accept blocks either
+        path made. An area runs either a NativeAllocator or a pool kernel."""
+        if kernel is None:
+            if isinstance(self._fast, PoolKernel):
                 self._fast = None
             return
-        if not isinstance(cache, PoolCache):
-            raise TypeError(f"_set_pool takes a PoolCache, not {type(cache).__name__}")
-        if self._fast is not None and not isinstance(self._fast, PoolCache):
+        if not isinstance(kernel, PoolKernel):
+            raise TypeError(f"_set_pool takes a PoolKernel, not {type(kernel).__name__}")
+        if self._fast is not None and not isinstance(self._fast, PoolKernel):
             raise ValueError("this area runs a NativeAllocator already")
-        self._install(cache)
+        self._install(kernel)
 
     cdef int _install(self, FastPath path) except -1:
         path.installed(self)
@@ -1188,9 +1188,9 @@ cdef class AreaBase:
         return self._fast.allocator if isinstance(self._fast, NativePath) else None
 
     @property
-    def _pool_cache(self):
-        """The installed PoolCache, or None."""
-        return self._fast if isinstance(self._fast, PoolCache) else None
+    def _pool_kernel(self):
+        """The installed PoolKernel, or None."""
+        return self._fast if isinstance(self._fast, PoolKernel) else None
 
     def _track(self, BufferBase buf not None, during="mmap"):
         """Track a new buffer (mmap's, or one a subclass made); if the area is closed, give
@@ -1286,8 +1286,11 @@ cdef class AreaBase:
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None
-        if options is None and self._fast is not None:
-            buf = self._fast.take(self, n_obj)
+        if self._fast is not None:
+            if options is None:
+                buf = self._fast.take(self, n_obj)
+            else:
+                buf = self._fast.take_with(self, n_obj, options)
         if buf is None:
             self._enter()  # a finalizer run by the subclass's code defers its free
             try:
@@ -1304,8 +1307,27 @@ cdef class AreaBase:
         self._unmap(buffer, size, True)
 
     def _munmap_slow(self, buffer, size=None):
-        """munmap through _free, never the fast path (a pool's munmap_on)."""
+        """munmap through _free, never the fast path."""
         self._unmap(buffer, size, False)
+
+    def _munmap_on(self, buffer, unsigned long long stream, size=None):
+        """munmap in ``stream``'s order (a checked handle): the fast path's ``give_on``,
+        else ``_free_on(buf, stream)``, which an area that takes streams defines (a
+        pool's munmap_on)."""
+        if self._closed:
+            self._check_open()
+        cdef BufferBase buf = self._lookup(buffer, size)
+        self._detach(buf)
+        if self._fast is not None and self._fast.give_on(self, buf, stream):
+            return
+        self._enter()
+        try:
+            self._free_on(buf, stream)
+        except BaseException:
+            self._restore(buf)
+            raise
+        finally:
+            self._leave()
 
     cdef int _unmap(self, buffer, size, bint fast) except -1:
         if self._closed:
@@ -1355,4 +1377,4 @@ def address_of(obj, /):
 # The fast paths this module's areas install, re-exported here (aml_core._buffer.X is
 # their public import path). Imported last: they cimport this module's types.
 from ._allocator import OPS, NativeAllocator, NativePath, _noop_control, _noop_functions
-from ._pool_cache import PoolCache
+from ._kernel import PoolKernel

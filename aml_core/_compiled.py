@@ -30,7 +30,7 @@ COMPILED = (
     "aml_core._buffer",
     "aml_core._fastpath",
     "aml_core._allocator",
-    "aml_core._pool_cache",
+    "aml_core._kernel",
     "aml_core._os",
 )
 PACKAGE = Path(__file__).resolve().parent

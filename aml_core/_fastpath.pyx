@@ -11,11 +11,17 @@ area calls it at four points, and only there:
     (not tracked yet: the area tracks it), or None when the area's Python
     ``_allocate`` must run. It raises only what the native call or the buffer's
     construction raised, with nothing of its own state changed or leaked.
+``take_with(area, n, options)``
+    mmap(n, options): as ``take``, for the options the path understands (a pool's
+    stream); None for anything else.
 ``give(area, buf)``
     munmap or a finalizer, ``buf`` detached (untracked, counted unmapped): True if its
     memory went back in C, False when the area's ``_free`` must run. A native free
     that fails tracks the buffer again (``area._restore``) and raises, as a failing
     ``_free`` does.
+``give_on(area, buf, stream)``
+    munmap in a stream's order (a pool's ``munmap_on``, the stream a checked handle): as
+    ``give``.
 ``can_give(area, buf)``
     a finalizer asks whether ``give`` would free ``buf`` in C now without running
     Python code or waiting (then it runs at once, even while someone is inside the
@@ -27,7 +33,8 @@ Each of these runs under the GIL, without releasing it between its reads and its
 writes of shared state (a native call may release it: nothing is read across it), and
 runs no Python code in between: that is what makes them atomic (docs/reliability.md,
 "Threads and the GIL"). Implementations: ``NativeAllocator``'s ``NativePath``
-(aml_core/_allocator.pyx) and ``PoolCache`` (aml_core/_pool_cache.pyx).
+(aml_core/_allocator.pyx) and ``PoolKernel`` (aml_core/_kernel.pyx, whose mutex
+makes its own operations atomic).
 """
 
 cimport cython
@@ -44,7 +51,13 @@ cdef class FastPath:
     cdef BufferBase take(self, AreaBase area, object n_obj):
         return None
 
+    cdef BufferBase take_with(self, AreaBase area, object n_obj, object options):
+        return None
+
     cdef bint give(self, AreaBase area, BufferBase buf) except -1:
+        return False
+
+    cdef bint give_on(self, AreaBase area, BufferBase buf, unsigned long long stream) except -1:
         return False
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:

@@ -254,7 +254,7 @@ def measure(batch: int, reps: int) -> dict[str, float]:
     out["pool_pair_us"] = per_op_us(pool_pair, batch, reps)
     if GC_FREE:
         out["pool_drop_us"] = per_op_us(pool_drop, batch, reps)
-    cache = getattr(pool, "_pool_cache", None)
+    cache = getattr(pool, "_pool_kernel", None)
     if cache is not None:  # the same pool with its compiled path uninstalled: Python only
         assert cache.fast_mmaps > 0
         pool._set_pool(None)

@@ -416,7 +416,7 @@ def test_a_dropped_pooled_buffer_goes_back_through_the_compiled_cache() -> None:
     under = RecordingArea()
     pool = aml_core.pool(under)
     pool.munmap(pool.mmap(4096))  # a cached block of the size
-    cache = pool._pool_cache
+    cache = pool._pool_kernel
     assert cache is not None
     before = cache.fast_munmaps
     buf = pool.mmap(4096)
@@ -451,7 +451,7 @@ def test_a_drop_under_the_pools_lock_waits_for_it() -> None:
     under = RecordingArea()
     pool = aml_core.pool(under, release_threshold=0)
     buf = pool.mmap(4096)
-    with pool._plock:
+    with pool._kernel:
         del buf
         assert pool.stats.live_mappings == 1
     assert pool.stats.live_mappings == 0

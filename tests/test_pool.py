@@ -559,7 +559,7 @@ def test_a_free_from_inside_the_pool_does_not_deadlock(pool: Pool) -> None:
     done = threading.Event()
 
     def free_while_locked() -> None:
-        with pool._plock:
+        with pool._kernel:
             pool.munmap(bufs[0])
             extra = pool.mmap(4096)  # and allocate, as a finalizer's code might
             pool.munmap(extra)

@@ -38,7 +38,7 @@ def pool(host: HostArea) -> Iterator[Pool]:
 
 
 def _cache(pool: Pool) -> aml_core._buffer.PoolCache:
-    cache = pool._pool_cache
+    cache = pool._pool_kernel
     assert cache is not None
     return cache
 
@@ -60,7 +60,7 @@ def _describe(buf: Buffer) -> tuple[object, ...]:
 
 def test_the_pool_installs_its_cache(pool: Pool) -> None:
     cache = _cache(pool)
-    assert cache is pool._plock
+    assert cache is pool._kernel
     assert cache.granule == 512
     assert cache.keep_fast
     assert pool._native_allocator is None
@@ -126,7 +126,7 @@ def test_options_and_a_held_lock_take_the_python_path(pool: Pool) -> None:
     buf = pool.mmap(4096, {})  # options: the Python path, still a hit on the stack
     assert cache.fast_mmaps == 0
     pool.munmap(buf)
-    with pool._plock:  # the holder's own calls (a finalizer's) go through Python
+    with pool._kernel:  # the holder's own calls (a finalizer's) go through Python
         assert cache.busy == 1
         buf = pool.mmap(4096)
         pool.munmap(buf)
@@ -308,7 +308,7 @@ def test_mixed_fast_and_slow_operations_agree_with_a_model(pool: Pool, host: Hos
         r = rng.random()
         if r < 0.45 or not live:
             if rng.random() < 0.1:
-                with pool._plock:
+                with pool._kernel:
                     buf = pool.mmap(rng.choice(sizes))
             else:
                 buf = pool.mmap(rng.choice(sizes))

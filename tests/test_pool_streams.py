@@ -256,5 +256,6 @@ def test_a_collection_inside_munmap_on_keeps_each_block_on_its_stream(pool: Pool
     target = pool.mmap(8192, {"stream": S1})
     pool.munmap_on(target, S2, _CollectingSize(8192))
     assert pool.stats.live_mappings == 0
-    assert [blk.addr for blk in pool._sfast[(S1, 4096)]] == [dropped_ptr]
-    assert [blk.addr for blk in pool._sfast[(S2, 8192)]] == [target.ptr]
+    held = pool._kernel.stream_cached()
+    assert held[(S1, 4096)] == [dropped_ptr]
+    assert held[(S2, 8192)] == [target.ptr]

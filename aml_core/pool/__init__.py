@@ -101,7 +101,7 @@ Fast path
     the same counters either way.
 
 Threads
-    One re-entrant lock (``_plock``, the PoolCache: ``with pool._plock``) guards the
+    One re-entrant lock (``_plock``, the PoolCache: ``with pool._kernel``) guards the
     heaps, slabs, stacks and counters; the area is called with it held (areas are
     thread-safe and never call back into the pool). The rule of the fast path: a fast
     operation runs only while no thread holds the lock, entirely under the GIL without
@@ -134,8 +134,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..area import Area
-from ._layout import KiB as KiB  # aml_core.pool.KiB and MiB, as before
-from ._layout import MiB, PoolOptions, PoolOptionsDict, PoolStats
+from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
+from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
 from ._pool import Pool
 
 __all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]

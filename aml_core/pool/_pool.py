@@ -1,24 +1,29 @@
-"""The pool: an :class:`~aml_core.area.Area` over another area, made of its parts
-(blocks and slabs, streams, the expandable segment, sharing and copies); see
-aml_core.pool for what it does."""
+"""The pool: an :class:`~aml_core.area.Area` over another area, an adapter over the
+allocator kernel (aml_core/_kernel.pyx), which holds its blocks and decides everything;
+see aml_core.pool for what it does. Here: the arguments checked and converted, a Buffer
+made around a block when Python asks for one, the statistics formatted, and the
+protocols of the area below (streams, virtual memory) handed to the kernel."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from .. import checks
-from .._buffer import PoolCache
+from .._buffer import PoolKernel
 from ..area import Area, compiled_mmap
-from ..buffer import Buffer, native_as
-from ..errors import AMLError, AMLTypeError, AMLValueError
-from ..protocols import AddressRange, CudaArrayInterfaceArea, GrowableMemory, PoolBinding, StreamOrdering
+from ..buffer import Buffer
+from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from ..protocols import (
+    AddressRange,
+    CudaArrayInterfaceArea,
+    GrowableMemory,
+    PoolBinding,
+    StreamOrderedArea,
+    StreamOrdering,
+)
 from ..specs import Capability
-from ._blocks import Blocks
-from ._expandable import Expandable
-from ._layout import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats, _Block, _Heap, _round_up, _Slab
 from ._sharing import Sharing
-from ._streams import Streams
+from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats
 
 __all__ = ["Pool"]
 
@@ -27,7 +32,11 @@ __all__ = ["Pool"]
 _NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.FILE_BACKED
 
 
-class Pool(Blocks, Streams, Expandable, Sharing):
+def _round_up(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+class Pool(Sharing):
     """An area that caches the memory of another area (see :mod:`aml_core.pool`).
     Make one with :func:`~aml_core.pool.pool`."""
 
@@ -76,6 +85,13 @@ class Pool(Blocks, Streams, Expandable, Sharing):
                 raise AMLValueError(f"limit {limit} is smaller than one block ({granule} bytes)")
         if release_threshold is not None:
             release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
+        if capacity is not None and not expandable:
+            raise AMLValueError("capacity is for expandable pools (expandable=True)")
+        if expandable and not isinstance(area, GrowableMemory):
+            raise AMLNotSupported(
+                f"an expandable pool maps physical memory on demand: it needs a VirtualMemory "
+                f"area, not {type(area).__name__}"
+            )
         # One device per pool: an area of the current device binds the pool to one device
         # (PoolBinding), so cached blocks never cross devices.
         if isinstance(area, PoolBinding):
@@ -92,48 +108,35 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         self._options = options
         self._limit = limit
         self._release_threshold = release_threshold
-        self._granule = granule
         self._mask = granule - 1
-        self._small_max = small_max
-        self._small_slab = _round_up(small_slab, granule)
-        self._medium_slab = _round_up(medium_slab, granule)
-        #: The state the compiled fast path shares (free stacks, counters) and the
-        #: pool's one lock: ``with self._plock`` takes it (see "Threads").
-        self._cache = PoolCache(area, granule, threading.RLock())
-        self._plock = self._cache
-        self._small = _Heap(granule)
-        self._large = _Heap(small_max)
-        self._slabs: list[_Slab] = []
-        # counters (under _plock)
-        self._reserved = 0
-        self._peak_reserved = 0
-        self._native_allocs = 0
-        self._native_frees = 0
-        self._misses = 0
+        #: The pool's policy and state (its blocks, slabs, streams and counters) and its
+        #: mutex: ``with pool._kernel`` holds it (see "Threads" in the module doc).
+        self._kernel = kernel = PoolKernel(
+            area,
+            granule=granule,
+            small_max=small_max,
+            small_slab=_round_up(small_slab, granule),
+            medium_slab=_round_up(medium_slab, granule),
+            limit=limit,
+            release_threshold=release_threshold,
+            options=options,
+        )
+        kernel.options_type = PoolOptions
         self._vm: GrowableMemory[Any] | None = None
         self._reservation: AddressRange | None = None
-        self._segment: _Slab | None = None
         self._closing = False
-        # Freed blocks by exact size, not coalesced yet (LIFO), are the cache's ``fast``:
-        # the fast path of a repeated size. Unused when release_threshold is set and
-        # after close.
-        self._cache.keep_fast = release_threshold is None
-        # Streams (see "Streams" in the module doc): blocks freed on a stream and not yet
-        # known to be idle, by (stream, size); how many each stream holds; the stream of
-        # the mmap/munmap in progress in this thread; the event and stream operations.
-        self._sfast: dict[tuple[int, int], list[_Block]] = {}
-        self._stream_held: dict[int, int] = {}
-        self._any_stream = False
-        self._tls = threading.local()
-        self._stream_ops: StreamOrdering | None = None
-        self._event: int | None = None
         if expandable:
-            self._init_expandable(area, capacity)
+            assert isinstance(area, GrowableMemory)
+            g = area.granularity()
+            if capacity is None:
+                capacity = limit if limit is not None else 1 << 40
+            cap = _round_up(checks.size(capacity, "capacity"), g)
+            self._vm = area
+            self._reservation = res = area.reserve(cap)
+            kernel.set_segment(area, res.ptr, res.size, g, area.dlpack_device(), area.device)
             self.capabilities &= ~Capability.IPC
-        elif capacity is not None:
-            raise AMLValueError("capacity is for expandable pools (expandable=True)")
         # The compiled fast path (see "Fast path" in the module doc).
-        self._set_pool(self._cache)
+        self._set_pool(kernel)
         # A GC-driven free of a pooled buffer may release a slab: it waits while someone
         # is inside the area too (see aml_core.area, "Garbage collection").
         self._set_below(area)
@@ -153,6 +156,10 @@ class Pool(Blocks, Streams, Expandable, Sharing):
     @property
     def release_threshold(self) -> int | None:
         return self._release_threshold
+
+    @property
+    def expandable(self) -> bool:
+        return self._vm is not None
 
     # -- Area -----------------------------------------------------------------------------
     @compiled_mmap
@@ -183,79 +190,37 @@ class Pool(Blocks, Streams, Expandable, Sharing):
     def _allocate(self, size: int, options: Any) -> Buffer:
         if self._area.closed:
             self._area._check_open()
-        n = (size + self._mask) & ~self._mask
         stream = options.stream
         if stream is not None:
             stream = self._stream_handle(stream)
-        with self._plock:
-            stack = self._cache.fast.get(n) if stream is None else self._sfast.get((stream, n))
-            if stack:  # a block of exactly this size, freed earlier: no search, no split
-                blk = stack.pop()
-                if stream is not None:
-                    self._stream_held[stream] -= 1
-                self._cache.hits += 1
-                self._cache.blocks += n
-            elif stream is None:
-                blk = self._take(n)
-            else:
-                blk = self._take_on_stream(n, stream)
-            blk.stream = stream
-            req = self._cache.requested + size
-            self._cache.requested = req
-            if req > self._cache.peak_requested:
-                self._cache.peak_requested = req
-        slab = blk.slab
+        kernel = self._kernel
+        with kernel:
+            addr = kernel.alloc(size, stream)
         try:
+            device_ptr, flags, dl_device, device, _slab, _offset, _n = kernel.block(addr)
             return self._new_buffer(
-                blk.addr,
+                addr,
                 size,
-                host_accessible=slab.host_accessible,
-                readonly=slab.readonly,
-                dl_device=slab.dl_device,
-                device_ptr=slab.device_ptr + (blk.addr - slab.ptr),
-                native=blk,
-                device=slab.device,
+                host_accessible=bool(flags & 1),
+                readonly=bool(flags & 2),
+                dl_device=dl_device,
+                device_ptr=device_ptr,
+                native=None,
+                device=device,
             )
         except BaseException:
-            with self._plock:
-                self._cache.requested -= size
-                self._give(blk)
+            with kernel:
+                kernel.free(addr, None)
             raise
 
     def _free(self, buffer: Buffer) -> None:
-        blk = native_as(buffer, _Block)
-        with self._plock:
-            self._cache.requested -= buffer.size
-            stream = blk.stream
-            if self._any_stream:
-                override = getattr(self._tls, "stream", None)
-                if override is not None:
-                    stream = override
-                if stream is not None and self.closed and not self._closing:
-                    # a buffer close() detached: its slab is released now, after its stream
-                    self._streams().stream_synchronize(stream)
-                    stream = blk.stream = None
-            if stream is not None:  # reusable at once on this stream, elsewhere after an event
-                size = blk.size
-                self._cache.blocks -= size
-                blk.stream = stream
-                key = (stream, size)
-                stack = self._sfast.get(key)
-                if stack is None:
-                    self._sfast[key] = [blk]
-                else:
-                    stack.append(blk)
-                self._stream_held[stream] = self._stream_held.get(stream, 0) + 1
-            elif self._cache.keep_fast:
-                size = blk.size
-                self._cache.blocks -= size
-                stack = self._cache.fast.get(size)
-                if stack is None:
-                    self._cache.fast[size] = [blk]
-                else:
-                    stack.append(blk)
-            else:
-                self._give(blk)
+        with self._kernel:
+            self._kernel.free(buffer.ptr, None)
+
+    def _free_on(self, buffer: Buffer, stream: int) -> None:
+        """munmap_on's slow path (the kernel's fast give_on declined)."""
+        with self._kernel:
+            self._kernel.free(buffer.ptr, stream)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         area = self._area  # a CudaArrayInterfaceArea only where the area below is one
@@ -264,6 +229,33 @@ class Pool(Blocks, Streams, Expandable, Sharing):
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         self._area._dlpack_prepare(buffer, stream)
 
+    # -- streams ----------------------------------------------------------------------------
+    # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
+    # keywords of overriding mmap/munmap: those would add a Python frame to every call.
+    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
+        """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
+        by requests on ``stream``, elsewhere after an event (see the module doc). A plain
+        munmap frees a buffer on the stream it was allocated on, if any."""
+        self._munmap_on(buffer, self._stream_handle(stream), size)
+
+    def _stream_handle(self, stream: Any) -> int:
+        from ..gpu.stream import Stream, as_stream_handle
+
+        handle = as_stream_handle(stream)
+        kernel = self._kernel
+        if kernel.stream_ops is None:
+            area = self._area
+            if not isinstance(area, StreamOrderedArea):
+                raise AMLNotSupported(
+                    f"streams need a GPU area; the pooled {type(area).__name__} has no runtime "
+                    "that orders work on streams"
+                )
+            ops: StreamOrdering = area.stream_ordering()
+            kernel.stream_ops = ops
+            kernel.stream_type = Stream
+            kernel.streams_ready = True
+        return handle
+
     # -- public API -----------------------------------------------------------------------
     def trim(self, keep: int = 0) -> int:
         """Return cached memory to the area until at most ``keep`` bytes are cached (only
@@ -271,37 +263,36 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         Returns the bytes released."""
         self._check_open()
         keep = checks.size(keep, "keep", zero=True)
-        with self._plock:
-            return self._trim_locked(keep)
+        with self._kernel:
+            return int(self._kernel.trim(keep))
 
     def reset_peak(self) -> None:
         """Restart the peaks of :attr:`pool_stats` from the current values."""
-        with self._plock:
-            self._cache.peak_requested = self._cache.requested
-            self._peak_reserved = self._reserved
+        with self._kernel:
+            self._kernel.reset_peak()
 
     @property
     def pool_stats(self) -> PoolStats:
-        with self._plock:
-            if self._cache.fast:
-                self._flush()
-            cached = self._reserved - self._cache.blocks
-            largest = max(self._small.largest(), self._large.largest())
-            return PoolStats(
-                bytes_in_use=self._cache.requested,
-                peak_bytes_in_use=self._cache.peak_requested,
-                block_bytes=self._cache.blocks,
-                bytes_reserved=self._reserved,
-                peak_bytes_reserved=self._peak_reserved,
-                bytes_cached=cached,
-                slabs=len(self._segment.chunks) if self._segment is not None else len(self._slabs),
-                native_allocations=self._native_allocs,
-                native_frees=self._native_frees,
-                pool_hits=self._cache.hits,
-                pool_misses=self._misses,
-                largest_free_block=largest,
-                fragmentation=1.0 - largest / cached if cached else 0.0,
+        with self._kernel:
+            (requested, peak, blocks, reserved, peak_reserved, slabs, allocs, frees, hits, misses, largest) = (
+                self._kernel.stats()
             )
+        cached = reserved - blocks
+        return PoolStats(
+            bytes_in_use=requested,
+            peak_bytes_in_use=peak,
+            block_bytes=blocks,
+            bytes_reserved=reserved,
+            peak_bytes_reserved=peak_reserved,
+            bytes_cached=cached,
+            slabs=slabs,
+            native_allocations=allocs,
+            native_frees=frees,
+            pool_hits=hits,
+            pool_misses=misses,
+            largest_free_block=largest,
+            fragmentation=1.0 - largest / cached if cached else 0.0,
+        )
 
     def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]:
         """The area's buffer a pooled buffer was carved from (None for an expandable
@@ -314,8 +305,8 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         with self._lock:
             self._check_open()
             buf = self._lookup(buffer, None)
-        blk = native_as(buf, _Block)
-        return blk.slab.buf, blk.addr - blk.slab.ptr
+        _dptr, _flags, _dl, _device, slab, offset, _n = self._kernel.block(buf.ptr)
+        return slab, offset
 
     def close(self) -> None:
         """Free every live buffer, then return every slab to the area (which stays
@@ -323,34 +314,36 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         when their last view is gone, and their slabs with them. Idempotent; a second
         close retries destroying the pool's stream event if the first could not (the
         slabs a failed free kept are the area's to free)."""
+        kernel = self._kernel
         with self._lock:
             closed = self.closed
         if closed:
-            with self._plock:
-                self._destroy_event()
+            with kernel:
+                kernel.destroy_event()
             return
         error: AMLError | None = None
-        with self._plock:
-            self._cache.keep_fast = False
-            self._flush()
-        self._closing = True  # the blocks freed by close() are released below, raising
+        with kernel:
+            kernel.close_stacks()
+        self._closing = kernel.closing = True  # blocks freed by close() are released below
         try:
             super().close()
         except AMLError as exc:  # pragma: no cover - _free never raises
             error = exc
         finally:
-            self._closing = False
-        with self._plock:
+            self._closing = kernel.closing = False
+        with kernel:
             try:
-                self._trim_locked(0)
+                kernel.trim(0)
             except AMLError as exc:
                 error = error or exc
-            self._let_go()
+            # What a closed pool still holds: only the slabs of its buffers detached while
+            # viewed. Any other slab left (its free failed) is the area's again.
+            kernel.let_go(list(self._orphans))
             try:
-                self._destroy_event()
+                kernel.destroy_event()
             except AMLError as exc:
                 error = error or exc
-            if self._segment is not None and not self._segment.chunks and self._reservation is not None:
+            if kernel.segment_empty() and self._reservation is not None:
                 res, self._reservation = self._reservation, None
                 if not self._area.closed and not res.freed:
                     assert self._vm is not None
@@ -358,19 +351,9 @@ class Pool(Blocks, Streams, Expandable, Sharing):
         if error is not None:
             raise error
 
-    def _let_go(self) -> None:
-        """What a closed pool still holds: only the slabs of its buffers detached while
-        viewed (its ``_orphans``). Any other slab left (its free failed, or a block of it
-        was lost) is the area's again: munmap or the area's close() frees it."""
-        viewed = self._orphans
-        for slab in self._slabs:
-            end = slab.ptr + slab.size
-            if slab.buf is not None and not any(slab.ptr <= p < end for p in viewed):
-                self._area._hold(slab.buf, False)
-
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._stats()[2]} live"
         return (
             f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
-            f"{self._reserved} bytes reserved>"
+            f"{self._kernel.reserved} bytes reserved>"
         )

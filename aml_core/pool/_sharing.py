@@ -5,31 +5,41 @@ out of them (:class:`~aml_core.protocols.DeviceCopies`, or the expandable segmen
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import attrs
 
 from .. import checks
 from .._buffer import address_of
+from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLNotSupported
 from ..ipc import IpcExport
-from ..protocols import DeviceCopies, IpcExporter
-from ._layout import PoolBase
+from ..protocols import DeviceCopies, GrowableMemory, IpcExporter
 
 __all__ = ["Sharing"]
 
 
-class Sharing(PoolBase):
+class Sharing(Area):
     """IPC export, write and read of pooled buffers."""
+
+    #: Set by the Pool: the area below, and an expandable pool's virtual memory.
+    _area: Area
+    _vm: GrowableMemory[Any] | None
+
+    if TYPE_CHECKING:
+
+        def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]: ...
 
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Share a pooled device buffer with another process: its slab's IPC handle with
         the block's offset and size (``aml_core.ipc_open`` maps the slab once per process
         and returns a buffer at the block's address)."""
         area = self._area
-        if not isinstance(area, IpcExporter) or self._segment is not None:
+        if not isinstance(area, IpcExporter) or self._vm is not None:
             raise AMLNotSupported(
                 f"this pool's memory cannot be shared by IPC handle ({type(self._area).__name__}"
-                f"{', expandable' if self._segment is not None else ''})"
+                f"{', expandable' if self._vm is not None else ''})"
             )
         with self._lock:
             self._check_open()
@@ -70,7 +80,7 @@ class Sharing(PoolBase):
         """The area's copies (None in an expandable pool, which copies through its
         GrowableMemory), the buffer's slab and its offset there."""
         area = self._area
-        if self._segment is not None:
+        if self._vm is not None:
             copies = None
         elif isinstance(area, DeviceCopies):
             copies = area

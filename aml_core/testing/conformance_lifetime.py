@@ -105,8 +105,8 @@ class LifetimeChecks(AreaKit):
             pytest.skip(
                 "a compiled allocator frees without _free: the backend's tests inject its native error"
             )
-        # A pool's compiled cache hands blocks back without _free: set it aside.
-        cache = getattr(area, "_pool_cache", None)
+        # A pool's compiled kernel hands blocks back without _free: set it aside.
+        cache = getattr(area, "_pool_kernel", None)
         if cache is not None:
             area._set_pool(None)
         before, native_before = area.stats, self.native_live(area)

@@ -100,9 +100,9 @@ class MappingChecks(AreaKit):
             pytest.skip(
                 "a compiled allocator frees without _free, and the backend gives no native live count"
             )
-        # A pool's compiled cache hands blocks back without _free: check _free itself with
+        # A pool's compiled kernel hands blocks back without _free: check _free itself with
         # the cache set aside, and put it back after.
-        cache = getattr(area, "_pool_cache", None)
+        cache = getattr(area, "_pool_kernel", None)
         if cache is not None:
             area._set_pool(None)
         freed: list[int] = []

@@ -12,7 +12,7 @@ import aml_core
 
 def test_repeated_size_makes_no_driver_call(hip: HipDouble) -> None:
     with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
-        cache = p._pool_cache
+        cache = p._pool_kernel
         assert cache is not None
         p.munmap(p.mmap(4096))  # the slab: one hipMalloc
         mallocs, frees = hip.calls("hipMalloc"), hip.calls("hipFree")
@@ -36,7 +36,7 @@ def test_a_fast_path_block_is_exported_with_its_offset(hip: HipDouble) -> None:
     with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
         keep = p.mmap(4096)
         p.munmap(p.mmap(1000))  # the block at offset 4096 goes on its stack
-        cache = p._pool_cache
+        cache = p._pool_kernel
         assert cache is not None
         b = p.mmap(1000)  # fast
         assert cache.fast_mmaps == 1

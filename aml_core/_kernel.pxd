@@ -1,0 +1,145 @@
+# The allocator kernel (aml_core/_kernel.pyx): a pool's policy and state in C. The hooks
+# (aml_core/_hooks.pyx) call hook_alloc / hook_free with no GIL.
+from cpython.object cimport PyObject
+from libcpp.map cimport map as cmap
+from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+from ._buffer cimport AreaBase, BufferBase
+from ._fastpath cimport FastPath
+
+ctypedef unsigned long long u64
+ctypedef pair[size_t, u64] HeapKey  # (size, ~sequence): newest first among equal sizes
+ctypedef pair[u64, size_t] StreamKey  # (stream, size)
+ctypedef pair[u64, size_t] Chunk  # an expandable segment's mapped chunk (ptr, size)
+
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+
+cdef struct Block
+cdef struct Slab
+
+# Memory held from the area: a slab Buffer (buf), or the expandable segment (buf NULL).
+cdef struct Slab:
+    u64 ptr
+    u64 dptr
+    size_t size
+    int heap
+    int flags  # F_HOST | F_READONLY of its blocks' buffers
+    int dl_type
+    int dl_id
+    PyObject *buf  # a strong reference, or NULL
+    PyObject *cinfo  # (ptr, device_ptr, flags, dl_type, dl_id, device): a strong reference
+    Block *first
+    Block *last
+
+# A piece of a slab: free (in its heap), on a stack, or live (handed out).
+cdef struct Block:
+    u64 addr
+    size_t size
+    size_t requested  # the bytes asked for, while live
+    Slab *slab
+    Block *prev
+    Block *next
+    int state
+    bint has_stream
+    u64 stream  # the stream it was last allocated or freed on (has_stream)
+    u64 key  # its heap key's sequence part, while free
+
+
+cdef class PoolKernel(FastPath):
+    cdef pthread_mutex_t _mu
+    cdef unsigned long _holder
+    cdef int _depth
+    cdef AreaBase _area
+    cdef object _owner
+    cdef void *_owner_key
+    cdef size_t _mask
+    cdef size_t _small_max
+    cdef size_t _small_slab
+    cdef size_t _medium_slab
+    cdef bint _limited
+    cdef size_t _limit
+    cdef bint _has_threshold
+    cdef size_t _threshold
+    cdef object _options
+    cdef bint _one_heap
+    cdef bint _shut
+    cdef u64 _seq
+    cdef cmap[HeapKey, Block *] _heap0
+    cdef cmap[HeapKey, Block *] _heap1
+    cdef unordered_map[size_t, vector[Block *]] _fast
+    cdef cmap[StreamKey, vector[Block *]] _sfast
+    cdef unordered_map[u64, long long] _held
+    cdef unordered_map[u64, Block *] _live
+    cdef vector[Slab *] _slabs
+    cdef Slab *_segment
+    cdef vector[Chunk] _chunks
+    cdef object _vm
+    cdef u64 _res_end
+    cdef size_t _vm_granule
+    # counters (the statistics)
+    cdef readonly long long hits
+    cdef readonly long long misses
+    cdef readonly long long requested
+    cdef readonly long long peak_requested
+    cdef readonly long long blocks
+    cdef readonly long long reserved
+    cdef readonly long long peak_reserved
+    cdef readonly long long native_allocs
+    cdef readonly long long native_frees
+    cdef readonly long long fast_mmaps
+    cdef readonly long long fast_munmaps
+    cdef readonly long long slow_munmaps
+    cdef readonly long long hook_mmaps
+    cdef readonly long long hook_munmaps
+    cdef public bint keep_fast
+    cdef public bint closing
+    cdef public bint streams_ready
+    cdef public object stream_ops
+    cdef public object event
+    cdef public object options_type
+    cdef public object stream_type
+
+    cdef void _free_slab_struct(self, Slab *s) noexcept
+    cdef int lock_gil(self) except -1
+    cdef int lock_nogil(self) noexcept nogil
+    cdef void unlock(self) noexcept nogil
+    cdef bint held_here(self) noexcept nogil
+    cdef AreaBase _owner_area(self)
+    cdef cmap[HeapKey, Block *] *_heap(self, int h) noexcept nogil
+    cdef int heap_of(self, size_t n) noexcept nogil
+    cdef size_t split_min(self, int h) noexcept nogil
+    cdef void heap_insert(self, Block *b) noexcept nogil
+    cdef void heap_remove(self, Block *b) noexcept nogil
+    cdef Block *best_fit(self, int h, size_t n) noexcept nogil
+    cdef size_t largest_free(self) noexcept nogil
+    cdef void use(self, Block *b, size_t n) noexcept nogil
+    cdef Slab *coalesce(self, Block *b) noexcept nogil
+    cdef void absorb(self, Slab *slab, Block *left, Block *right) noexcept nogil
+    cdef void flush(self) noexcept nogil
+    cdef Block *pop_host(self, size_t n) noexcept nogil
+    cdef Block *pop_stream(self, u64 stream, size_t n) noexcept nogil
+    cdef Block *take_cached(self, size_t n, bint has_stream, u64 stream) noexcept nogil
+    cdef void hand_out(self, Block *b, size_t size, bint has_stream, u64 stream) noexcept nogil
+    cdef int put_back(self, Block *b, bint has_stream, u64 stream) noexcept nogil
+    cdef Block *unlive(self, u64 addr) noexcept nogil
+    cdef BufferBase _take_fast(self, AreaBase area, object n_obj, bint has_stream, u64 stream)
+    cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1
+    cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil
+    cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
+    cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL
+    cdef int _reclaim_streams(self) except -1
+    cdef Block *_take_slow(self, size_t n) except NULL
+    cdef int _give(self, Block *b, bint closed) except -1
+    cdef int _auto_release(self, Slab *slab, size_t keep) except -1
+    cdef bint _whole_free(self, Slab *slab) noexcept nogil
+    cdef size_t _slab_size(self, int h, size_t n) noexcept nogil
+    cdef Block *_grow(self, int h, size_t n) except NULL
+    cdef void _count_reserved(self, size_t n) noexcept nogil
+    cdef int _release_slab(self, Slab *slab) except -1
+    cdef size_t _trim(self, size_t keep) except? <size_t>-1
+    cdef Block *_grow_segment(self, size_t n) except NULL
+    cdef size_t _trim_segment(self, size_t keep) except? <size_t>-1

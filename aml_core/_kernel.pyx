@@ -1,0 +1,1087 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, embedsignature=True, binding=True, embedsignature.format=clinic
+# distutils: language = c++
+"""The allocator kernel: a pool's whole policy, in one place (docs/kernel.md).
+
+``PoolKernel`` holds a pool's blocks and slabs in C structures and decides everything
+a pool decides: size classes (a small and a large heap), best fit and splitting,
+coalescing with free neighbours, the exact-size stacks that defer coalescing, the
+per-stream free lists and the event hand-over between streams, slabs taken from and
+returned to the area below, the limit, trimming and the release threshold, ENOMEM →
+release → one retry, the expandable segment's growth and trim, and every counter of
+the statistics. ``aml_core.pool.Pool`` is the Python area over it: it checks and
+converts its arguments, makes a Buffer from a block when Python asks for one, and
+formats the statistics.
+
+One mutex per kernel guards the state; every entry takes it. A thread that holds the
+GIL and finds the mutex taken waits with the GIL released, so a thread without the GIL
+(a framework hook) never waits for the GIL while holding the mutex in a hit; a miss
+leaves the mutex first, then takes the GIL and the mutex again (the "slow path"). The
+slow path calls the area below (a slab, its release), the expandable segment's
+virtual memory and the stream operations through Python objects, with the GIL and
+the mutex held; the mutex is re-entrant for its holder thread, whose finalizers defer
+their frees (``can_give`` says no) rather than re-enter a half-done operation.
+
+The hot path, a hit, runs in C with no Python object made: the block is taken from an
+exact-size stack (host order or the request's stream), else by best fit in its heap
+after coalescing the stacks. A Buffer is made around it only by ``take`` (the area's
+``mmap``); the framework hooks (``aml_core._hooks``) call ``hook_alloc``/``hook_free``
+with no GIL and make none.
+"""
+
+cimport cython
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF
+from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
+from cython.operator cimport dereference as deref
+from cython.operator cimport preincrement as inc
+from libc.stdlib cimport calloc
+from libc.stdlib cimport free as cfree
+from libcpp.map cimport map as cmap
+from libcpp.vector cimport vector
+
+from ._buffer cimport F_HOST, F_READONLY, AreaBase, BufferBase, forget_inside
+from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull
+from ._fastpath cimport FastPath
+
+import warnings
+
+from .errors import AMLError, AMLMemoryError, AMLValueError
+
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_mutex_init(pthread_mutex_t *, void *)
+    int pthread_mutex_destroy(pthread_mutex_t *)
+    int pthread_mutex_lock(pthread_mutex_t *)
+    int pthread_mutex_trylock(pthread_mutex_t *)
+    int pthread_mutex_unlock(pthread_mutex_t *)
+    unsigned long PyThread_get_thread_ident "pthread_self"()
+
+
+cdef enum:
+    MIB = 1048576
+
+# A block's state: where it is.
+cdef enum:
+    B_FREE = 0  # in its heap's index (coalesced)
+    B_USED = 1  # held by a buffer or a hook (in _live)
+    B_HOST = 2  # on a host-order exact-size stack, not coalesced
+    B_STREAM = 3  # on a stream's exact-size stack
+
+
+@cython.final
+cdef class PoolKernel(FastPath):
+    """PoolKernel(area, *, granule, small_max, small_slab, medium_slab, limit=None, release_threshold=None, options=None)
+--
+
+    A pool's policy and state over ``area`` (see the module doc); made by
+    ``aml_core.pool.Pool``, which documents the parameters."""
+
+    def __cinit__(self):
+        pthread_mutex_init(&self._mu, NULL)
+
+    def __init__(self, area, *, granule, small_max, small_slab, medium_slab, limit=None,
+                 release_threshold=None, options=None):
+        if not isinstance(area, AreaBase):
+            raise TypeError("a PoolKernel is over an aml area")
+        if granule < 1 or granule & (granule - 1):
+            raise ValueError("granule must be a power of two")
+        self._area = area
+        self._mask = granule - 1
+        self._small_max = small_max
+        self._small_slab = small_slab
+        self._medium_slab = medium_slab
+        self._limited = limit is not None
+        self._limit = limit if limit is not None else 0
+        self._has_threshold = release_threshold is not None
+        self._threshold = release_threshold if release_threshold is not None else 0
+        self._options = options
+        self.keep_fast = release_threshold is None
+        self.event = None
+        self.stream_ops = None
+
+    def __dealloc__(self):
+        cdef Slab *s
+        cdef Block *b
+        cdef Block *nxt
+        cdef size_t i
+        for i in range(self._slabs.size()):
+            self._free_slab_struct(self._slabs[i])
+        self._slabs.clear()
+        if self._segment != NULL:
+            self._free_slab_struct(self._segment)
+            self._segment = NULL
+        pthread_mutex_destroy(&self._mu)
+
+    cdef void _free_slab_struct(self, Slab *s) noexcept:
+        cdef Block *b = s.first
+        cdef Block *nxt
+        while b != NULL:
+            nxt = b.next
+            cfree(b)
+            b = nxt
+        Py_XDECREF(s.buf)
+        Py_XDECREF(s.cinfo)
+        cfree(s)
+
+    # -- the mutex -----------------------------------------------------------------------
+    cdef int lock_gil(self) except -1:
+        """Take the mutex (GIL held): re-entrant for its holder; waits without the GIL."""
+        cdef unsigned long me = PyThread_get_thread_ident()
+        if self._holder == me:
+            self._depth += 1
+            return 0
+        if pthread_mutex_trylock(&self._mu) != 0:
+            with nogil:
+                pthread_mutex_lock(&self._mu)
+        self._holder = me
+        self._depth = 1
+        return 0
+
+    cdef int lock_nogil(self) noexcept nogil:
+        """Take the mutex without the GIL; 1 if this thread holds it already (nothing
+        taken: the caller must not go on), else 0."""
+        cdef unsigned long me = PyThread_get_thread_ident()
+        if self._holder == me:
+            return 1
+        pthread_mutex_lock(&self._mu)
+        self._holder = me
+        self._depth = 1
+        return 0
+
+    cdef void unlock(self) noexcept nogil:
+        self._depth -= 1
+        if self._depth == 0:
+            self._holder = 0
+            pthread_mutex_unlock(&self._mu)
+
+    cdef bint held_here(self) noexcept nogil:
+        return self._holder == PyThread_get_thread_ident()
+
+    def __enter__(self):
+        """Take the mutex for a section of Python code (the pool's slow path); the pool
+        that installed the kernel counts the holder as inside it (a finalizer's free of
+        a pooled buffer then waits for it: see _buffer.pyx)."""
+        cdef AreaBase owner = self._owner_area()
+        if owner is not None:
+            owner._enter()
+        try:
+            self.lock_gil()
+        except BaseException:
+            if owner is not None:
+                owner._leave()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.unlock()
+        cdef AreaBase owner = self._owner_area()
+        if owner is not None:
+            owner._leave()
+        elif self._owner_key != NULL:
+            forget_inside(self._owner_key)
+        return False
+
+    @property
+    def held(self):
+        """Whether this thread holds the kernel's mutex."""
+        return self.held_here()
+
+    cdef AreaBase _owner_area(self):
+        if self._owner is None:
+            return None
+        cdef PyObject *o = PyWeakref_GetObject(self._owner)
+        if o == <PyObject *>None:
+            return None
+        return <AreaBase>o
+
+    # -- heaps: free blocks by (size, newest first) ----------------------------------------
+    cdef inline cmap[HeapKey, Block *] *_heap(self, int h) noexcept nogil:
+        return &self._heap0 if h == 0 else &self._heap1
+
+    cdef inline int heap_of(self, size_t n) noexcept nogil:
+        return 0 if (self._one_heap or n <= self._small_max) else 1
+
+    cdef inline size_t split_min(self, int h) noexcept nogil:
+        return self._mask + 1 if h == 0 else self._small_max
+
+    cdef void heap_insert(self, Block *b) noexcept nogil:
+        self._seq += 1
+        b.key = ~self._seq  # newest first among equal sizes
+        b.state = B_FREE
+        deref(self._heap(b.slab.heap))[HeapKey(b.size, b.key)] = b
+
+    cdef void heap_remove(self, Block *b) noexcept nogil:
+        self._heap(b.slab.heap).erase(HeapKey(b.size, b.key))
+
+    cdef Block *best_fit(self, int h, size_t n) noexcept nogil:
+        cdef cmap[HeapKey, Block *] *heap = self._heap(h)
+        it = heap.lower_bound(HeapKey(n, 0))
+        if it == heap.end():
+            return NULL
+        return deref(it).second
+
+    cdef size_t largest_free(self) noexcept nogil:
+        cdef size_t best = 0
+        cdef int h
+        for h in range(2):
+            heap = self._heap(h)
+            if not heap.empty() and deref(heap.rbegin()).first.first > best:
+                best = deref(heap.rbegin()).first.first
+        return best
+
+    # -- blocks: take, split, coalesce ------------------------------------------------------
+    cdef void use(self, Block *b, size_t n) noexcept nogil:
+        """Take a free block out of its heap for a request of ``n`` rounded bytes,
+        splitting off the rest when at least the heap's split minimum remains."""
+        cdef Slab *slab = b.slab
+        cdef Block *tail
+        cdef size_t rest
+        self.heap_remove(b)
+        rest = b.size - n
+        if rest >= self.split_min(slab.heap):
+            tail = <Block *>calloc(1, sizeof(Block))
+            if tail != NULL:
+                tail.slab = slab
+                tail.addr = b.addr + n
+                tail.size = rest
+                tail.prev = b
+                tail.next = b.next
+                if b.next == NULL:
+                    slab.last = tail
+                else:
+                    b.next.prev = tail
+                b.next = tail
+                b.size = n
+                self.heap_insert(tail)
+            # no memory for the tail's record: the block keeps it (bounded waste)
+        b.state = B_USED
+        self.blocks += b.size
+
+    cdef Slab *coalesce(self, Block *b) noexcept nogil:
+        """Mark a block free, merge it with its free neighbours and index the result."""
+        cdef Slab *slab = b.slab
+        cdef Block *prev = b.prev
+        cdef Block *nxt
+        if prev != NULL and prev.state == B_FREE:
+            self.heap_remove(prev)
+            self.absorb(slab, prev, b)
+            b = prev
+        nxt = b.next
+        if nxt != NULL and nxt.state == B_FREE:
+            self.heap_remove(nxt)
+            self.absorb(slab, b, nxt)
+        self.heap_insert(b)
+        return slab
+
+    cdef void absorb(self, Slab *slab, Block *left, Block *right) noexcept nogil:
+        left.size += right.size
+        left.next = right.next
+        if right.next == NULL:
+            slab.last = left
+        else:
+            right.next.prev = left
+        cfree(right)
+
+    cdef void flush(self) noexcept nogil:
+        """Coalesce the blocks of the host-order exact-size stacks into the heaps."""
+        cdef size_t i
+        it = self._fast.begin()
+        while it != self._fast.end():
+            for i in range(deref(it).second.size()):
+                self.coalesce(deref(it).second[i])
+            inc(it)
+        self._fast.clear()
+
+    cdef Block *pop_host(self, size_t n) noexcept nogil:
+        it = self._fast.find(n)
+        if it == self._fast.end() or deref(it).second.empty():
+            return NULL
+        cdef Block *b = deref(it).second.back()
+        deref(it).second.pop_back()
+        return b
+
+    cdef Block *pop_stream(self, u64 stream, size_t n) noexcept nogil:
+        it = self._sfast.find(StreamKey(stream, n))
+        if it == self._sfast.end() or deref(it).second.empty():
+            return NULL
+        cdef Block *b = deref(it).second.back()
+        deref(it).second.pop_back()
+        self._held[stream] -= 1
+        return b
+
+    cdef Block *take_cached(self, size_t n, bint has_stream, u64 stream) noexcept nogil:
+        """A hit without a native call or Python: the request's exact-size stack (its
+        stream's, or host order's), else, in host order, or on a stream when the stream
+        stacks hold nothing to hand over, the best fit after coalescing. NULL: the slow
+        path decides (hand-over, streams reclaimed, growth)."""
+        cdef Block *b
+        cdef int h
+        if has_stream:
+            b = self.pop_stream(stream, n)
+            if b == NULL:
+                b = self.pop_host(n)
+            if b != NULL:
+                b.state = B_USED
+                self.blocks += b.size
+                return b
+        else:
+            b = self.pop_host(n)
+            if b != NULL:
+                b.state = B_USED
+                self.blocks += b.size
+                return b
+        h = self.heap_of(n)
+        b = self.best_fit(h, n)
+        if b == NULL and not self._fast.empty():
+            self.flush()
+            b = self.best_fit(h, n)
+        if b == NULL:
+            return NULL
+        self.use(b, n)
+        return b
+
+    cdef void hand_out(self, Block *b, size_t size, bint has_stream, u64 stream) noexcept nogil:
+        """Count a taken block as live: its stream, the requested bytes and their peak."""
+        b.has_stream = has_stream
+        b.stream = stream
+        b.requested = size
+        self._live[b.addr] = b
+        self.hits += 1
+        self.requested += size
+        if self.requested > self.peak_requested:
+            self.peak_requested = self.requested
+
+    cdef int put_back(self, Block *b, bint has_stream, u64 stream) noexcept nogil:
+        """A live block freed (its _live entry and requested bytes gone already): onto its
+        stream's stack, or the host stack while the pool keeps stacks. 1: it must be
+        returned to its heap by the slow path (release threshold, a closed pool)."""
+        if has_stream:
+            self.blocks -= b.size
+            b.has_stream = True
+            b.stream = stream
+            b.state = B_STREAM
+            self._sfast[StreamKey(stream, b.size)].push_back(b)
+            self._held[stream] += 1
+            return 0
+        if self.keep_fast:
+            self.blocks -= b.size
+            b.has_stream = False
+            b.state = B_HOST
+            self._fast[b.size].push_back(b)
+            return 0
+        return 1
+
+    cdef Block *unlive(self, u64 addr) noexcept nogil:
+        it = self._live.find(addr)
+        if it == self._live.end():
+            return NULL
+        cdef Block *b = deref(it).second
+        self._live.erase(it)
+        self.requested -= b.requested
+        return b
+
+    # -- the fast path (FastPath) ----------------------------------------------------------
+    cdef int installed(self, AreaBase area) except -1:
+        self._owner = PyWeakref_NewRef(area, None)
+        self._owner_key = <void *>area
+        return 0
+
+    cdef BufferBase take(self, AreaBase area, object n_obj):
+        return self._take_fast(area, n_obj, False, 0)
+
+    cdef BufferBase take_with(self, AreaBase area, object n_obj, object options):
+        """mmap with options: only ``{"stream": s}`` (or PoolOptions) with ``s`` an int or
+        an aml Stream, once the pool has taken a stream (its operations known)."""
+        if not self.streams_ready:
+            return None
+        cdef object value
+        if type(options) is dict:
+            if len(<dict>options) != 1:
+                return None
+            value = (<dict>options).get("stream", self)
+            if value is self:
+                return None
+        elif type(options) is self.options_type:
+            value = options.stream
+        else:
+            return None
+        if value is None:
+            return self._take_fast(area, n_obj, False, 0)
+        cdef u64 handle
+        if type(value) is int:
+            handle = _as_ull(value)
+            if handle == <u64>-1 and PyErr_Occurred() != NULL:
+                PyErr_Clear()
+                return None  # out of range: the Python path says so
+        elif type(value) is self.stream_type:
+            h = value.handle
+            if type(h) is not int:
+                return None
+            handle = _as_ull(h)
+            if handle == <u64>-1 and PyErr_Occurred() != NULL:
+                PyErr_Clear()
+                return None
+        else:
+            return None
+        return self._take_fast(area, n_obj, True, handle)
+
+    cdef BufferBase _take_fast(self, AreaBase area, object n_obj, bint has_stream, u64 stream):
+        """A hit, made into the area's Buffer; None when the slow path must run. The
+        state changes under the mutex; the buffer is made after it is released (an
+        allocation may run a finalizer that frees into this kernel)."""
+        if self._shut or self._area._closed or self.held_here():
+            return None
+        cdef Py_ssize_t n = _as_ssize(n_obj)
+        if n <= 0 or n > PY_SSIZE_T_MAX - <Py_ssize_t>self._mask:
+            if n == -1 and PyErr_Occurred() != NULL:
+                PyErr_Clear()
+            return None
+        cdef size_t r = (<size_t>n + self._mask) & ~self._mask
+        tp = area._buffer_type(None)
+        cdef Block *b
+        self.lock_gil()
+        b = self.take_cached(r, has_stream, stream)
+        if b != NULL:
+            self.hand_out(b, n, has_stream, stream)
+            self.fast_mmaps += 1
+        self.unlock()
+        if b == NULL:
+            return None
+        cdef Slab *slab = b.slab
+        info = <tuple>slab.cinfo
+        cdef u64 addr = b.addr
+        cdef u64 dptr = slab.dptr + (addr - slab.ptr)
+        addr_obj = addr
+        try:
+            return area._make(tp, addr_obj, addr, n, slab.flags, slab.dl_type, slab.dl_id, info[5],
+                              None if dptr == addr else dptr, None)
+        except BaseException:
+            self.lock_gil()
+            self.fast_mmaps -= 1
+            self.hits -= 1
+            b = self.unlive(addr)
+            if b != NULL and self.put_back(b, has_stream, stream):
+                self.blocks -= b.size
+                self.coalesce(b)
+            self.unlock()
+            raise
+
+    cdef bint give(self, AreaBase area, BufferBase buf) except -1:
+        """munmap or a finalizer: the block back onto its stack in C, or False (the slow
+        path: a release threshold, a closed pool, this thread inside the kernel)."""
+        return self._give_fast(buf, False, 0)
+
+    cdef bint give_on(self, AreaBase area, BufferBase buf, u64 stream) except -1:
+        return self._give_fast(buf, True, stream)
+
+    cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1:
+        if not self.keep_fast or self.held_here():
+            return False
+        cdef int status = 1
+        self.lock_gil()
+        it = self._live.find(buf._ptr)
+        cdef Block *b
+        if it != self._live.end():
+            b = deref(it).second
+            if self.keep_fast:
+                self._live.erase(it)
+                self.requested -= b.requested
+                if override:
+                    status = self.put_back(b, True, stream)
+                else:
+                    status = self.put_back(b, b.has_stream, b.stream)
+                if status:  # pragma: no cover - keep_fast was read under the mutex
+                    self._live[b.addr] = b
+                    self.requested += b.requested
+                else:
+                    self.fast_munmaps += 1
+        self.unlock()
+        return status == 0
+
+    cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:
+        # Never this thread inside the kernel (a finalizer run by its Python callbacks);
+        # another thread's hold only makes give wait, with the GIL released.
+        return self.keep_fast and not self.held_here()
+
+    # -- the hooks (aml_core/_hooks.pyx): no GIL, no Python object -------------------------
+    cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil:
+        """A hit for a framework: 0 and the address in ``out``; 1 when the slow path must
+        run (with the GIL: ``alloc``)."""
+        if size == 0 or size > <size_t>PY_SSIZE_T_MAX - self._mask or not self.keep_fast:
+            return 1
+        if self.lock_nogil():
+            return 1
+        cdef size_t r = (size + self._mask) & ~self._mask
+        cdef Block *b = NULL
+        if not self._shut:
+            b = self.take_cached(r, has_stream, stream)
+            if b != NULL:
+                self.hand_out(b, size, has_stream, stream)
+                self.hook_mmaps += 1
+        self.unlock()
+        if b == NULL:
+            return 1
+        out[0] = b.addr
+        return 0
+
+    cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil:
+        """A framework's free: 0 done; 1 when the slow path must run (``free``); -1 when
+        the kernel did not hand out ``addr`` (nothing changed)."""
+        if self.lock_nogil():
+            return 1
+        cdef int status = 0
+        it = self._live.find(addr)
+        cdef Block *b
+        if it == self._live.end():
+            status = -1
+        elif not self.keep_fast:
+            status = 1
+        else:
+            b = deref(it).second
+            self._live.erase(it)
+            self.requested -= b.requested
+            if self.put_back(b, has_stream or b.has_stream, stream if has_stream else b.stream):
+                self._live[b.addr] = b  # pragma: no cover - keep_fast was read under the mutex
+                self.requested += b.requested
+                status = 1
+            else:
+                self.hook_munmaps += 1
+        self.unlock()
+        return status
+
+    # -- the slow path (GIL and mutex held: callers use ``with kernel``) ------------------
+    def alloc(self, Py_ssize_t size, object stream=None):
+        """Take a block for ``size`` bytes (checked by the caller) in host order
+        (``stream`` None) or in a stream's order (its handle): the cached paths, the
+        hand-over from another stream, the streams reclaimed, a new slab or chunk (past the
+        limit or on ENOMEM: the cache released, one retry). Returns the address."""
+        cdef size_t n = (<size_t>size + self._mask) & ~self._mask
+        cdef bint has_stream = stream is not None
+        cdef u64 s = stream if has_stream else 0
+        cdef Block *b
+        self.lock_gil()
+        try:
+            b = self.take_cached(n, has_stream, s)
+            if b == NULL and has_stream:
+                b = self._hand_over(n, s)
+                if b == NULL:
+                    self._reclaim_streams()
+            if b == NULL:
+                b = self._take_slow(n)
+            self.hand_out(b, size, has_stream, s)
+            return b.addr
+        finally:
+            self.unlock()
+
+    cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL:
+        """A block of exactly ``n`` bytes freed on another stream: ``stream`` waits for it
+        through the pool's event (recorded on the other stream now; no host wait)."""
+        cdef Block *b
+        cdef u64 other
+        it = self._sfast.begin()
+        while it != self._sfast.end():
+            if deref(it).first.second == n and not deref(it).second.empty():
+                other = deref(it).first.first
+                ops = self.stream_ops
+                if self.event is None:
+                    self.event = ops.event_create()
+                # One event serves every hand-over: the wait captures its state now.
+                ops.event_record(self.event, other)
+                ops.stream_wait_event(stream, self.event)
+                b = deref(it).second.back()
+                deref(it).second.pop_back()
+                self._held[other] -= 1
+                b.state = B_USED
+                self.blocks += b.size
+                return b
+            inc(it)
+        return NULL
+
+    cdef int _reclaim_streams(self) except -1:
+        """Wait for every stream that holds freed blocks, then return the blocks to host
+        order (onto the exact-size stacks, where they can be coalesced and reused)."""
+        cdef bint any_held = False
+        hit = self._held.begin()
+        while hit != self._held.end():
+            if deref(hit).second:
+                any_held = True
+                break
+            inc(hit)
+        if not any_held:
+            return 0
+        ops = self.stream_ops
+        hit = self._held.begin()
+        while hit != self._held.end():
+            if deref(hit).second:
+                ops.stream_synchronize(deref(hit).first)
+            inc(hit)
+        cdef size_t i
+        cdef Block *b
+        it = self._sfast.begin()
+        while it != self._sfast.end():
+            for i in range(deref(it).second.size()):
+                b = deref(it).second[i]
+                b.has_stream = False
+                b.state = B_HOST
+                self._fast[b.size].push_back(b)
+            inc(it)
+        self._sfast.clear()
+        self._held.clear()
+        return 0
+
+    cdef Block *_take_slow(self, size_t n) except NULL:
+        """Best fit after the stacks and the streams are reclaimed, else a new slab."""
+        cdef int h = self.heap_of(n)
+        cdef Block *b = self.best_fit(h, n)
+        if b == NULL and not self._fast.empty():
+            self.flush()
+            b = self.best_fit(h, n)
+        if b == NULL and not self._sfast.empty():
+            self._reclaim_streams()
+            self.flush()
+            b = self.best_fit(h, n)
+        if b == NULL:
+            b = self._grow(h, n)
+            self.misses += 1
+            self.hits -= 1  # hand_out counts a hit: a miss is not one
+        self.use(b, n)
+        return b
+
+    def free(self, u64 addr, object stream=None):
+        """Free the live block at ``addr`` (the slow path): onto its stream's stack (its
+        own, or ``stream``, munmap_on's), the host stack, or back to its heap, releasing
+        what the release threshold or a closed pool asks."""
+        self.lock_gil()
+        try:
+            b = self.unlive(addr)
+            if b == NULL:
+                raise AMLValueError(f"0x{addr:x} is not a live block of this pool")
+            has_stream = b.has_stream
+            s = b.stream
+            if stream is not None:
+                has_stream = True
+                s = stream
+            owner = self._owner_area()
+            closed = owner is None or owner.closed
+            if has_stream and closed and not self.closing:
+                # freed after close() detached it: its slab goes now, after its stream
+                self.stream_ops.stream_synchronize(s)
+                has_stream = False
+            if self.put_back(b, has_stream, s):
+                self._give(b, closed)
+            else:
+                self.slow_munmaps += 1
+        finally:
+            self.unlock()
+
+    cdef int _give(self, Block *b, bint closed) except -1:
+        """Return a live block to its heap now, and release what is due."""
+        self.blocks -= b.size
+        cdef Slab *slab = self.coalesce(b)
+        if closed:
+            if not self.closing:  # a buffer close() detached while viewed: its slab goes now
+                self._auto_release(slab, 0)
+        elif self._has_threshold:
+            self._auto_release(slab, self._threshold)
+        return 0
+
+    cdef int _auto_release(self, Slab *slab, size_t keep) except -1:
+        try:
+            if self._segment != NULL:
+                self._trim_segment(keep)
+            elif self._whole_free(slab) and <size_t>(self.reserved - self.blocks) > keep:
+                self._release_slab(slab)
+        except AMLError as exc:
+            warnings.warn(f"the pool could not return cached memory: {exc}", ResourceWarning, stacklevel=3)
+        return 0
+
+    cdef bint _whole_free(self, Slab *slab) noexcept nogil:
+        return slab.first != NULL and slab.first.state == B_FREE and slab.first.next == NULL
+
+    # -- slabs ------------------------------------------------------------------------------
+    cdef size_t _slab_size(self, int h, size_t n) noexcept nogil:
+        if h == 0 and n <= self._small_max:
+            return self._small_slab if self._small_slab > n else n
+        if n < 10 * MIB:
+            return max(self._medium_slab, _round_up(n, 2 * MIB))
+        return _round_up(n, 2 * MIB)
+
+    cdef Block *_grow(self, int h, size_t n) except NULL:
+        """New memory from the area holding a free block of at least ``n`` bytes, indexed
+        in heap ``h``. Past the limit or on ENOMEM: trim, retry, then ENOMEM."""
+        if self._segment != NULL:
+            return self._grow_segment(n)
+        cdef size_t want = self._slab_size(h, n)
+        if self._limited:
+            if self.reserved + want > self._limit:
+                self._trim(0)
+            if self.reserved + want > self._limit:
+                want = n  # a slab of just the request may still fit
+            if self.reserved + want > self._limit:
+                raise AMLMemoryError(
+                    f"the pool's limit of {self._limit} bytes is reached: {self.reserved} reserved "
+                    f"({self.blocks} in live blocks), {n} more asked"
+                )
+        from . import checks
+        if want > checks.MAX_SIZE:
+            raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
+        area = self._area
+        try:
+            buf = area.mmap(want, self._options)
+        except AMLMemoryError:
+            if not self._trim(0):
+                raise
+            buf = area.mmap(want, self._options)
+        try:
+            cinfo = _cinfo(buf)
+            area._hold(buf)  # the pool's from now on: the area refuses to free it
+        except BaseException as exc:
+            area._give_back(buf, exc)
+            raise
+        cdef Slab *slab = <Slab *>calloc(1, sizeof(Slab))
+        cdef Block *b = <Block *>calloc(1, sizeof(Block))
+        if slab == NULL or b == NULL:
+            cfree(slab)
+            cfree(b)
+            area._hold(buf, False)
+            area.munmap(buf)
+            raise MemoryError()
+        _set_slab(slab, buf.ptr, want, h, cinfo)
+        Py_INCREF(buf)
+        slab.buf = <PyObject *>buf
+        b.slab = slab
+        b.addr = slab.ptr
+        b.size = want
+        slab.first = slab.last = b
+        self._slabs.push_back(slab)
+        self._count_reserved(want)
+        self.heap_insert(b)
+        return b
+
+    cdef void _count_reserved(self, size_t n) noexcept nogil:
+        self.native_allocs += 1
+        self.reserved += n
+        if self.reserved > self.peak_reserved:
+            self.peak_reserved = self.reserved
+
+    cdef int _release_slab(self, Slab *slab) except -1:
+        """Give a wholly free slab back to the area; on failure it stays."""
+        cdef Block *b = slab.first
+        buf = <object>slab.buf
+        area = self._area
+        area._hold(buf, False)  # the area's again: only the pool frees its slabs
+        if not area.closed:  # a closed area detached it: it is freed with the Buffer
+            try:
+                area.munmap(buf)
+            except BaseException:
+                if area._is_live(buf):
+                    area._hold(buf)  # still there: still the pool's
+                raise
+        self.heap_remove(b)
+        cdef size_t i
+        for i in range(self._slabs.size()):
+            if self._slabs[i] == slab:
+                self._slabs.erase(self._slabs.begin() + i)
+                break
+        self.reserved -= slab.size
+        self.native_frees += 1
+        self._free_slab_struct(slab)
+        return 0
+
+    def trim(self, size_t keep):
+        """Release cached memory until at most ``keep`` bytes are cached (the caller holds
+        the mutex or not: it is taken); returns the bytes released."""
+        self.lock_gil()
+        try:
+            return self._trim(keep)
+        finally:
+            self.unlock()
+
+    cdef size_t _trim(self, size_t keep) except? <size_t>-1:
+        if not self._sfast.empty():
+            self._reclaim_streams()
+        if not self._fast.empty():
+            self.flush()
+        if self._segment != NULL:
+            return self._trim_segment(keep)
+        cdef size_t released = 0
+        cdef size_t i
+        cdef Slab *s
+        cdef vector[Slab *] free_slabs
+        for i in range(self._slabs.size()):
+            if self._whole_free(self._slabs[i]):
+                free_slabs.push_back(self._slabs[i])
+        # Largest slabs first: fewest native calls for the bytes (stable: oldest first).
+        _sort_by_size_desc(free_slabs)
+        error = None
+        cdef size_t size
+        for i in range(free_slabs.size()):
+            if <size_t>(self.reserved - self.blocks) <= keep:
+                break
+            s = free_slabs[i]
+            size = s.size
+            try:
+                self._release_slab(s)
+            except AMLError as exc:
+                error = error or exc
+                continue
+            released += size
+        if error is not None:
+            raise error
+        return released
+
+    # -- the expandable segment -------------------------------------------------------------
+    def set_segment(self, vm, u64 ptr, reservation_size, granularity, dl_device, device):
+        """Back the pool with one growing segment of ``vm`` (a GrowableMemory) reserved at
+        ``ptr``: one heap, split down to the granule, chunks of at least 2 MiB."""
+        if self._segment != NULL or self._slabs.size():
+            raise ValueError("the pool has memory already")
+        cdef Slab *seg = <Slab *>calloc(1, sizeof(Slab))
+        if seg == NULL:
+            raise MemoryError()
+        _set_slab(seg, ptr, 0, 0, (ptr, ptr, 0, dl_device[0], dl_device[1], device))
+        seg.dptr = ptr
+        self._segment = seg
+        self._vm = vm
+        self._res_end = ptr + reservation_size
+        self._vm_granule = granularity
+        self._one_heap = True
+        self._small_slab = self._medium_slab = _round_up(2 * MIB, granularity)
+
+    cdef Block *_grow_segment(self, size_t n) except NULL:
+        """Map chunks at the end of the segment until its free tail holds ``n`` bytes."""
+        cdef Slab *seg = self._segment
+        cdef Block *tail = seg.last if seg.last != NULL and seg.last.state == B_FREE else NULL
+        cdef size_t have = tail.size if tail != NULL else 0
+        cdef size_t g = self._vm_granule
+        cdef size_t need = _round_up(n - have, g)
+        cdef size_t chunk = max(need, self._small_slab)
+        if self._limited:
+            if self.reserved + chunk > self._limit:
+                chunk = need
+            if self.reserved + chunk > self._limit:
+                self._trim_segment(0)
+                tail = seg.last if seg.last != NULL and seg.last.state == B_FREE else NULL
+                have = tail.size if tail != NULL else 0
+                chunk = _round_up(n - have, g)
+            if self.reserved + chunk > self._limit:
+                raise AMLMemoryError(
+                    f"the pool's limit of {self._limit} bytes is reached: {self.reserved} mapped "
+                    f"({self.blocks} in live blocks), {n} more asked"
+                )
+        cdef u64 end = seg.ptr + seg.size
+        if end + chunk > self._res_end:
+            raise AMLMemoryError(
+                f"the expandable pool's reservation of {self._res_end - seg.ptr} bytes is full "
+                f"({seg.size} mapped, {chunk} more needed); make the pool with a larger capacity"
+            )
+        cdef Block *fresh = NULL
+        if tail == NULL:
+            fresh = <Block *>calloc(1, sizeof(Block))
+            if fresh == NULL:
+                raise MemoryError()
+        try:
+            self._vm.commit(end, chunk)
+        except BaseException:
+            cfree(fresh)
+            raise
+        seg.size += chunk
+        self._chunks.push_back(Chunk(end, chunk))
+        self._count_reserved(chunk)
+        if tail != NULL:
+            self.heap_remove(tail)
+            tail.size += chunk
+        else:
+            tail = fresh
+            tail.slab = seg
+            tail.addr = end
+            tail.size = chunk
+            tail.prev = seg.last
+            if seg.last == NULL:
+                seg.first = tail
+            else:
+                seg.last.next = tail
+            seg.last = tail
+        self.heap_insert(tail)
+        return tail
+
+    cdef size_t _trim_segment(self, size_t keep) except? <size_t>-1:
+        """Unmap chunks at the segment's end that lie wholly in its free tail."""
+        cdef Slab *seg = self._segment
+        cdef size_t released = 0
+        cdef Block *tail
+        cdef u64 ptr
+        cdef size_t size
+        owner_area = self._area
+        while not self._chunks.empty() and <size_t>(self.reserved - self.blocks) > keep:
+            tail = seg.last
+            ptr = self._chunks.back().first
+            size = self._chunks.back().second
+            if tail == NULL or tail.state != B_FREE or tail.addr > ptr:
+                break
+            if not owner_area.closed:
+                self._vm.unmap(ptr, size)
+            self._chunks.pop_back()
+            self.heap_remove(tail)
+            tail.size -= size
+            if tail.size:
+                self.heap_insert(tail)
+            else:
+                seg.last = tail.prev
+                if tail.prev == NULL:
+                    seg.first = NULL
+                else:
+                    tail.prev.next = NULL
+                cfree(tail)
+            seg.size -= size
+            self.reserved -= size
+            self.native_frees += 1
+            released += size
+        return released
+
+    # -- what the pool asks --------------------------------------------------------------
+    def block(self, u64 addr):
+        """The live block at ``addr``: (device_ptr, flags, (dl_type, dl_id), device, the
+        slab's Buffer or None, the offset in the slab, the block's bytes)."""
+        self.lock_gil()
+        try:
+            it = self._live.find(addr)
+            if it == self._live.end():
+                raise AMLValueError(f"0x{addr:x} is not a live block of this pool")
+            b = deref(it).second
+            slab = b.slab
+            info = <tuple>slab.cinfo
+            buf = None if slab.buf == NULL else <object>slab.buf
+            return (slab.dptr + (addr - slab.ptr), slab.flags, (slab.dl_type, slab.dl_id), info[5], buf,
+                    addr - slab.ptr, b.size)
+        finally:
+            self.unlock()
+
+    def stats(self):
+        """The counters, after coalescing the host stacks: (requested, peak_requested,
+        blocks, reserved, peak_reserved, slabs, native_allocs, native_frees, hits,
+        misses, largest_free_block)."""
+        self.lock_gil()
+        try:
+            if not self._fast.empty():
+                self.flush()
+            nslabs = self._chunks.size() if self._segment != NULL else self._slabs.size()
+            return (self.requested, self.peak_requested, self.blocks, self.reserved, self.peak_reserved,
+                    nslabs, self.native_allocs, self.native_frees, self.hits, self.misses,
+                    self.largest_free())
+        finally:
+            self.unlock()
+
+    def reset_peak(self):
+        self.lock_gil()
+        self.peak_requested = self.requested
+        self.peak_reserved = self.reserved
+        self.unlock()
+
+    def stream_cached(self):
+        """The blocks held on streams' stacks: {(stream, size): [addresses, oldest
+        first]} (tests, statistics)."""
+        self.lock_gil()
+        try:
+            out = {}
+            it = self._sfast.begin()
+            while it != self._sfast.end():
+                if not deref(it).second.empty():
+                    out[(deref(it).first.first, deref(it).first.second)] = [
+                        deref(it).second[i].addr for i in range(deref(it).second.size())
+                    ]
+                inc(it)
+            return out
+        finally:
+            self.unlock()
+
+    def close_stacks(self):
+        """close() begins: no more stacks, the host stacks coalesced."""
+        self.lock_gil()
+        self.keep_fast = False
+        self._shut = True
+        self.flush()
+        self.unlock()
+
+    def let_go(self, viewed):
+        """After close(): every slab still held whose range holds no address of
+        ``viewed`` (buffers detached while viewed) and no block a framework hook still
+        holds is the area's again; the others stay the pool's until those go."""
+        cdef size_t i
+        cdef Slab *s
+        cdef Block *b
+        cdef bint used
+        self.lock_gil()
+        try:
+            for i in range(self._slabs.size()):
+                s = self._slabs[i]
+                used = False
+                b = s.first
+                while b != NULL and not used:
+                    used = b.state == B_USED
+                    b = b.next
+                lo = s.ptr
+                hi = s.ptr + s.size
+                if s.buf != NULL and not used and not any(lo <= p < hi for p in viewed):
+                    self._area._hold(<object>s.buf, False)
+        finally:
+            self.unlock()
+
+    def destroy_event(self):
+        """Destroy the stream hand-over event, if any; a failed destroy keeps it."""
+        self.lock_gil()
+        try:
+            if self.event is not None:
+                self.stream_ops.event_destroy(self.event)
+                self.event = None
+        finally:
+            self.unlock()
+
+    def segment_empty(self):
+        return self._segment != NULL and self._chunks.empty()
+
+    def live_blocks(self):
+        """How many blocks are live (handed out and not freed)."""
+        return self._live.size()
+
+    @property
+    def granule(self):
+        return self._mask + 1
+
+
+
+cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:
+    return (n + to - 1) // to * to
+
+
+cdef tuple _cinfo(buf):
+    """What a slab's blocks are made from: (ptr, device_ptr, flags, DLPack type, id,
+    device)."""
+    dl = buf.__dlpack_device__()
+    flags = (F_HOST if buf.host_accessible else 0) | (F_READONLY if buf.readonly else 0)
+    return (buf.ptr, buf.device_ptr, flags, dl[0], dl[1], buf.device)
+
+
+cdef void _set_slab(Slab *slab, u64 ptr, size_t size, int heap, tuple cinfo):
+    slab.ptr = ptr
+    slab.dptr = cinfo[1]
+    slab.size = size
+    slab.heap = heap
+    slab.flags = cinfo[2]
+    slab.dl_type = cinfo[3]
+    slab.dl_id = cinfo[4]
+    Py_INCREF(cinfo)
+    slab.cinfo = <PyObject *>cinfo
+
+
+cdef void _sort_by_size_desc(vector[Slab *] &v) noexcept:
+    # insertion sort, stable: a handful of slabs
+    cdef size_t i, j
+    cdef Slab *x
+    for i in range(1, v.size()):
+        x = v[i]
+        j = i
+        while j > 0 and v[j - 1].size < x.size:
+            v[j] = v[j - 1]
+            j -= 1
+        v[j] = x

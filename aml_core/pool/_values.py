@@ -1,0 +1,60 @@
+"""A pool's value objects: its statistics (:class:`PoolStats`) and mmap options
+(:class:`PoolOptions`, :class:`PoolOptionsDict`). The blocks and slabs themselves live in
+the allocator kernel (aml_core/_kernel.pyx)."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+import attrs
+
+__all__ = ["NO_STREAM", "KiB", "MiB", "PoolOptions", "PoolOptionsDict", "PoolStats"]
+
+KiB = 1 << 10
+MiB = 1 << 20
+
+
+@attrs.frozen
+class PoolStats:
+    """A snapshot of a pool's counters (see aml_core.pool, "Statistics", for the formulas)."""
+
+    #: Bytes asked for by live buffers, and their peak since creation or reset_peak().
+    bytes_in_use: int
+    peak_bytes_in_use: int
+    #: Bytes of live blocks (requests rounded up to the granule, unsplit tails included).
+    block_bytes: int
+    #: Bytes held from the area (slabs, or mapped bytes of an expandable pool), and peak.
+    bytes_reserved: int
+    peak_bytes_reserved: int
+    #: Reserved bytes not in a live block (cached for reuse).
+    bytes_cached: int
+    #: Slabs (or mapped chunks of an expandable pool) held from the area.
+    slabs: int
+    #: Native calls to the area: slabs (or chunks) allocated and returned.
+    native_allocations: int
+    native_frees: int
+    #: mmap calls served from cached memory, and those that needed a new slab.
+    pool_hits: int
+    pool_misses: int
+    #: The largest free block, and 1 - largest_free_block / bytes_cached (0 if none).
+    largest_free_block: int
+    fragmentation: float
+
+
+@attrs.frozen
+class PoolOptions:
+    """mmap options of a pool: ``stream`` (GPU pools) takes the block in that stream's
+    order (any stream object or int handle; see "Streams" in the module doc)."""
+
+    stream: Any = None
+
+
+class PoolOptionsDict(TypedDict, total=False):
+    """:class:`PoolOptions` as a mapping (``pool.mmap(n, {"stream": s})``), typed."""
+
+    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
+    stream: object
+
+
+#: The options of an mmap without options: frozen, so one instance serves every mmap.
+NO_STREAM = PoolOptions()
