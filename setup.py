@@ -22,9 +22,9 @@ DIRECTIVES = {
 }
 
 #: aml_core's compiled modules (aml_core/_compiled.py lists the same for its import check).
-COMPILED = ("_buffer", "_fastpath", "_allocator", "_kernel", "_os")
+COMPILED = ("_buffer", "_fastpath", "_allocator", "_kernel", "_hooks", "_os")
 #: The ones written in Cython's C++ mode (the kernel's ordered maps and vectors).
-CPP = ("_kernel",)
+CPP = ("_kernel", "_hooks")
 
 setup(
     ext_modules=cythonize(

@@ -31,6 +31,7 @@ COMPILED = (
     "aml_core._fastpath",
     "aml_core._allocator",
     "aml_core._kernel",
+    "aml_core._hooks",
     "aml_core._os",
 )
 PACKAGE = Path(__file__).resolve().parent

@@ -53,6 +53,7 @@ cdef class PoolKernel(FastPath):
     cdef pthread_mutex_t _mu
     cdef unsigned long _holder
     cdef int _depth
+    cdef bint _gil_holder  # the holder holds the GIL (the Python side), not a hook's hit
     cdef AreaBase _area
     cdef object _owner
     cdef void *_owner_key

@@ -57,6 +57,10 @@ cdef extern from "<pthread.h>" nogil:
     unsigned long PyThread_get_thread_ident "pthread_self"()
 
 
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
+
+
 cdef enum:
     MIB = 1048576
 
@@ -125,33 +129,44 @@ cdef class PoolKernel(FastPath):
 
     # -- the mutex -----------------------------------------------------------------------
     cdef int lock_gil(self) except -1:
-        """Take the mutex (GIL held): re-entrant for its holder; waits without the GIL."""
+        """Take the mutex, the GIL held: re-entrant for its holder. A thread holding the GIL
+        takes the mutex only while it holds the GIL; so while one thread keeps the GIL,
+        only a hook's hit (C, a few hundred nanoseconds, never waiting for anything) can
+        hold the mutex: that one is waited for by spinning with the GIL; a holder that
+        runs Python (the slow path) is waited for with the GIL released."""
         cdef unsigned long me = PyThread_get_thread_ident()
         if self._holder == me:
             self._depth += 1
             return 0
-        if pthread_mutex_trylock(&self._mu) != 0:
-            with nogil:
-                pthread_mutex_lock(&self._mu)
+        while pthread_mutex_trylock(&self._mu) != 0:
+            if self._gil_holder:
+                with nogil:
+                    pthread_mutex_lock(&self._mu)
+                    pthread_mutex_unlock(&self._mu)
+            else:
+                sched_yield()
         self._holder = me
         self._depth = 1
+        self._gil_holder = True
         return 0
 
     cdef int lock_nogil(self) noexcept nogil:
-        """Take the mutex without the GIL; 1 if this thread holds it already (nothing
-        taken: the caller must not go on), else 0."""
+        """Take the mutex without the GIL (a hook); 1 if this thread holds it already
+        (nothing taken: the caller must not go on), else 0."""
         cdef unsigned long me = PyThread_get_thread_ident()
         if self._holder == me:
             return 1
         pthread_mutex_lock(&self._mu)
         self._holder = me
         self._depth = 1
+        self._gil_holder = False
         return 0
 
     cdef void unlock(self) noexcept nogil:
         self._depth -= 1
         if self._depth == 0:
             self._holder = 0
+            self._gil_holder = False
             pthread_mutex_unlock(&self._mu)
 
     cdef bint held_here(self) noexcept nogil:
@@ -499,9 +514,11 @@ cdef class PoolKernel(FastPath):
         return status == 0
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:
-        # Never this thread inside the kernel (a finalizer run by its Python callbacks);
-        # another thread's hold only makes give wait, with the GIL released.
-        return self.keep_fast and not self.held_here()
+        # A finalizer frees in C unless a thread that runs Python holds the mutex (the slow
+        # path, this thread's or another's, which may wait for what this thread holds):
+        # then the free is deferred. A hook's hit holding it is waited for by spinning
+        # (see lock_gil): no thread that holds the GIL can take the mutex meanwhile.
+        return self.keep_fast and not self._gil_holder
 
     # -- the hooks (aml_core/_hooks.pyx): no GIL, no Python object -------------------------
     cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil:

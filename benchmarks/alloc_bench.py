@@ -287,40 +287,59 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         return StreamOrderedArea("aml area, stream-ordered", area, native=False)
 
-    def aml_pool_on_stream() -> Peer:
+    def aml_pool_on_stream(alternate: bool = False) -> Peer:
         import aml_cuda
 
         import aml_core
 
         pool = aml_core.pool(aml_cuda.create(0))
         try:
-            stream = aml_cuda.stream(non_blocking=True)
+            main = aml_cuda.stream(non_blocking=True)
         except BaseException:
             pool.area.close()
             pool.close()
             raise
+        local = threading.local()
+        made: list[Any] = [main]
 
         class PoolOnStream(AmlPool):
+            """Each thread on a stream of its own (the main thread on ``main``); with
+            ``alternate``, every other request is a plain (host-order) one."""
+
+            flip = False
+
             def alloc(self, n: int) -> Any:
-                return pool.mmap(n, {"stream": stream})
+                if alternate:
+                    self.flip = not self.flip
+                    if self.flip:
+                        return pool.mmap(n)
+                return pool.mmap(n, {"stream": getattr(local, "stream", main)})
 
             def free(self, h: Any) -> None:
                 pool.munmap(h)  # in the order of the stream it was allocated on
 
+            def thread_init(self) -> None:
+                local.stream = aml_cuda.stream(non_blocking=True)
+                made.append(local.stream)
+
             def sync(self) -> None:
-                stream.synchronize()
+                for s in made:
+                    s.synchronize()
 
             def close(self) -> None:
-                stream.synchronize()
+                self.sync()
                 super().close()
-                stream.close()
+                for s in made:
+                    s.close()
 
-        return PoolOnStream("aml pool, on a stream", pool)
+        name = "aml pool, plain and stream alternately" if alternate else "aml pool, on a stream"
+        return PoolOnStream(name, pool)
 
     attempt("aml area", aml_area)
     attempt("aml area, stream-ordered", aml_stream_ordered)
     attempt("aml pool", aml_pool)
     attempt("aml pool, on a stream", aml_pool_on_stream)
+    attempt("aml pool, plain and stream alternately", lambda: aml_pool_on_stream(alternate=True))
     attempt("aml expandable pool", aml_expandable)
 
     if rt is not None:
@@ -412,6 +431,74 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
         meta["cupy"] = cupy.__version__
         return CupyPool()
 
+    def cupy_pool_on_stream() -> Peer:
+        import cupy
+
+        local = threading.local()
+
+        class CupyPoolOnStream(Peer):
+            """CuPy's pool with a non-blocking stream current (each thread its own): CuPy
+            keeps a free list per stream."""
+
+            name = "CuPy MemoryPool, on a stream"
+
+            def __init__(self) -> None:
+                self.pool = cupy.cuda.MemoryPool()
+                self.streams: list[Any] = []
+                self.thread_init()
+
+            def thread_init(self) -> None:
+                cupy.cuda.Device(0).use()
+                local.stream = cupy.cuda.Stream(non_blocking=True)
+                local.stream.use()
+                self.streams.append(local.stream)
+
+            def alloc(self, n: int) -> Any:
+                return self.pool.malloc(n)
+
+            def free(self, h: Any) -> None:
+                pass  # the MemoryPointer returns its block when dropped
+
+            def sync(self) -> None:
+                for s in self.streams:
+                    s.synchronize()
+
+            def reserved(self) -> int:
+                return int(self.pool.total_bytes())
+
+            def release(self) -> None:
+                self.pool.free_all_blocks()
+
+            def close(self) -> None:
+                self.sync()
+                cupy.cuda.Stream.null.use()
+
+        return CupyPoolOnStream()
+
+    def rmm_pool() -> Peer:
+        import rmm
+
+        class RmmPool(Peer):
+            """RMM's pool (PoolMemoryResource over cudaMalloc), allocate/deallocate on the
+            default stream, as rmm.allocators.cupy and .torch call it."""
+
+            name = "RMM pool"
+
+            def __init__(self) -> None:
+                self.mr = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
+                self.allocate = self.mr.allocate
+                self.deallocate = self.mr.deallocate
+                self.sizes: dict[int, int] = {}
+
+            def alloc(self, n: int) -> Any:
+                return (self.allocate(n), n)
+
+            def free(self, h: Any) -> None:
+                self.deallocate(h[0], h[1])
+
+        meta["rmm"] = rmm.__version__
+        return RmmPool()
+
     def torch_caching() -> Peer:
         import torch
 
@@ -477,6 +564,8 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
         return CudaCore()
 
     attempt("CuPy MemoryPool", cupy_pool)
+    attempt("CuPy MemoryPool, on a stream", cupy_pool_on_stream)
+    attempt("RMM pool", rmm_pool)
     attempt("PyTorch caching", torch_caching)
     attempt("cuda.core DeviceMemoryResource", cuda_core)
     return peers

@@ -45,11 +45,12 @@ Rules (errors are aml's, with their codes):
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import importlib
 import threading
+from collections.abc import Mapping
 from typing import Any
 
+from .. import _hooks
 from ..area import Area
 from ..buffer import Buffer
 from ..errors import AMLBusyError, AMLError, AMLNotSupported, AMLTypeError, AMLValueError
@@ -124,11 +125,30 @@ class CupyHook:
         self._previous = cupy.cuda.get_allocator()
         self._previous_pinned: Any = None
         self.installed = False
+        self.errors: list[BaseException] = []
+        #: A pool's compiled allocator (CuPy's CFunctionAllocator over the kernel's C
+        #: entry points, aml_core/_hooks.pyx): only CuPy's own memory object per
+        #: allocation. None: the Python allocator below (any other area).
+        self._state: _hooks.HookState | None = None
+        self._allocator: Any = None
+        memory = getattr(cupy.cuda, "memory", None)
+        c_allocator = getattr(memory, "CFunctionAllocator", None)
+        if isinstance(area, Pool) and c_allocator is not None:
+            self._state = _hook_state(self, area)
+            malloc, free = _hooks.cupy_entry_points()
+            self._allocator = c_allocator(self._state.address, malloc, free, self._state)
 
     @property
     def live(self) -> int:
         """Allocations CuPy still holds from this hook."""
-        return len(self._tokens)
+        state = self._state.live if self._state is not None else 0
+        return len(self._tokens) + state
+
+    @property
+    def allocator(self) -> Any:
+        """What CuPy calls for device memory: the compiled allocator's ``malloc`` (a pool),
+        else :meth:`malloc`."""
+        return self._allocator.malloc if self._allocator is not None else self.malloc
 
     def _wrap(self, area: Area, size: int) -> tuple[_Owner, Buffer]:
         buf = area.mmap(size)
@@ -143,6 +163,13 @@ class CupyHook:
 
     def malloc(self, size: int) -> Any:
         """The device allocator CuPy calls: a MemoryPointer at the buffer's address."""
+        if self._allocator is not None:
+            try:
+                return self._allocator.malloc(size)
+            except MemoryError:  # CuPy's out of memory: the compiled path returned NULL
+                if self.errors:
+                    raise self.errors.pop() from None  # what the pool said, with its code
+                raise
         cuda = self._cupy.cuda
         if size == 0:
             return cuda.MemoryPointer(cuda.memory.Memory(0), 0)
@@ -164,7 +191,7 @@ class CupyHook:
         with _lock:
             if not self.installed:
                 raise AMLValueError("this CuPy hook is not installed")
-            if self._tokens and not force:
+            if self.live and not force:
                 raise AMLBusyError(
                     f"CuPy still holds {self.live} allocation(s) from this hook; drop them "
                     "(and free CuPy's caches) first, or uninstall(force=True)"
@@ -231,71 +258,105 @@ def use_with_cupy(area: Area, *, pinned: Area | None = None, backend: str) -> Cu
             # default pinned memory pool.
             hook._previous_pinned = hook._cupy.get_default_pinned_memory_pool().malloc
             cuda.set_pinned_memory_allocator(hook.malloc_pinned)
-        cuda.set_allocator(hook.malloc)
+        cuda.set_allocator(hook.allocator)
         hook.installed = True
         _installed = hook
         return hook
 
 
+# -- the compiled entry points' slow path ----------------------------------------------------
+
+
+def _hook_state(hook: TorchHook | CupyHook, pool: Pool) -> _hooks.HookState:
+    """The C entry points' state for ``pool``: its kernel serves hits; misses, hand-overs
+    and foreign pointers call the pool with the GIL, errors kept in ``hook.errors``."""
+
+    def slow_malloc(size: int, device: int, stream: int | None) -> int:
+        try:
+            return pool._hook_alloc(size, stream)
+        except BaseException as exc:  # a callback must not raise: NULL is the framework's OOM
+            hook.errors.append(exc)
+            return 0
+
+    def slow_free(ptr: int, device: int, stream: int | None) -> bool:
+        try:
+            pool._hook_free(ptr, stream)
+            return True
+        except BaseException as exc:
+            hook.errors.append(exc)
+            return False
+
+    return _hooks.HookState(pool._kernel, slow_malloc, slow_free)
+
+
 # -- PyTorch ----------------------------------------------------------------------------------
 
-#: ``void* malloc(ssize_t size, int device, cudaStream_t stream)`` and
-#: ``void free(void* ptr, ssize_t size, int device, cudaStream_t stream)``: the entry
-#: points torch.cuda.memory.CUDAPluggableAllocator takes (a ROCm build's stream is a
-#: hipStream_t, the same pointer-sized handle).
-_MALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
-_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
 _torch_hook: TorchHook | None = None
 
 
 class TorchHook:
-    """PyTorch's GPU allocator, replaced by an aml area or pool (see :func:`use_with_torch`,
-    which makes it with ``area`` and the ``backend`` name). ``malloc_fn`` / ``free_fn`` are
-    the C entry points (ctypes callbacks into this object); ``live`` counts the blocks
-    PyTorch holds."""
+    """PyTorch's GPU allocator, replaced by aml areas or pools (see :func:`use_with_torch`,
+    which makes it with ``areas``, one per device index or None for "any device", and
+    the ``backend`` name). The entry points are compiled (aml_core/_hooks.pyx): a pool's
+    hit runs in C without the GIL; ``live`` counts the blocks PyTorch holds, ``errors``
+    what the slow path refused (returned to PyTorch as NULL, its out of memory)."""
 
-    def __init__(self, area: Area, backend: str = "cuda") -> None:
-        self.area = area
+    def __init__(self, areas: Mapping[int | None, Area], backend: str = "cuda") -> None:
+        self.areas = dict(areas)
+        self.area = next(iter(self.areas.values()))
         self.backend = backend
         self._lock = threading.Lock()
         self._bufs: dict[int, Buffer] = {}
-        self._streams = isinstance(area, (Pool, GpuArea))
         self.errors: list[BaseException] = []
-        # Kept referenced for as long as PyTorch may call them (the process).
-        self.malloc_fn = _MALLOC_FN(self._malloc)
-        self.free_fn = _FREE_FN(self._free)
+        self.states: dict[int | None, _hooks.HookState] = {
+            device: self._state(area) for device, area in self.areas.items()
+        }
+
+    def _state(self, area: Area) -> _hooks.HookState:
+        if isinstance(area, Pool):
+            return _hook_state(self, area)
+        streams = isinstance(area, GpuArea)
+
+        def slow_malloc(size: int, device: int, stream: int | None) -> int:
+            try:
+                buf = area.mmap(size, {"stream": stream} if streams and stream else None)
+                with self._lock:
+                    self._bufs[buf.device_ptr] = buf
+                return buf.device_ptr
+            except BaseException as exc:
+                self.errors.append(exc)
+                return 0
+
+        def slow_free(ptr: int, device: int, stream: int | None) -> bool:
+            try:
+                with self._lock:
+                    buf = self._bufs.pop(ptr, None)
+                if buf is None:
+                    raise AMLValueError(f"PyTorch freed 0x{ptr:x}, which this hook did not allocate")
+                if not buf.freed:  # else the area was closed: the memory went with it
+                    if stream and isinstance(area, GpuArea):
+                        area.munmap_on(buf, stream)
+                    else:
+                        area.munmap(buf)
+                return True
+            except BaseException as exc:
+                self.errors.append(exc)
+                return False
+
+        return _hooks.HookState(None, slow_malloc, slow_free)
 
     @property
     def live(self) -> int:
-        return len(self._bufs)
+        return sum(state.live for state in self.states.values())
 
-    def _malloc(self, size: int, device: int, stream: int | None) -> int | None:
-        try:
-            if size <= 0:
-                return None
-            buf = self.area.mmap(size, {"stream": stream} if self._streams and stream else None)
-            with self._lock:
-                self._bufs[buf.device_ptr] = buf
-            return buf.device_ptr
-        except BaseException as exc:  # a callback must not raise: NULL is PyTorch's OOM
-            self.errors.append(exc)
-            return None
-
-    def _free(self, ptr: int | None, size: int, device: int, stream: int | None) -> None:
-        try:
-            with self._lock:
-                buf = self._bufs.pop(ptr or 0, None)
-            if buf is None:
-                raise AMLValueError(f"PyTorch freed 0x{ptr or 0:x}, which this hook did not allocate")
-            if buf.freed:
-                return  # the area was closed: the memory went with it
-            area = self.area
-            if stream and isinstance(area, (Pool, GpuArea)):
-                area.munmap_on(buf, stream)
-            else:
-                area.munmap(buf)
-        except BaseException as exc:
-            self.errors.append(exc)
+    def _refused(self, what: str, device: int, size: int) -> None:
+        """A call for a device no area of this hook serves, or a size PyTorch may not ask."""
+        if what == "malloc" and size <= 0:
+            return  # PyTorch's own rule: NULL for nothing
+        devices = sorted(d for d in self.areas if d is not None)
+        self.errors.append(
+            AMLValueError(f"PyTorch asked to {what} on device {device}; this hook serves devices {devices}")
+        )
 
     def uninstall(self) -> None:
         """PyTorch cannot swap its allocator back once it has allocated: always
@@ -309,32 +370,52 @@ class TorchHook:
         return f"<aml TorchHook ({self.backend}) over {self.area!r}, {self.live} live>"
 
 
-def use_with_torch(area: Area, *, backend: str) -> TorchHook:
+def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHook:
     """Make PyTorch allocate GPU memory from ``area`` (a device area of the backend named
-    ``backend``, or a pool over one) through ``torch.cuda.memory.CUDAPluggableAllocator``
-    (the same name in ROCm builds): PyTorch's caching is replaced by the area's (a pool is
-    the right area). Must run before PyTorch allocates any GPU memory (PyTorch's rule:
-    otherwise :class:`~aml_core.errors.AMLBusyError`), and only once per process (EBUSY
-    too); the hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry
-    points are ctypes callbacks: no compiled shim, at the cost of a call into Python per
-    allocation (PyTorch's caching allocator is bypassed, so a pool should be the area)."""
+    ``backend``, or a pool over one; or a mapping of device index to such an area, one
+    pool per device when PyTorch uses several GPUs) through
+    ``torch.cuda.memory.CUDAPluggableAllocator`` (the same name in ROCm builds):
+    PyTorch's caching is replaced by the area's (a pool is the right area). An area
+    bound to one device serves that device only (a request for another is refused: NULL
+    and an error in ``hook.errors``); an area of the current device serves every device.
+    Must run before PyTorch allocates any GPU memory (PyTorch's rule: otherwise
+    :class:`~aml_core.errors.AMLBusyError`), and only once per process (EBUSY too); the
+    hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry points are
+    compiled C functions (aml_core/_hooks.pyx): a pool serves a cached block with no
+    GIL and no Python object."""
     global _torch_hook
-    area = _check_area(area, "area", backend, "use_with_torch")
-    if area.kind is not Kind.DEVICE and area.kind is not Kind.MANAGED:
-        raise AMLValueError(f"PyTorch tensors live in device or managed memory, not {area.kind.value} memory")
+    given: Mapping[Any, Any] = area if isinstance(area, Mapping) else {None: area}
+    if not given:
+        raise AMLValueError("use_with_torch needs an area, or a mapping of device index to area")
+    areas: dict[int | None, Area] = {}
+    for index, given_area in given.items():
+        if index is not None and (
+            not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < 64
+        ):
+            raise AMLValueError(f"a device index is an int in 0..63, not {index!r}")
+        each = _check_area(given_area, "area", backend, "use_with_torch")
+        if each.kind is not Kind.DEVICE and each.kind is not Kind.MANAGED:
+            raise AMLValueError(
+                f"PyTorch tensors live in device or managed memory, not {each.kind.value} memory"
+            )
+        bound = each.device if each.device is not None and each.device >= 0 else None
+        if index is not None and bound is not None and bound != index:
+            raise AMLValueError(f"the area for device {index} allocates on device {bound}")
+        device: int | None = bound if index is None else index
+        if device in areas:
+            raise AMLValueError(f"two areas for device {device}")
+        areas[device] = each
     torch: Any = _import("torch", "PyTorch")
     with _lock:
         if _torch_hook is not None:
             raise AMLBusyError(f"{_torch_hook!r} is installed already (PyTorch takes one allocator)")
-        hook = TorchHook(area, backend)
+        hook = TorchHook(areas, backend)
         memory = torch.cuda.memory
         allocator = memory.CUDAPluggableAllocator.__new__(memory.CUDAPluggableAllocator)
         # What CUDAPluggableAllocator.__init__ does with the symbols of a shared library,
-        # with the addresses of the ctypes entry points instead.
-        allocator._allocator = torch._C._cuda_customAllocator(
-            ctypes.cast(hook.malloc_fn, ctypes.c_void_p).value,
-            ctypes.cast(hook.free_fn, ctypes.c_void_p).value,
-        )
+        # with the addresses of the compiled entry points instead.
+        malloc, free = _hooks.torch_entry_points()
+        allocator._allocator = torch._C._cuda_customAllocator(malloc, free)
         try:
             memory.change_current_allocator(allocator)
         except RuntimeError as exc:
@@ -342,5 +423,7 @@ def use_with_torch(area: Area, *, backend: str) -> TorchHook:
             raise AMLBusyError(
                 f"PyTorch has allocated {label} memory already; call use_with_torch first ({exc})"
             ) from exc
+        per_device = {d: st for d, st in hook.states.items() if d is not None}
+        _hooks.set_torch(per_device, hook.states.get(None), hook._refused)
         _torch_hook = hook
         return hook

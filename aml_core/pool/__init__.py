@@ -134,9 +134,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..area import Area
+from ._pool import Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
 from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
-from ._pool import Pool
 
 __all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
 

@@ -229,6 +229,24 @@ class Pool(Sharing):
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         self._area._dlpack_prepare(buffer, stream)
 
+    # -- the framework hooks' slow path (aml_core/_hooks.pyx: a hit never gets here) ------
+    def _hook_alloc(self, size: int, stream: int | None) -> int:
+        """A block for a framework hook (no Buffer): its address; the pool's errors."""
+        self._check_open()
+        if self._area.closed:
+            self._area._check_open()
+        size = checks.size(size)
+        handle = None if stream is None else self._stream_handle(stream)
+        with self._kernel:
+            return int(self._kernel.alloc(size, handle))
+
+    def _hook_free(self, ptr: int, stream: int | None) -> None:
+        """A framework hook's free of a block it took (also after close()); EINVAL for a
+        pointer the kernel did not hand out."""
+        handle = None if stream is None else self._stream_handle(stream)
+        with self._kernel:
+            self._kernel.free(ptr, handle)
+
     # -- streams ----------------------------------------------------------------------------
     # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
     # keywords of overriding mmap/munmap: those would add a Python frame to every call.
@@ -274,9 +292,19 @@ class Pool(Sharing):
     @property
     def pool_stats(self) -> PoolStats:
         with self._kernel:
-            (requested, peak, blocks, reserved, peak_reserved, slabs, allocs, frees, hits, misses, largest) = (
-                self._kernel.stats()
-            )
+            (
+                requested,
+                peak,
+                blocks,
+                reserved,
+                peak_reserved,
+                slabs,
+                allocs,
+                frees,
+                hits,
+                misses,
+                largest,
+            ) = self._kernel.stats()
         cached = reserved - blocks
         return PoolStats(
             bytes_in_use=requested,

@@ -66,6 +66,34 @@ def fake_cupy() -> types.ModuleType:
             self.ptr = mem.ptr + offset
             self.size = mem.size - offset
 
+    #: CuPy's C allocator: ``void *malloc(void *param, size_t size, int device)`` and
+    #: ``void free(void *param, void *ptr, int device)``, called as CuPy calls them.
+    c_malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    c_free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+
+    class CFunctionAllocatorMemory:
+        """CuPy's memory of a C allocator: freed through it when dropped."""
+
+        def __init__(self, size: int, param: int, malloc: Any, free: Any, owner: Any) -> None:
+            self.size, self.device_id, self.owner = size, 0, owner
+            self._param, self._free = param, free
+            self.ptr = malloc(param, size, 0) or 0
+            if not self.ptr:
+                raise MemoryError(f"out of memory allocating {size} bytes (the fake CuPy)")
+
+        def __del__(self) -> None:
+            if self.ptr:
+                self._free(self._param, self.ptr, self.device_id)
+
+    class CFunctionAllocator:
+        def __init__(self, param: int, malloc_func: int, free_func: int, owner: Any) -> None:
+            self._param, self._owner = param, owner
+            self._malloc, self._free = c_malloc(malloc_func), c_free(free_func)
+
+        def malloc(self, size: int) -> Any:
+            mem = CFunctionAllocatorMemory(size, self._param, self._malloc, self._free, self._owner)
+            return MemoryPointer(mem, 0)
+
     def default_allocator(size: int) -> Any:
         return ("default", size)
 
@@ -74,7 +102,7 @@ def fake_cupy() -> types.ModuleType:
 
     state: dict[str, Any] = {"allocator": default_allocator, "pinned": None}
     names: dict[types.ModuleType, dict[str, Any]] = {
-        memory: {"Memory": Memory},
+        memory: {"Memory": Memory, "CFunctionAllocator": CFunctionAllocator},
         cuda: {
             "memory": memory,
             "UnownedMemory": UnownedMemory,

@@ -1,0 +1,183 @@
+"""The compiled framework hooks (aml_core/_hooks.pyx) over pools: PyTorch's and CuPy's
+C entry points serve cached blocks from the pool's kernel with no Python object, route
+everything else through the pool, and keep the rules of aml_core.gpu.hooks (errors
+recorded and returned as NULL, one pool per device, nothing freed under the framework
+when the pool is closed)."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import aml_core
+from aml_core import _hooks
+from aml_core.errors import AMLBusyError, AMLValueError
+from aml_core.gpu import hooks
+from aml_core.testing.hook_fakes import FakeDeviceArea, faked, torch_entry_points
+
+
+@pytest.fixture
+def torch() -> Iterator[Any]:
+    with faked("torch") as fake:
+        yield fake
+
+
+@pytest.fixture
+def cupy() -> Iterator[Any]:
+    with faked("cupy") as fake:
+        yield fake
+
+
+def test_pytorch_hits_run_in_c_and_misses_through_the_pool(torch: Any) -> None:
+    with FakeDeviceArea() as area, aml_core.pool(area) as pool:
+        hook = hooks.use_with_torch(pool, backend="cuda")
+        malloc, free = torch_entry_points(torch)
+        state = hook.states[None]
+        first = malloc(4096, 0, None)  # a miss: a slab from the area
+        assert first
+        assert state.fast_allocs == 0
+        ctypes.memset(first, 7, 4096)
+        free(first, 4096, 0, None)  # a hit of the kernel: onto the stack
+        assert (state.fast_frees, hook.live) == (1, 0)
+        again = malloc(4000, 0, None)  # the same rounded size: a hit, in C
+        assert (again, state.fast_allocs) == (first, 1)
+        assert pool.pool_stats.bytes_in_use == 4000
+        assert pool.stats.live_mappings == 0  # no Buffer was made for it
+        free(again, 4000, 0, None)
+        assert pool.pool_stats.bytes_in_use == 0
+        assert hook.errors == []
+
+
+def test_pytorch_errors_are_recorded_and_null(torch: Any) -> None:
+    with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
+        hook = hooks.use_with_torch(pool, backend="cuda")
+        malloc, free = torch_entry_points(torch)
+        assert malloc(2 << 20, 0, None) is None  # past the limit
+        assert isinstance(hook.errors[-1], MemoryError)
+        free(0x1000, 16, 0, None)  # never handed out
+        assert isinstance(hook.errors[-1], AMLValueError)
+        assert malloc(-5, 0, None) is None  # a negative size: NULL, no error (PyTorch's rule)
+        assert pool.pool_stats.bytes_in_use == 0
+
+
+def test_one_pool_per_device(torch: Any) -> None:
+    with FakeDeviceArea() as a0, FakeDeviceArea() as a1:
+        p0, p1 = aml_core.pool(a0), aml_core.pool(a1)
+        hook = hooks.use_with_torch({0: p0, 1: p1}, backend="cuda")
+        malloc, free = torch_entry_points(torch)
+        x = malloc(1000, 0, None)
+        y = malloc(1000, 1, None)
+        assert p0.pool_stats.bytes_in_use == 1000
+        assert p1.pool_stats.bytes_in_use == 1000
+        assert malloc(1000, 2, None) is None  # no pool for device 2
+        assert "device 2" in str(hook.errors[-1])
+        free(x, 1000, 0, None)
+        free(y, 1000, 1, None)
+        assert hook.live == 0
+        p0.close()
+        p1.close()
+
+
+@pytest.mark.parametrize(
+    ("areas", "message"),
+    [
+        ({}, "needs an area"),
+        ({-1: None}, "device index"),
+        ({"0": None}, "device index"),
+        ({64: None}, "device index"),
+    ],
+)
+def test_bad_device_maps_are_refused(torch: Any, areas: dict[Any, Any], message: str) -> None:
+    with pytest.raises(AMLValueError, match=message):
+        hooks.use_with_torch(areas, backend="cuda")
+
+
+def test_threads_without_the_gil_keep_blocks_apart(torch: Any) -> None:
+    """Eight threads calling the C entry points (the GIL released around each call, as
+    PyTorch's threads hold none): no block is handed out twice, nothing is lost."""
+    with FakeDeviceArea() as area, aml_core.pool(area) as pool:
+        hook = hooks.use_with_torch(pool, backend="cuda")
+        state = hook.states[None]
+        seen: list[set[int]] = []
+        errors: list[BaseException] = []
+
+        def work(seed: int) -> None:
+            mine: set[int] = set()
+            try:
+                for i in range(400):
+                    size = 512 * (1 + (seed + i) % 7)
+                    ptr = _hooks.call_malloc("torch", state, size, 0)
+                    assert ptr
+                    ctypes.memset(ptr, seed, size)
+                    assert ctypes.string_at(ptr, size) == bytes([seed]) * size
+                    mine.add(ptr)
+                    _hooks.call_free("torch", state, ptr, size, 0)
+            except BaseException as exc:
+                errors.append(exc)
+            seen.append(mine)
+
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(1, 9)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert hook.errors == []
+        assert hook.live == 0
+        stats = pool.pool_stats
+        assert (stats.bytes_in_use, stats.block_bytes) == (0, 0)
+        assert state.fast_allocs > 0
+
+
+def test_cupy_takes_the_compiled_allocator_of_a_pool(cupy: Any) -> None:
+    with FakeDeviceArea() as area, aml_core.pool(area) as pool:
+        hook = hooks.use_with_cupy(pool, backend="cuda")
+        allocate = cupy.state["allocator"]
+        assert allocate == hook.allocator
+        assert allocate != hook.malloc
+        ptr = allocate(1000)
+        ctypes.memset(ptr.ptr, 1, 1000)
+        addr = ptr.ptr
+        assert (hook.live, pool.pool_stats.bytes_in_use, pool.stats.live_mappings) == (1, 1000, 0)
+        with pytest.raises(AMLBusyError):
+            hook.uninstall()
+        del ptr
+        gc.collect()
+        assert hook.live == 0
+        again = allocate(1000)
+        assert again.ptr == addr  # the pool's block again, served in C
+        del again
+        gc.collect()
+        hook.uninstall()
+
+
+def test_cupy_errors_raise_from_malloc(cupy: Any) -> None:
+    with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
+        hook = hooks.use_with_cupy(pool, backend="cuda")
+        with pytest.raises(MemoryError):
+            hook.malloc(2 << 20)
+        assert hook.errors == []  # raised, not kept
+        hook.uninstall()
+
+
+def test_closing_the_pool_under_cupy_keeps_the_memory_until_cupy_lets_go(cupy: Any) -> None:
+    area = FakeDeviceArea()
+    pool = aml_core.pool(area)
+    hook = hooks.use_with_cupy(pool, backend="cuda")
+    ptr = cupy.state["allocator"](4096)
+    ctypes.memset(ptr.ptr, 3, 4096)
+    pool.close()
+    assert area.stats.live_mappings == 1  # the slab stays: CuPy still uses a block of it
+    assert ctypes.string_at(ptr.ptr, 4096) == b"\x03" * 4096
+    del ptr
+    gc.collect()
+    assert area.stats.live_mappings == 0  # CuPy let go: the slab went back
+    assert hook.live == 0
+    assert hook.errors == []
+    hook.uninstall()
+    area.close()
