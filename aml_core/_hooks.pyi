@@ -1,5 +1,5 @@
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from ._kernel import PoolKernel
 
@@ -9,9 +9,10 @@ class HookState:
         kernel: PoolKernel | None,
         slow_malloc: Callable[[int, int, int | None], int],
         slow_free: Callable[[int, int, int | None], bool],
+        raising_malloc: Callable[[int, int], int] | None = None,
     ) -> None: ...
-    @property
-    def address(self) -> int: ...
+    def cupy_malloc(self, size: int, device: int) -> int: ...
+    def cupy_free(self, ptr: int, device: int) -> None: ...
     @property
     def live(self) -> int: ...
     @property
@@ -20,7 +21,11 @@ class HookState:
     def fast_frees(self) -> int: ...
 
 def set_torch(
-    states: Mapping[int, HookState], default: HookState | None, report: Callable[[str, int, int], Any]
+    states: Mapping[int, HookState],
+    default: HookState | None,
+    report: Callable[[str, int, int], Any],
+    errors: list[BaseException] | None = None,
+    throws: bool = False,
 ) -> None: ...
 def torch_entry_points() -> tuple[int, int]: ...
 def cupy_entry_points() -> tuple[int, int]: ...

@@ -7,9 +7,11 @@ object (aml_core/gpu/hooks.py installs them and documents the rules).
 PyTorch (``CUDAPluggableAllocator``, through ``torch._C._cuda_customAllocator``):
 ``void *malloc(ssize_t size, int device, cudaStream_t stream)`` and
 ``void free(void *ptr, ssize_t size, int device, cudaStream_t stream)``; one kernel per
-device (``set_torch``). CuPy (``cupy.cuda.memory.CFunctionAllocator``):
-``void *malloc(void *param, size_t size, int device)`` and
-``void free(void *param, void *ptr, int device)``, ``param`` a :class:`HookState`.
+device (``set_torch``). CuPy (``cupy.cuda.memory.PythonFunctionAllocator``): the compiled
+methods ``HookState.cupy_malloc(size, device)`` and ``cupy_free(ptr, device)``, which
+CuPy calls for each of its memory objects; CuPy's ``CFunctionAllocator`` is not used
+because CuPy does not check its malloc for NULL (a failure would become a NULL pointer
+that kernels then write through), where a Python-level malloc may raise the pool's error.
 
 A hit of the kernel runs in C. Anything else — a miss (a new slab), a stream hand-over,
 a closed pool, an area that is not a pool, a pointer the kernel did not hand out, a
@@ -30,9 +32,18 @@ cdef enum:
 
 cdef extern from *:
     """
+    #include <stdexcept>
+    #include <string>
     static inline void aml_count(long long *p, long long d) { __atomic_add_fetch(p, d, __ATOMIC_RELAXED); }
+    /* PyTorch's pluggable allocator does not check malloc for NULL: a refusal is a C++
+       exception, which PyTorch turns into a Python RuntimeError with this message. */
+    static std::string aml_oom_message;
+    static void aml_set_oom(const char *m) { aml_oom_message = m; }
+    static void aml_throw_oom(void) { throw std::runtime_error(aml_oom_message); }
     """
     void aml_count(long long *p, long long d) nogil
+    void aml_set_oom(const char *m)
+    void aml_throw_oom() nogil
 
 
 @cython.final
@@ -48,13 +59,15 @@ cdef class HookState:
     cdef object _kernel
     cdef object slow_malloc
     cdef object slow_free
+    cdef object raising_malloc
     cdef readonly long long live
     cdef readonly long long fast_allocs
     cdef readonly long long fast_frees
 
-    def __init__(self, kernel, slow_malloc, slow_free):
+    def __init__(self, kernel, slow_malloc, slow_free, raising_malloc=None):
         if kernel is not None and not isinstance(kernel, PoolKernel):
             raise TypeError("kernel must be a PoolKernel or None")
+        self.raising_malloc = raising_malloc
         self._kernel = kernel
         if kernel is None:
             self.kernel = NULL
@@ -63,10 +76,27 @@ cdef class HookState:
         self.slow_malloc = slow_malloc
         self.slow_free = slow_free
 
-    @property
-    def address(self):
-        """This state's address: CuPy's ``param``."""
-        return <uintptr_t><void *>self
+    def cupy_malloc(self, Py_ssize_t size, int device):
+        """CuPy's malloc (PythonFunctionAllocator): a hit in C, else the pool's slow path,
+        whose error is raised to CuPy."""
+        cdef u64 addr = 0
+        cdef int status = 1
+        if size <= 0:
+            raise ValueError(f"CuPy asked for {size} bytes")
+        if self.kernel != NULL:
+            with nogil:
+                status = (<PoolKernel>self.kernel).hook_alloc(<size_t>size, False, 0, &addr)
+        if status != 0:
+            addr = self.raising_malloc(size, device)
+        aml_count(&self.live, 1)
+        if status == 0:
+            aml_count(&self.fast_allocs, 1)
+        return addr
+
+    def cupy_free(self, u64 ptr, int device):
+        """CuPy's free (PythonFunctionAllocator): never raises (CuPy calls it from a
+        deallocator); a failure is kept by the slow path."""
+        _hook_free(self, <void *><uintptr_t>ptr, device, False, 0)
 
 
 cdef void *_hook_malloc(HookState st, size_t size, int device, bint has_stream, u64 stream) noexcept nogil:
@@ -101,16 +131,35 @@ cdef void _hook_free(HookState st, void *ptr, int device, bint has_stream, u64 s
 # -- PyTorch ------------------------------------------------------------------------------
 cdef PyObject *_torch[MAX_DEVICES]  # borrowed: _torch_states keeps them
 cdef PyObject *_torch_default = NULL  # the state of devices without their own
+cdef bint _torch_throws = False  # a refusal throws (real PyTorch) instead of giving NULL
 _torch_states = {}
 
 
 cdef void *torch_malloc(Py_ssize_t size, int device, void *stream) noexcept nogil:
     cdef PyObject *st = _torch_state(device)
-    if st == NULL or size <= 0:
+    cdef void *p = NULL
+    if size <= 0:
+        return NULL  # nothing asked: PyTorch keeps no pointer
+    if st == NULL:
         with gil:
             _torch_refuse("malloc", device, size)
-        return NULL
-    return _hook_malloc(<HookState>st, <size_t>size, device, stream != NULL, <u64><uintptr_t>stream)
+    else:
+        p = _hook_malloc(<HookState>st, <size_t>size, device, stream != NULL, <u64><uintptr_t>stream)
+    if p == NULL and _torch_throws:
+        with gil:
+            _torch_message(size, device)
+        aml_throw_oom()
+    return p
+
+
+cdef void _torch_message(Py_ssize_t size, int device) noexcept:
+    try:
+        errors = _torch_states.get("errors")
+        last = errors[-1] if errors else None
+        text = f"aml could not allocate {size} bytes on device {device} for PyTorch: {last}"
+        aml_set_oom(text.encode("utf-8", "replace"))
+    except BaseException:
+        aml_set_oom(b"aml could not allocate memory for PyTorch")
 
 
 cdef void torch_free(void *ptr, Py_ssize_t size, int device, void *stream) noexcept nogil:
@@ -137,11 +186,14 @@ cdef void _torch_refuse(str what, int device, Py_ssize_t size) noexcept:
         pass
 
 
-def set_torch(states, default, report):
+def set_torch(states, default, report, errors=None, throws=False):
     """Install PyTorch's states: ``states`` maps a device index (0..63) to its
     HookState, ``default`` serves the other devices (or None: refused), ``report(what,
-    device, size)`` records a refused call. Once per process (PyTorch keeps its
-    allocator)."""
+    device, size)`` records a refused call, ``errors`` is the hook's list of kept errors
+    (the last one names a refusal). ``throws``: a refused malloc throws a C++
+    ``std::runtime_error`` (real PyTorch turns it into a RuntimeError) instead of
+    returning NULL (only for callers that catch C++ exceptions: never through ctypes).
+    Once per process (PyTorch keeps its allocator)."""
     cdef int i
     for device, st in states.items():
         if not isinstance(st, HookState) or not (0 <= device < MAX_DEVICES):
@@ -152,7 +204,9 @@ def set_torch(states, default, report):
     _torch_states.update({("device", d): st for d, st in states.items()})
     _torch_states["default"] = default
     _torch_states["report"] = report
-    global _torch_default
+    _torch_states["errors"] = errors
+    global _torch_default, _torch_throws
+    _torch_throws = bool(throws)
     for i in range(MAX_DEVICES):
         _torch[i] = NULL
     for device, st in states.items():
@@ -168,48 +222,23 @@ def torch_entry_points():
     return (<uintptr_t>&torch_malloc, <uintptr_t>&torch_free)
 
 
-# -- CuPy ---------------------------------------------------------------------------------
-cdef void *cupy_malloc(void *param, size_t size, int device) noexcept nogil:
-    if size == 0:
-        size = 1  # CuPy asks for 0 bytes for empty arrays: one granule, freed as usual
-    return _hook_malloc(<HookState>param, size, device, False, 0)
-
-
-cdef void cupy_free(void *param, void *ptr, int device) noexcept nogil:
-    _hook_free(<HookState>param, ptr, device, False, 0)
-
-
-def cupy_entry_points():
-    """The addresses of the CuPy entry points: (malloc, free), for
-    ``cupy.cuda.memory.CFunctionAllocator(state.address, malloc, free, state)``."""
-    return (<uintptr_t>&cupy_malloc, <uintptr_t>&cupy_free)
-
-
-def call_malloc(which, HookState st, size, device, stream=0):
-    """Call an entry point as the framework would (tests, benchmarks): ``which`` is
-    "torch" or "cupy"; returns the address (0: out of memory)."""
+def call_torch_malloc(size, device, stream=0):
+    """Call PyTorch's malloc entry point as PyTorch does, without the GIL (tests,
+    benchmarks); returns the address (0: out of memory)."""
     cdef void *p
     cdef Py_ssize_t n = size
     cdef int dev = device
     cdef uintptr_t s = stream
-    if which == "torch":
-        with nogil:
-            p = torch_malloc(n, dev, <void *>s)
-    else:
-        with nogil:
-            p = cupy_malloc(<void *>st, <size_t>n, dev)
+    with nogil:
+        p = torch_malloc(n, dev, <void *>s)
     return <uintptr_t>p
 
 
-def call_free(which, HookState st, ptr, size, device, stream=0):
-    """Call a free entry point as the framework would (tests, benchmarks)."""
+def call_torch_free(ptr, size, device, stream=0):
+    """Call PyTorch's free entry point as PyTorch does, without the GIL."""
     cdef uintptr_t p = ptr
     cdef Py_ssize_t n = size
     cdef int dev = device
     cdef uintptr_t s = stream
-    if which == "torch":
-        with nogil:
-            torch_free(<void *>p, n, dev, <void *>s)
-    else:
-        with nogil:
-            cupy_free(<void *>st, <void *>p, dev)
+    with nogil:
+        torch_free(<void *>p, n, dev, <void *>s)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import mmap
 import statistics
@@ -301,26 +302,35 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             raise
         local = threading.local()
         made: list[Any] = [main]
+        on_main = {"stream": main}
 
         class PoolOnStream(AmlPool):
             """Each thread on a stream of its own (the main thread on ``main``); with
-            ``alternate``, every other request is a plain (host-order) one."""
+            ``alternate``, every other request is a plain (host-order) one. One thread on
+            ``main`` calls the pool's bound mmap with the options made once (as the other
+            peers' bound calls: no Python frame of the benchmark's own)."""
 
             flip = False
 
-            def alloc(self, n: int) -> Any:
+            def __init__(self, name: str, pool: Any) -> None:
+                super().__init__(name, pool)
+                self.free = pool.munmap  # type: ignore[method-assign]
+                if not alternate:
+                    self.alloc = functools.partial(pool.mmap, options=on_main)  # type: ignore[method-assign]
+
+            def _alloc(self, n: int) -> Any:
                 if alternate:
                     self.flip = not self.flip
                     if self.flip:
                         return pool.mmap(n)
                 return pool.mmap(n, {"stream": getattr(local, "stream", main)})
 
-            def free(self, h: Any) -> None:
-                pool.munmap(h)  # in the order of the stream it was allocated on
+            alloc = _alloc
 
             def thread_init(self) -> None:
                 local.stream = aml_cuda.stream(non_blocking=True)
                 made.append(local.stream)
+                self.alloc = self._alloc  # type: ignore[method-assign]  # each thread's stream
 
             def sync(self) -> None:
                 for s in made:

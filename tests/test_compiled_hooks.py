@@ -16,7 +16,7 @@ import pytest
 
 import aml_core
 from aml_core import _hooks
-from aml_core.errors import AMLBusyError, AMLValueError
+from aml_core.errors import AMLBusyError, AMLMemoryError, AMLValueError
 from aml_core.gpu import hooks
 from aml_core.testing.hook_fakes import FakeDeviceArea, faked, torch_entry_points
 
@@ -111,12 +111,12 @@ def test_threads_without_the_gil_keep_blocks_apart(torch: Any) -> None:
             try:
                 for i in range(400):
                     size = 512 * (1 + (seed + i) % 7)
-                    ptr = _hooks.call_malloc("torch", state, size, 0)
+                    ptr = _hooks.call_torch_malloc(size, 0)
                     assert ptr
                     ctypes.memset(ptr, seed, size)
                     assert ctypes.string_at(ptr, size) == bytes([seed]) * size
                     mine.add(ptr)
-                    _hooks.call_free("torch", state, ptr, size, 0)
+                    _hooks.call_torch_free(ptr, size, 0)
             except BaseException as exc:
                 errors.append(exc)
             seen.append(mine)
@@ -159,9 +159,10 @@ def test_cupy_takes_the_compiled_allocator_of_a_pool(cupy: Any) -> None:
 def test_cupy_errors_raise_from_malloc(cupy: Any) -> None:
     with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = hooks.use_with_cupy(pool, backend="cuda")
-        with pytest.raises(MemoryError):
-            hook.malloc(2 << 20)
+        with pytest.raises(AMLMemoryError):
+            hook.malloc(2 << 20)  # CuPy gets the pool's error, with its code
         assert hook.errors == []  # raised, not kept
+        assert hook.live == 0
         hook.uninstall()
 
 

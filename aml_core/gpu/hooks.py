@@ -126,17 +126,16 @@ class CupyHook:
         self._previous_pinned: Any = None
         self.installed = False
         self.errors: list[BaseException] = []
-        #: A pool's compiled allocator (CuPy's CFunctionAllocator over the kernel's C
-        #: entry points, aml_core/_hooks.pyx): only CuPy's own memory object per
-        #: allocation. None: the Python allocator below (any other area).
+        #: A pool's compiled allocator (CuPy's PythonFunctionAllocator over the compiled
+        #: HookState.cupy_malloc/cupy_free, aml_core/_hooks.pyx): only CuPy's own memory
+        #: object per allocation. None: the Python allocator below (any other area).
         self._state: _hooks.HookState | None = None
         self._allocator: Any = None
         memory = getattr(cupy.cuda, "memory", None)
-        c_allocator = getattr(memory, "CFunctionAllocator", None)
-        if isinstance(area, Pool) and c_allocator is not None:
+        py_allocator = getattr(memory, "PythonFunctionAllocator", None)
+        if isinstance(area, Pool) and py_allocator is not None:
             self._state = _hook_state(self, area)
-            malloc, free = _hooks.cupy_entry_points()
-            self._allocator = c_allocator(self._state.address, malloc, free, self._state)
+            self._allocator = py_allocator(self._state.cupy_malloc, self._state.cupy_free)
 
     @property
     def live(self) -> int:
@@ -164,12 +163,7 @@ class CupyHook:
     def malloc(self, size: int) -> Any:
         """The device allocator CuPy calls: a MemoryPointer at the buffer's address."""
         if self._allocator is not None:
-            try:
-                return self._allocator.malloc(size)
-            except MemoryError:  # CuPy's out of memory: the compiled path returned NULL
-                if self.errors:
-                    raise self.errors.pop() from None  # what the pool said, with its code
-                raise
+            return self._allocator.malloc(size)
         cuda = self._cupy.cuda
         if size == 0:
             return cuda.MemoryPointer(cuda.memory.Memory(0), 0)
@@ -286,7 +280,10 @@ def _hook_state(hook: TorchHook | CupyHook, pool: Pool) -> _hooks.HookState:
             hook.errors.append(exc)
             return False
 
-    return _hooks.HookState(pool._kernel, slow_malloc, slow_free)
+    def raising_malloc(size: int, device: int) -> int:
+        return pool._hook_alloc(size, None)  # CuPy takes the error: raised, not kept
+
+    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc)
 
 
 # -- PyTorch ----------------------------------------------------------------------------------
@@ -382,7 +379,10 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
     :class:`~aml_core.errors.AMLBusyError`), and only once per process (EBUSY too); the
     hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry points are
     compiled C functions (aml_core/_hooks.pyx): a pool serves a cached block with no
-    GIL and no Python object."""
+    GIL and no Python object. An allocation the area refuses is kept in ``hook.errors``
+    and raised in PyTorch as a ``RuntimeError`` carrying aml's message (PyTorch's
+    pluggable allocator never checks for NULL: the entry point throws a C++ exception
+    that PyTorch converts), never handed to PyTorch as a NULL pointer."""
     global _torch_hook
     given: Mapping[Any, Any] = area if isinstance(area, Mapping) else {None: area}
     if not given:
@@ -424,6 +424,10 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
                 f"PyTorch has allocated {label} memory already; call use_with_torch first ({exc})"
             ) from exc
         per_device = {d: st for d, st in hook.states.items() if d is not None}
-        _hooks.set_torch(per_device, hook.states.get(None), hook._refused)
+        # Real PyTorch does not check its allocator for NULL: a refusal is thrown as a C++
+        # exception that PyTorch raises as RuntimeError (a stand-in module, called through
+        # ctypes, gets NULL: nothing there catches C++).
+        throws = hasattr(torch, "OutOfMemoryError")
+        _hooks.set_torch(per_device, hook.states.get(None), hook._refused, hook.errors, throws)
         _torch_hook = hook
         return hook

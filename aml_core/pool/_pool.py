@@ -32,6 +32,10 @@ __all__ = ["Pool"]
 _NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.FILE_BACKED
 
 
+#: Stream handles are pointer-sized: 0 .. 2**64 - 1 (aml_core.gpu.stream.as_stream_handle).
+_HANDLE_END = 1 << 64
+
+
 def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
@@ -254,7 +258,10 @@ class Pool(Sharing):
         """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
         by requests on ``stream``, elsewhere after an event (see the module doc). A plain
         munmap frees a buffer on the stream it was allocated on, if any."""
-        self._munmap_on(buffer, self._stream_handle(stream), size)
+        if type(stream) is int and 0 <= stream < _HANDLE_END and self._kernel.streams_ready:
+            self._munmap_on(buffer, stream, size)  # a handle: checked, no conversion
+        else:
+            self._munmap_on(buffer, self._stream_handle(stream), size)
 
     def _stream_handle(self, stream: Any) -> int:
         from ..gpu.stream import Stream, as_stream_handle

@@ -66,33 +66,25 @@ def fake_cupy() -> types.ModuleType:
             self.ptr = mem.ptr + offset
             self.size = mem.size - offset
 
-    #: CuPy's C allocator: ``void *malloc(void *param, size_t size, int device)`` and
-    #: ``void free(void *param, void *ptr, int device)``, called as CuPy calls them.
-    c_malloc = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    c_free = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int)
+    class PythonFunctionAllocatorMemory:
+        """CuPy's memory of a Python-function allocator: freed through it when dropped."""
 
-    class CFunctionAllocatorMemory:
-        """CuPy's memory of a C allocator: freed through it when dropped."""
-
-        def __init__(self, size: int, param: int, malloc: Any, free: Any, owner: Any) -> None:
-            self.size, self.device_id, self.owner = size, 0, owner
-            self._param, self._free = param, free
-            self.ptr = malloc(param, size, 0) or 0
-            if not self.ptr:
-                raise MemoryError(f"out of memory allocating {size} bytes (the fake CuPy)")
+        def __init__(self, size: int, device_id: int, malloc: Any, free: Any) -> None:
+            self.size, self.device_id, self.ptr = size, device_id, 0
+            self._free = free
+            if size > 0:
+                self.ptr = malloc(size, device_id)
 
         def __del__(self) -> None:
             if self.ptr:
-                self._free(self._param, self.ptr, self.device_id)
+                self._free(self.ptr, self.device_id)
 
-    class CFunctionAllocator:
-        def __init__(self, param: int, malloc_func: int, free_func: int, owner: Any) -> None:
-            self._param, self._owner = param, owner
-            self._malloc, self._free = c_malloc(malloc_func), c_free(free_func)
+    class PythonFunctionAllocator:
+        def __init__(self, malloc_func: Any, free_func: Any) -> None:
+            self._malloc, self._free = malloc_func, free_func
 
         def malloc(self, size: int) -> Any:
-            mem = CFunctionAllocatorMemory(size, self._param, self._malloc, self._free, self._owner)
-            return MemoryPointer(mem, 0)
+            return MemoryPointer(PythonFunctionAllocatorMemory(size, 0, self._malloc, self._free), 0)
 
     def default_allocator(size: int) -> Any:
         return ("default", size)
@@ -102,7 +94,7 @@ def fake_cupy() -> types.ModuleType:
 
     state: dict[str, Any] = {"allocator": default_allocator, "pinned": None}
     names: dict[types.ModuleType, dict[str, Any]] = {
-        memory: {"Memory": Memory, "CFunctionAllocator": CFunctionAllocator},
+        memory: {"Memory": Memory, "PythonFunctionAllocator": PythonFunctionAllocator},
         cuda: {
             "memory": memory,
             "UnownedMemory": UnownedMemory,

@@ -139,15 +139,22 @@ def test_real_cupy_on_a_pool() -> None:
     under = aml_cuda.create(0)
     pool = aml_core.pool(under)
     try:
-        with aml_cuda.use_with_cupy(pool):
+        with aml_cuda.use_with_cupy(pool) as hook:
             x = real.arange(1 << 20, dtype=real.float32)
             assert float(x.sum()) == float((1 << 20) * ((1 << 20) - 1) / 2)
-            live = pool.stats.live_mappings
-            assert live >= 1
+            assert hook.live >= 1  # blocks of the kernel: no Buffer is made
+            assert pool.pool_stats.bytes_in_use >= 4 << 20
+            assert pool.stats.live_mappings == 0
             del x
-            real.get_default_memory_pool().free_all_blocks()
             gc.collect()
-        assert pool.stats.live_mappings == 0
+            assert hook.live == 0
+            y = real.ones(1 << 20, dtype=real.float32)  # the freed block again, in C
+            assert float(y.sum()) == float(1 << 20)
+            del y
+            with pytest.raises(MemoryError):  # more than the GPU has: the pool's error, raised to CuPy
+                real.empty(1 << 50, dtype=real.uint8)
+            assert float(real.arange(10).sum()) == 45.0  # CuPy goes on
+        assert pool.pool_stats.bytes_in_use == 0
     finally:
         pool.close()
         under.close()

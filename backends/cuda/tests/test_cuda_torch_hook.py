@@ -115,10 +115,32 @@ pool = aml_core.pool(aml_cuda.create(0))
 hook = aml_cuda.use_with_torch(pool)
 x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
 assert float(x.sum()) == float((1 << 20) * ((1 << 20) - 1) / 2)
-assert hook.live >= 1 and pool.stats.live_mappings >= 1, (hook.live, pool.stats)
+# compiled entry points: blocks of the kernel, no Buffer
+assert hook.live >= 1, hook.live
+assert pool.pool_stats.bytes_in_use >= 4 << 20, pool.pool_stats
+assert pool.stats.live_mappings == 0, pool.stats
 del x
 torch.cuda.synchronize()
+assert hook.live == 0, hook.live
+y = torch.ones(1 << 20, device="cuda")  # the freed block again, served in C
+assert hook.states[0].fast_allocs >= 1, hook.states
+del y
 print("ok", hook.live, pool.pool_stats.native_allocations, hook.errors)
+"""
+
+_TORCH_OOM_CHILD = """
+import aml_core, aml_cuda, torch
+pool = aml_core.pool(aml_cuda.create(0), limit=64 << 20)
+hook = aml_cuda.use_with_torch(pool)
+x = torch.ones(1 << 20, device="cuda")
+try:
+    y = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+except Exception as exc:  # PyTorch's out of memory, with aml's error beside it
+    print("raised", type(exc).__name__, type(hook.errors[-1]).__name__)
+else:
+    print("no error", y.data_ptr())
+assert float(x.sum()) == float(1 << 20)
+print("ok")
 """
 
 
@@ -130,3 +152,17 @@ def test_real_pytorch_on_a_pool() -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("ok"), proc.stdout
+
+
+@pytest.mark.gpu
+def test_real_pytorch_out_of_the_pools_memory() -> None:
+    """Past the pool's limit, PyTorch raises its out-of-memory error (the entry point
+    gives it NULL and sets aml's error), the process goes on, and aml's error is kept."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-c", _TORCH_OOM_CHILD], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "raised" in proc.stdout, proc.stdout
+    assert "AMLMemoryError" in proc.stdout, proc.stdout
+    assert proc.stdout.rstrip().endswith("ok"), proc.stdout
