@@ -75,7 +75,7 @@ from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from libc.stdint cimport int64_t, uintptr_t
 from libc.string cimport memset
 
-from ._capi cimport PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull
+from ._capi cimport PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull, aml_is_finalizing
 from ._dlpack cimport (
     DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION,
@@ -123,13 +123,7 @@ cdef extern from "<limits.h>":
 cdef extern from *:
     """
     #define aml_tp_finalize(t) ((void *)((PyTypeObject *)(t))->tp_finalize)
-    #if PY_VERSION_HEX >= 0x030D0000
-    #define aml_is_finalizing() Py_IsFinalizing()
-    #else
-    #define aml_is_finalizing() _Py_IsFinalizing()
-    #endif
     """
-    int aml_is_finalizing() noexcept
     void *aml_tp_finalize(object t) noexcept
 
 # Which areas this thread is inside (AreaBase._enter/_leave), and how deep: a small

@@ -9,3 +9,14 @@ cdef extern from "Python.h":
     PyObject *PyErr_Occurred() noexcept
     void PyErr_Clear() noexcept
     const Py_ssize_t PY_SSIZE_T_MAX
+
+# Whether the interpreter is shutting down (no Python code may run, modules are torn down).
+cdef extern from *:
+    """
+    #if PY_VERSION_HEX >= 0x030D0000
+    #define aml_is_finalizing() Py_IsFinalizing()
+    #else
+    #define aml_is_finalizing() _Py_IsFinalizing()
+    #endif
+    """
+    int aml_is_finalizing() noexcept nogil

@@ -22,8 +22,10 @@ memory) when it fails. Nothing here raises into the framework.
 
 cimport cython
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport uintptr_t
 
+from ._capi cimport aml_is_finalizing
 from ._kernel cimport PoolKernel, u64
 
 
@@ -32,18 +34,9 @@ cdef enum:
 
 cdef extern from *:
     """
-    #include <stdexcept>
-    #include <string>
     static inline void aml_count(long long *p, long long d) { __atomic_add_fetch(p, d, __ATOMIC_RELAXED); }
-    /* PyTorch's pluggable allocator does not check malloc for NULL: a refusal is a C++
-       exception, which PyTorch turns into a Python RuntimeError with this message. */
-    static std::string aml_oom_message;
-    static void aml_set_oom(const char *m) { aml_oom_message = m; }
-    static void aml_throw_oom(void) { throw std::runtime_error(aml_oom_message); }
     """
     void aml_count(long long *p, long long d) nogil
-    void aml_set_oom(const char *m)
-    void aml_throw_oom() nogil
 
 
 @cython.final
@@ -105,6 +98,8 @@ cdef void *_hook_malloc(HookState st, size_t size, int device, bint has_stream, 
         aml_count(&st.live, 1)  # atomic: hook threads run without the GIL
         aml_count(&st.fast_allocs, 1)
         return <void *><uintptr_t>addr
+    if aml_is_finalizing():
+        return NULL  # no Python code any more
     with gil:
         try:
             addr = st.slow_malloc(size, device, stream if has_stream else None)
@@ -120,6 +115,8 @@ cdef void _hook_free(HookState st, void *ptr, int device, bint has_stream, u64 s
         aml_count(&st.live, -1)
         aml_count(&st.fast_frees, 1)
         return
+    if aml_is_finalizing():
+        return  # the interpreter is gone: the process's exit returns the memory
     with gil:
         try:
             if st.slow_free(<u64><uintptr_t>ptr, device, stream if has_stream else None):
@@ -131,42 +128,29 @@ cdef void _hook_free(HookState st, void *ptr, int device, bint has_stream, u64 s
 # -- PyTorch ------------------------------------------------------------------------------
 cdef PyObject *_torch[MAX_DEVICES]  # borrowed: _torch_states keeps them
 cdef PyObject *_torch_default = NULL  # the state of devices without their own
-cdef bint _torch_throws = False  # a refusal throws (real PyTorch) instead of giving NULL
 _torch_states = {}
 
 
 cdef void *torch_malloc(Py_ssize_t size, int device, void *stream) noexcept nogil:
     cdef PyObject *st = _torch_state(device)
-    cdef void *p = NULL
     if size <= 0:
         return NULL  # nothing asked: PyTorch keeps no pointer
     if st == NULL:
-        with gil:
-            _torch_refuse("malloc", device, size)
-    else:
-        p = _hook_malloc(<HookState>st, <size_t>size, device, stream != NULL, <u64><uintptr_t>stream)
-    if p == NULL and _torch_throws:
-        with gil:
-            _torch_message(size, device)
-        aml_throw_oom()
-    return p
-
-
-cdef void _torch_message(Py_ssize_t size, int device) noexcept:
-    try:
-        errors = _torch_states.get("errors")
-        last = errors[-1] if errors else None
-        text = f"aml could not allocate {size} bytes on device {device} for PyTorch: {last}"
-        aml_set_oom(text.encode("utf-8", "replace"))
-    except BaseException:
-        aml_set_oom(b"aml could not allocate memory for PyTorch")
+        if not aml_is_finalizing():
+            with gil:
+                _torch_refuse("malloc", device, size)
+        return NULL
+    return _hook_malloc(<HookState>st, <size_t>size, device, stream != NULL, <u64><uintptr_t>stream)
 
 
 cdef void torch_free(void *ptr, Py_ssize_t size, int device, void *stream) noexcept nogil:
     cdef PyObject *st = _torch_state(device)
+    if ptr == NULL:
+        return  # PyTorch's tensor of a refused allocation: nothing was handed out
     if st == NULL:
-        with gil:
-            _torch_refuse("free", device, size)
+        if not aml_is_finalizing():
+            with gil:
+                _torch_refuse("free", device, size)
         return
     _hook_free(<HookState>st, ptr, device, stream != NULL, <u64><uintptr_t>stream)
 
@@ -186,14 +170,13 @@ cdef void _torch_refuse(str what, int device, Py_ssize_t size) noexcept:
         pass
 
 
-def set_torch(states, default, report, errors=None, throws=False):
+def set_torch(states, default, report):
     """Install PyTorch's states: ``states`` maps a device index (0..63) to its
     HookState, ``default`` serves the other devices (or None: refused), ``report(what,
-    device, size)`` records a refused call, ``errors`` is the hook's list of kept errors
-    (the last one names a refusal). ``throws``: a refused malloc throws a C++
-    ``std::runtime_error`` (real PyTorch turns it into a RuntimeError) instead of
-    returning NULL (only for callers that catch C++ exceptions: never through ctypes).
-    Once per process (PyTorch keeps its allocator)."""
+    device, size)`` records a refused call. Once per process: PyTorch keeps its
+    allocator and calls it until the process ends (its tensors are freed after the
+    interpreter is torn down), so each state, and the kernel it serves, is made
+    immortal here (a reference never given back)."""
     cdef int i
     for device, st in states.items():
         if not isinstance(st, HookState) or not (0 <= device < MAX_DEVICES):
@@ -204,9 +187,9 @@ def set_torch(states, default, report, errors=None, throws=False):
     _torch_states.update({("device", d): st for d, st in states.items()})
     _torch_states["default"] = default
     _torch_states["report"] = report
-    _torch_states["errors"] = errors
-    global _torch_default, _torch_throws
-    _torch_throws = bool(throws)
+    for st in list(states.values()) + ([default] if default is not None else []):
+        Py_INCREF(st)  # immortal: see the docstring
+    global _torch_default
     for i in range(MAX_DEVICES):
         _torch[i] = NULL
     for device, st in states.items():

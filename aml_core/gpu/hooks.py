@@ -380,9 +380,13 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
     hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry points are
     compiled C functions (aml_core/_hooks.pyx): a pool serves a cached block with no
     GIL and no Python object. An allocation the area refuses is kept in ``hook.errors``
-    and raised in PyTorch as a ``RuntimeError`` carrying aml's message (PyTorch's
-    pluggable allocator never checks for NULL: the entry point throws a C++ exception
-    that PyTorch converts), never handed to PyTorch as a NULL pointer."""
+    and returned to PyTorch as NULL, the pluggable allocator's only way to refuse, which
+    PyTorch does not check: the tensor it makes has ``data_ptr() == 0`` (checked on PyTorch
+    2.11; a kernel writing to it faults the GPU context). Size the pool's ``limit`` for
+    the workload, and check ``hook.errors`` (or ``t.data_ptr()``) where a refusal is
+    possible. The hook and its pools live until the process ends: PyTorch frees tensors
+    after the interpreter is torn down, and those frees are served in C (or left to the
+    process's exit)."""
     global _torch_hook
     given: Mapping[Any, Any] = area if isinstance(area, Mapping) else {None: area}
     if not given:
@@ -424,10 +428,6 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
                 f"PyTorch has allocated {label} memory already; call use_with_torch first ({exc})"
             ) from exc
         per_device = {d: st for d, st in hook.states.items() if d is not None}
-        # Real PyTorch does not check its allocator for NULL: a refusal is thrown as a C++
-        # exception that PyTorch raises as RuntimeError (a stand-in module, called through
-        # ctypes, gets NULL: nothing there catches C++).
-        throws = hasattr(torch, "OutOfMemoryError")
-        _hooks.set_torch(per_device, hook.states.get(None), hook._refused, hook.errors, throws)
+        _hooks.set_torch(per_device, hook.states.get(None), hook._refused)
         _torch_hook = hook
         return hook
