@@ -414,6 +414,8 @@ cdef class PoolKernel(FastPath):
                 PyErr_Clear()
                 return None  # out of range: the Python path says so
         elif type(value) is self.stream_type:
+            if value._closed is not False:
+                return None  # a destroyed stream: the Python path refuses it (EINVAL)
             h = value.handle
             if type(h) is not int:
                 return None

@@ -5,9 +5,12 @@ counted as pool hits; a block it hands out is shared by IPC like any pooled bloc
 from __future__ import annotations
 
 import aml_hip
+import pytest
 from hip_helpers import HipDouble
 
 import aml_core
+from aml_core.errors import AMLValueError
+from aml_core.pool import PoolOptions
 
 
 def test_repeated_size_makes_no_driver_call(hip: HipDouble) -> None:
@@ -49,3 +52,32 @@ def test_a_fast_path_block_is_exported_with_its_offset(hip: HipDouble) -> None:
         assert offset == 4096
         p.munmap(b)
         p.munmap(keep)
+
+
+def test_a_destroyed_stream_is_refused_with_a_block_cached(hip: HipDouble) -> None:
+    """mmap on a closed aml Stream is EINVAL (the stream's own check) on the compiled
+    path too: with a block of the size cached it used to be handed out on the dead
+    handle, freed onto its stack, and every later reclaim failed (hipStreamSynchronize:
+    hipErrorInvalidHandle), so the pool could not trim or grow (found by the pool soak)."""
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
+        live = aml_hip.stream(non_blocking=True)
+        try:
+            _refuse_a_dead_stream(p, live)
+        finally:
+            live.close()
+
+
+def _refuse_a_dead_stream(p: aml_core.Pool, live: aml_hip.Stream) -> None:
+    p.munmap(p.mmap(4096, {"stream": live}))  # the pool knows streams; a block on live's stack
+    p.munmap(p.mmap(4096))  # and one on the host-order stack
+    dead = aml_hip.stream(non_blocking=True)
+    dead.close()
+    cache = p._pool_kernel
+    assert cache is not None
+    before = (cache.fast_mmaps, cache.hits, cache.misses)
+    for options in ({"stream": dead}, PoolOptions(stream=dead)):
+        with pytest.raises(AMLValueError, match="closed"):
+            p.mmap(4096, options)
+    assert (cache.fast_mmaps, cache.hits, cache.misses) == before
+    assert cache.live_blocks() == 0
+    assert p.trim() == 2 << 20  # live is synchronized; nothing is on a dead stream
