@@ -667,7 +667,12 @@ cdef class PoolKernel(FastPath):
             closed = owner is None or owner.closed
             if has_stream and closed and not self.closing:
                 # freed after close() detached it: its slab goes now, after its stream
-                self.stream_ops.stream_synchronize(s)
+                try:
+                    self.stream_ops.stream_synchronize(s)
+                except BaseException:
+                    self._live[b.addr] = b  # still live: the caller keeps the buffer, a retry frees it
+                    self.requested += b.requested
+                    raise
                 has_stream = False
             if self.put_back(b, has_stream, s):
                 self._give(b, closed)
