@@ -719,24 +719,33 @@ cdef class PoolKernel(FastPath):
         if self._segment != NULL:
             return self._grow_segment(n)
         cdef size_t want = self._slab_size(h, n)
+        cdef long long before
+        failed = None
         if self._limited:
             if self.reserved + want > self._limit:
-                self._trim(0)
+                failed = _release_cache(self)
             if self.reserved + want > self._limit:
                 want = n  # a slab of just the request may still fit
             if self.reserved + want > self._limit:
-                raise AMLMemoryError(
+                error = AMLMemoryError(
                     f"the pool's limit of {self._limit} bytes is reached: {self.reserved} reserved "
                     f"({self.blocks} in live blocks), {n} more asked"
                 )
+                if failed is not None:
+                    error.add_note(f"releasing the pool's cached memory failed: {failed}")
+                raise error
         from . import checks
         if want > checks.MAX_SIZE:
             raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
         area = self._area
         try:
             buf = area.mmap(want, self._options)
-        except AMLMemoryError:
-            if not self._trim(0):
+        except AMLMemoryError as nomem:
+            before = self.reserved
+            failed = _release_cache(self)
+            if failed is not None:  # ENOMEM stays the error; what could go went
+                nomem.add_note(f"releasing the pool's cached memory failed: {failed}")
+            if self.reserved == before:
                 raise
             buf = area.mmap(want, self._options)
         try:
@@ -1055,6 +1064,17 @@ cdef class PoolKernel(FastPath):
     def granule(self):
         return self._mask + 1
 
+
+
+cdef object _release_cache(PoolKernel kernel):
+    """Release the cache before growing (past the limit, or on ENOMEM): None, or the
+    error of a failed release (a synchronize, a slab's free), for a note on the growth's
+    own error: whatever else could go went."""
+    try:
+        kernel._trim(0)
+    except AMLError as exc:
+        return exc
+    return None
 
 
 cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:
