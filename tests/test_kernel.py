@@ -786,6 +786,32 @@ def test_enomem_releases_the_cache_and_retries_once(pool: Pool, host: StreamedHo
     assert host.stats.live_mappings == 0
 
 
+def test_enomem_stays_the_error_when_the_release_fails_too(pool: Pool, host: StreamedHost) -> None:
+    """ENOMEM, then releasing the cache fails: ENOMEM is raised with the release's error
+    as a note (the first failure's error, as everywhere); what could go went, and the
+    retry ran if something did."""
+    kernel = _kernel(pool)
+    pool.munmap(pool.mmap(4096))  # a small slab
+    host.fail_allocs, host.fail_frees = 1, 1
+    with pytest.raises(AMLMemoryError, match="injected") as info:
+        pool.mmap(3 * MiB)
+    assert any("releasing the pool's cached memory failed" in n for n in info.value.__notes__)
+    assert (host.fail_allocs, host.allocs, kernel.native_frees) == (0, 1, 0)
+    assert pool.pool_stats.slabs == 1  # kept, still the pool's
+    pool.munmap(pool.mmap(3 * MiB))  # a medium slab
+    host.fail_allocs, host.fail_frees = 1, 1  # the medium slab's free fails, the small one's not
+    big = pool.mmap(30 * MiB)  # something was released: the retry runs, and succeeds
+    assert (host.allocs, kernel.native_frees) == (3, 1)
+    pool.munmap(big)
+    with aml_core.pool(host, limit=3 * MiB) as limited:
+        limited.munmap(limited.mmap(4096))
+        host.fail_frees = 1
+        with pytest.raises(AMLMemoryError, match="limit") as info:
+            limited.mmap(2 * MiB)
+        assert any("releasing the pool's cached memory failed" in n for n in info.value.__notes__)
+        assert limited.pool_stats.slabs == 1
+
+
 def test_enomem_reclaims_the_streams_before_it_releases(pool: Pool, host: StreamedHost) -> None:
     pool.munmap(pool.mmap(4096, {"stream": S1}))  # a free slab, its block on S1's stack
     host.fail_allocs = 1

@@ -167,6 +167,23 @@ def test_out_of_memory_releases_the_cache_and_retries(hip: HipDouble, device: am
         p.munmap(big)
 
 
+def test_out_of_memory_stays_the_error_when_hipfree_fails_too(
+    hip: HipDouble, device: aml_hip.HipArea
+) -> None:
+    with aml_core.pool(device) as p:
+        p.munmap(p.mmap(4096))
+        hip.inject("hipMalloc", OUT_OF_MEMORY)
+        hip.inject("hipFree", UNKNOWN)
+        with pytest.raises(AMLMemoryError) as info:
+            p.mmap(3 * MiB)
+        assert info.value.native is not None
+        assert info.value.native.function == "hipMalloc"
+        assert any("hipFree" in note for note in info.value.__notes__)
+        assert p.pool_stats.slabs == 1
+        assert hip.live()["device"] == 1
+        p.munmap(p.mmap(3 * MiB))
+
+
 def test_other_malloc_failures_release_nothing(hip: HipDouble, device: aml_hip.HipArea) -> None:
     with aml_core.pool(device) as p:
         p.munmap(p.mmap(4096))
