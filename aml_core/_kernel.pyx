@@ -814,22 +814,33 @@ cdef class PoolKernel(FastPath):
             self.unlock()
 
     cdef size_t _trim(self, size_t keep) except? <size_t>-1:
-        if not self._sfast.empty():
-            self._reclaim_streams()
-        if not self._fast.empty():
-            self.flush()
-        if self._segment != NULL:
-            return self._trim_segment(keep)
         cdef size_t released = 0
         cdef size_t i
         cdef Slab *s
         cdef vector[Slab *] free_slabs
+        error = None
+        if not self._sfast.empty():
+            try:
+                self._reclaim_streams()
+            except AMLError as exc:
+                # Their blocks stay on their streams (their slabs are not wholly free):
+                # the rest can still go. The first error is raised at the end.
+                error = exc
+        if not self._fast.empty():
+            self.flush()
+        if self._segment != NULL:
+            try:
+                released = self._trim_segment(keep)
+            except AMLError as exc:
+                error = error or exc
+            if error is not None:
+                raise error
+            return released
         for i in range(self._slabs.size()):
             if self._whole_free(self._slabs[i]):
                 free_slabs.push_back(self._slabs[i])
         # Largest slabs first: fewest native calls for the bytes (stable: oldest first).
         _sort_by_size_desc(free_slabs)
-        error = None
         cdef size_t size
         for i in range(free_slabs.size()):
             if <size_t>(self.reserved - self.blocks) <= keep:
