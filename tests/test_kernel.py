@@ -937,34 +937,39 @@ def test_a_failed_synchronize_keeps_the_streams_blocks(one_block_slabs: Pool, ho
 
 def test_a_stream_destroyed_while_it_holds_blocks(host: StreamedHost) -> None:
     """Issue 20: blocks freed on a stream that is then destroyed can never be shown idle
-    (its synchronize fails): trim and every request that must reclaim the streams raise
-    the runtime's error; close() raises it too, frees everything else and gives the slabs
-    back to the area, which frees them; a second close has nothing left to do."""
+    (its synchronize fails): trim releases everything else and raises the runtime's
+    error, and so does every request that must first reclaim the streams; close() raises
+    it too, frees the live buffers and releases every other slab, and gives the slabs of
+    the streams' blocks back to the area, which frees them; a second close has nothing
+    left to do."""
     p = aml_core.pool(host, small_slab=4096, small_max=4096)
     kernel = _kernel(p)
     dead = p.mmap(4096, {"stream": S1})
     other = p.mmap(4096, {"stream": S2})
     live = p.mmap(4096)
+    p.munmap(p.mmap(4096))  # a slab with nothing on a stream
     p.munmap(dead)
     p.munmap(other)
     host.runtime.dead.add(S1)
     with pytest.raises(AMLFailure, match="destroyed"):
         p.trim()
+    assert host.frees == 1  # the free slab went all the same
     with pytest.raises(AMLFailure, match="destroyed"):
         p.mmap(4 * MiB, {"stream": S3})  # nothing to hand over: reclaim first, which fails
     on_s2 = p.mmap(4096, {"stream": S2})  # what needs no reclaim still works
     p.munmap(on_s2)
-    assert (kernel.stream_cached(), host.allocs) == ({(S1, 4096): [dead.ptr], (S2, 4096): [other.ptr]}, 3)
+    assert (kernel.stream_cached(), host.allocs) == ({(S1, 4096): [dead.ptr], (S2, 4096): [other.ptr]}, 4)
     with pytest.raises(AMLFailure, match="destroyed"):
         p.close()
     assert p.closed
     assert live.freed
-    assert host.stats.live_mappings == 3  # the slabs: the area's now
+    assert host.frees == 2  # live's slab
+    assert host.stats.live_mappings == 2  # the slabs of the streams' blocks: the area's now
     assert not any(host._held(b) for b in host.buffers())
     p.close()  # nothing more: the event was destroyed (none was made)
     host.close()
     assert host.stats.live_mappings == 0
-    assert host.frees == host.allocs == 3
+    assert host.frees == host.allocs == 4
 
 
 def test_a_viewed_stream_block_freed_after_close_survives_a_failed_synchronize(host: StreamedHost) -> None:

@@ -283,8 +283,9 @@ def test_a_failed_synchronize_keeps_the_blocks_on_their_stream(
 def test_a_stream_destroyed_while_the_pool_holds_its_blocks(hip: HipDouble, device: aml_hip.HipArea) -> None:
     """Issue 20: blocks freed on a stream that is then destroyed cannot be shown idle
     again (hipStreamSynchronize: invalid handle): trim raises, and so does every request
-    that must reclaim the streams; close() raises it, frees the rest and gives the slabs
-    back to the area, whose close frees them: every live counter back to zero."""
+    that must reclaim the streams; close() raises it, frees the rest and gives the slab
+    of the stream's block back to the area, whose close frees it: every live counter back
+    to zero."""
     p = aml_core.pool(device, small_slab=4096, small_max=4096)
     s1 = aml_hip.stream(non_blocking=True)
     a = p.mmap(4096, {"stream": s1})
@@ -302,7 +303,7 @@ def test_a_stream_destroyed_while_the_pool_holds_its_blocks(hip: HipDouble, devi
         p.close()
     assert p.closed
     assert live.freed
-    assert hip.live()["device"] == 2  # the slabs: the area's now
+    assert hip.live()["device"] == 1  # live's slab went; the stream's block's is the area's now
     p.close()  # nothing left for the pool
     device.close()
     assert not any(hip.live().values())
