@@ -874,18 +874,6 @@ def test_a_failed_slab_release_in_close_is_the_areas_to_free(host: StreamedHost)
     assert host.frees == host.allocs == 1
 
 
-def test_a_failed_release_under_a_threshold_warns_and_trim_retries(host: StreamedHost) -> None:
-    with aml_core.pool(host, release_threshold=0) as p:
-        buf = p.mmap(4096)
-        host.fail_frees = 1
-        with pytest.warns(ResourceWarning, match="could not return cached memory"):
-            p.munmap(buf)
-        assert buf.freed
-        assert p.pool_stats.bytes_reserved == 2 * MiB
-        assert p.trim() == 2 * MiB
-        assert host.stats.live_mappings == 0
-
-
 @pytest.mark.parametrize("op", ["event_create", "event_record", "stream_wait_event"])
 def test_a_failed_hand_over_keeps_the_block_on_its_stream(
     one_block_slabs: Pool, host: StreamedHost, op: str
