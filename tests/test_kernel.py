@@ -546,7 +546,7 @@ def test_close_stops_the_fast_path(pool: Pool, host: StreamedHost) -> None:
 
 
 def test_a_failed_buffer_construction_leaves_the_block_cached(
-    pool: Pool, monkeypatch: pytest.MonkeyPatch
+    pool: Pool, host: StreamedHost, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The kernel takes the block, then the buffer's construction fails: the block goes
     back where it was taken from, the counters are undone, and the error is raised."""
@@ -578,6 +578,18 @@ def test_a_failed_buffer_construction_leaves_the_block_cached(
     assert kernel.misses == before[1]  # every block was still cached
     pool.munmap(a)
     pool.munmap(b)
+    _consistent(pool, {})
+    # The slow path (a stream object the kernel does not read; a miss that grows): the
+    # block goes back as well, and the new slab stays cached.
+    monkeypatch.setattr(Pool, "buffer_type", Exploding)
+    with pytest.raises(RuntimeError, match="injected"):
+        pool.mmap(3 * MiB, {"stream": ForeignStream(S1)})
+    monkeypatch.undo()
+    assert (kernel.live_blocks(), kernel.requested, kernel.blocks) == (0, 0, 0)
+    assert (kernel.reserved, host.allocs) == (22 * MiB, 2)
+    big = pool.mmap(3 * MiB, {"stream": S1})  # its block, on S1's stack: no new slab
+    assert host.allocs == 2
+    pool.munmap(big)
     _consistent(pool, {})
 
 
