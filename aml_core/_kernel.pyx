@@ -430,7 +430,7 @@ cdef class PoolKernel(FastPath):
                 return None  # out of range: the Python path says so
         elif type(value) is self.stream_type:
             if value._closed is not False:
-                return None  # a closed stream: the Python path refuses it
+                return None  # a destroyed stream: the Python path refuses it (EINVAL)
             h = value.handle
             if type(h) is not int:
                 return None
@@ -684,7 +684,12 @@ cdef class PoolKernel(FastPath):
             closed = owner is None or owner.closed
             if has_stream and closed and not self.closing:
                 # freed after close() detached it: its slab goes now, after its stream
-                self.stream_ops.stream_synchronize(s)
+                try:
+                    self.stream_ops.stream_synchronize(s)
+                except BaseException:
+                    self._live[b.addr] = b  # still live: the caller keeps the buffer, a retry frees it
+                    self.requested += b.requested
+                    raise
                 has_stream = False
             if self.put_back(b, has_stream, s):
                 self._give(b, closed)
@@ -731,24 +736,33 @@ cdef class PoolKernel(FastPath):
         if self._segment != NULL:
             return self._grow_segment(n)
         cdef size_t want = self._slab_size(h, n)
+        cdef long long before
+        failed = None
         if self._limited:
             if self.reserved + want > self._limit:
-                self._trim(0)
+                failed = _release_cache(self)
             if self.reserved + want > self._limit:
                 want = n  # a slab of just the request may still fit
             if self.reserved + want > self._limit:
-                raise AMLMemoryError(
+                error = AMLMemoryError(
                     f"the pool's limit of {self._limit} bytes is reached: {self.reserved} reserved "
                     f"({self.blocks} in live blocks), {n} more asked"
                 )
+                if failed is not None:
+                    error.add_note(f"releasing the pool's cached memory failed: {failed}")
+                raise error
         from . import checks
         if want > checks.MAX_SIZE:
             raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
         area = self._area
         try:
             buf = area.mmap(want, self._options)
-        except AMLMemoryError:
-            if not self._trim(0):
+        except AMLMemoryError as nomem:
+            before = self.reserved
+            failed = _release_cache(self)
+            if failed is not None:  # ENOMEM stays the error; what could go went
+                nomem.add_note(f"releasing the pool's cached memory failed: {failed}")
+            if self.reserved == before:
                 raise
             buf = area.mmap(want, self._options)
         try:
@@ -817,22 +831,33 @@ cdef class PoolKernel(FastPath):
             self.unlock()
 
     cdef size_t _trim(self, size_t keep) except? <size_t>-1:
-        if not self._sfast.empty():
-            self._reclaim_streams()
-        if not self._fast.empty():
-            self.flush()
-        if self._segment != NULL:
-            return self._trim_segment(keep)
         cdef size_t released = 0
         cdef size_t i
         cdef Slab *s
         cdef vector[Slab *] free_slabs
+        error = None
+        if not self._sfast.empty():
+            try:
+                self._reclaim_streams()
+            except AMLError as exc:
+                # Their blocks stay on their streams (their slabs are not wholly free):
+                # the rest can still go. The first error is raised at the end.
+                error = exc
+        if not self._fast.empty():
+            self.flush()
+        if self._segment != NULL:
+            try:
+                released = self._trim_segment(keep)
+            except AMLError as exc:
+                error = error or exc
+            if error is not None:
+                raise error
+            return released
         for i in range(self._slabs.size()):
             if self._whole_free(self._slabs[i]):
                 free_slabs.push_back(self._slabs[i])
         # Largest slabs first: fewest native calls for the bytes (stable: oldest first).
         _sort_by_size_desc(free_slabs)
-        error = None
         cdef size_t size
         for i in range(free_slabs.size()):
             if <size_t>(self.reserved - self.blocks) <= keep:
@@ -1067,6 +1092,17 @@ cdef class PoolKernel(FastPath):
     def granule(self):
         return self._mask + 1
 
+
+
+cdef object _release_cache(PoolKernel kernel):
+    """Release the cache before growing (past the limit, or on ENOMEM): None, or the
+    error of a failed release (a synchronize, a slab's free), for a note on the growth's
+    own error: whatever else could go went."""
+    try:
+        kernel._trim(0)
+    except AMLError as exc:
+        return exc
+    return None
 
 
 cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:

@@ -7,62 +7,17 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 import aml_core
-from aml_core import Buffer, Pool
+from aml_core import Pool
 from aml_core.errors import AMLFailure, AMLNotSupported, AMLTypeError
 from aml_core.host import HostArea
+from tests.support.streams import S1, S2, StreamedHost
+from tests.support.streams import ForeignStream as Stream
 
 MiB = 1 << 20
-
-
-class StreamRecorder:
-    """The stream operations a pool uses (aml_core.protocols.StreamOrdering), recorded."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-        self.events = 0
-        self.fail_destroy = False
-
-    def event_create(self) -> int:
-        self.events += 1
-        self.calls.append(("event_create",))
-        return 0xE0 + self.events
-
-    def event_destroy(self, event: int) -> None:
-        if self.fail_destroy:
-            raise AMLFailure("event destroy failed (injected)")
-        self.events -= 1
-        self.calls.append(("event_destroy", event))
-
-    def event_record(self, event: int, stream: int) -> None:
-        self.calls.append(("event_record", event, stream))
-
-    def stream_wait_event(self, stream: int, event: int) -> None:
-        self.calls.append(("stream_wait_event", stream, event))
-
-    def stream_synchronize(self, stream: int) -> None:
-        self.calls.append(("stream_synchronize", stream))
-
-
-class StreamedHost(HostArea):
-    """A host area with a runtime: stands in for a GPU area in these tests."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.runtime = StreamRecorder()
-        self.allocs = 0
-
-    def stream_ordering(self) -> StreamRecorder:
-        """A StreamOrderedArea, as a GPU area is."""
-        return self.runtime
-
-    def _allocate(self, size: int, options: Any) -> Buffer:
-        self.allocs += 1
-        return super()._allocate(size, options)
 
 
 @pytest.fixture
@@ -77,19 +32,6 @@ def pool(host: StreamedHost) -> Iterator[Pool]:
     p = aml_core.pool(host)
     yield p
     p.close()
-
-
-S1, S2 = 0x1000, 0x2000
-
-
-class Stream:
-    """A foreign stream object (``__cuda_stream__``, as cuda.core streams have)."""
-
-    def __init__(self, handle: int) -> None:
-        self.handle = handle
-
-    def __cuda_stream__(self) -> tuple[int, int]:
-        return (0, self.handle)
 
 
 def test_same_stream_reuse_needs_no_event(pool: Pool, host: StreamedHost) -> None:

@@ -347,16 +347,27 @@ class Pool(Sharing):
         """Free every live buffer, then return every slab to the area (which stays
         open; the area's own close() calls this first). Buffers still viewed are freed
         when their last view is gone, and their slabs with them. Idempotent; a second
-        close retries destroying the pool's stream event if the first could not (the
-        slabs a failed free kept are the area's to free)."""
+        close retries destroying the pool's stream event if the first could not, and the
+        frees of buffers freed after close that failed (kept live; the slabs a failed free
+        in close kept are the area's to free)."""
         kernel = self._kernel
         with self._lock:
             closed = self.closed
         if closed:
+            error: AMLError | None = None
+            try:
+                super().close()  # retries the frees that failed after close (kept live)
+            except AMLError as exc:
+                error = exc
             with kernel:
-                kernel.destroy_event()
+                try:
+                    kernel.destroy_event()
+                except AMLError as exc:
+                    error = error or exc
+            if error is not None:
+                raise error
             return
-        error: AMLError | None = None
+        error = None
         with kernel:
             kernel.close_stacks()
         self._closing = kernel.closing = True  # blocks freed by close() are released below

@@ -3,24 +3,35 @@ and their release, failing native frees, close and its retry), on the fake-point
 on a real host area. Invariants: the area's stats equal the model, every buffer the model
 holds live is live in the area, and (fake area) the native allocations match; at the end,
 close() (retried past injected failures) frees everything. A third machine runs a pool
-beside its host area (PoolBesideAreaMachine)."""
+beside its host area (PoolBesideAreaMachine); a fourth the same with streams and faults
+injected into the stream operations and slab allocations (StreamedPoolMachine)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import warnings
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    MultipleResults,
+    RuleBasedStateMachine,
+    invariant,
+    multiple,
+    precondition,
+    rule,
+)
 
 import aml_core
-from aml_core import Buffer
+from aml_core import Buffer, Pool
 from aml_core.area import Area
-from aml_core.errors import AMLBusyError, AMLError, AMLValueError, ErrorCode
+from aml_core.errors import AMLBusyError, AMLError, AMLFailure, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.host import HostArea
 from tests.support.pool_ownership import FREEING
+from tests.support.streams import S1, S2, S3, StreamedHost
 
 from .fake import FaultyArea
 
@@ -156,10 +167,16 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
     direct = Bundle("direct")
     pooled = Bundle("pooled")
 
+    def make_area(self) -> HostArea:
+        return HostArea()
+
+    def make_pool(self, area: HostArea) -> Pool:
+        return aml_core.pool(area, small_slab=64 * 1024, small_max=16 * 1024)
+
     def __init__(self) -> None:
         super().__init__()
-        self.area = HostArea()
-        self.pool = aml_core.pool(self.area, small_slab=64 * 1024, small_max=16 * 1024)
+        self.area = self.make_area()
+        self.pool = self.make_pool(self.area)
         self.stamps: dict[int, tuple[Buffer, int]] = {}  # live pooled buffers: id -> (buf, byte)
         self.views: list[memoryview] = []
         self.next_stamp = 0
@@ -301,4 +318,189 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
 TestPoolBesideHostArea = PoolBesideAreaMachine.TestCase
 TestPoolBesideHostArea.settings = settings(
     max_examples=max(EXAMPLES // 3, 10), stateful_step_count=30, deadline=None
+)
+
+
+class StreamedPoolMachine(PoolBesideAreaMachine):
+    """PoolBesideAreaMachine over an area with a stream runtime (issue 19, the allocator
+    kernel): mmaps in host order and on three streams, munmap_on any stream (blocks reused
+    at once on their stream, handed to another through the event, reclaimed by trim and
+    before growth), and faults injected into the next stream operation or slab
+    allocation. Invariants after each step: the pool's statistics agree with the live
+    buffers (bytes_in_use is their sum, block_bytes <= bytes_reserved, cached = reserved -
+    blocks), no two live buffers (pooled or direct) overlap, every live pooled buffer is
+    writable and reads back what was written; a failure is always an injected one, and
+    changes nothing; after the pool's close the area holds only its direct buffers, and
+    after the area's close nothing."""
+
+    STREAMS = (S1, S2, S3)
+    OPS = ("event_create", "event_record", "stream_wait_event", "stream_synchronize")
+
+    def make_area(self) -> HostArea:
+        return StreamedHost()
+
+    def make_pool(self, area: HostArea) -> Pool:
+        # small slabs of one 4 KiB block: a stream often finds its size only on another
+        # stream's stack (the hand-over)
+        return aml_core.pool(area, small_slab=4096, small_max=4096)
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert isinstance(self.area, StreamedHost)
+        self.host: StreamedHost = self.area
+        self.directs: list[Buffer] = []
+        self.pooled_all: list[Buffer] = []
+        self.close_failed = False
+        self.viewed_at_close = False
+
+    def _faults(self) -> tuple[int, int]:
+        """What the injections consumed so far (a failure must consume one)."""
+        failed = sum(1 for c in self.host.runtime.calls if c[0].endswith(" failed"))
+        return (failed, -self.host.fail_allocs)
+
+    def _injected(self, before: tuple[int, int], exc: AMLError) -> None:
+        assert isinstance(exc, (AMLFailure, AMLMemoryError)), exc
+        assert self._faults() != before, f"a failure nothing injected: {exc!r}"
+
+    def _map(self, size: int, stream: int | None) -> Buffer | MultipleResults[Buffer]:
+        before = self._faults()
+        try:
+            buf = self.pool.mmap(size, None if stream is None else {"stream": stream})
+        except AMLError as exc:
+            self._injected(before, exc)
+            return multiple()
+        self._stamp(buf)
+        self.pooled_all.append(buf)
+        return buf
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(target=PoolBesideAreaMachine.pooled, size=st.sampled_from([100, 512, 4096, 4096, 20_000, 70_000]))
+    def pool_mmap(self, size: int) -> Buffer | MultipleResults[Buffer]:
+        return self._map(size, None)
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(
+        target=PoolBesideAreaMachine.pooled,
+        size=st.sampled_from([512, 4096, 4096, 4096, 20_000]),
+        stream=st.sampled_from(STREAMS),
+    )
+    def stream_mmap(self, size: int, stream: int) -> Buffer | MultipleResults[Buffer]:
+        return self._map(size, stream)
+
+    @rule(buf=PoolBesideAreaMachine.pooled, stream=st.sampled_from(STREAMS))
+    def pool_munmap_on(self, buf: Buffer, stream: int) -> None:
+        try:
+            self.pool.munmap_on(buf, stream)
+        except AMLError as exc:
+            self._refused(exc, buf, self.pool)
+        else:
+            del self.stamps[id(buf)]
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(target=PoolBesideAreaMachine.direct, size=st.integers(1, 3 * 4096))
+    def area_mmap(self, size: int) -> Buffer | MultipleResults[Buffer]:
+        before = self._faults()
+        try:
+            buf = self.area.mmap(size)
+        except AMLError as exc:
+            self._injected(before, exc)
+            return multiple()
+        self.directs.append(buf)
+        return buf
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(
+        target=PoolBesideAreaMachine.pooled,
+        what=st.sampled_from([*OPS, "slab"]),
+        size=st.sampled_from([4096, 4096, 20_000]),
+        stream=st.sampled_from([None, *STREAMS]),
+    )
+    def inject_then_mmap(self, what: str, size: int, stream: int | None) -> Buffer | MultipleResults[Buffer]:
+        """The next call of ``what`` fails (this mmap's, if it makes one; else a later
+        operation's)."""
+        if what == "slab":
+            self.host.fail_allocs = 1
+        else:
+            self.host.runtime.fail[what] = 1
+        return self._map(size, stream)
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule()
+    def trim(self) -> None:
+        before = self._faults()
+        try:
+            self.pool.trim()
+        except AMLError as exc:
+            self._injected(before, exc)
+
+    @rule(which=st.sampled_from(["pool", "area"]))
+    def close(self, which: str) -> None:
+        if not self.pool.closed:
+            self.viewed_at_close = any(_exporter_area(v) is self.pool for v in self.views)
+        before = self._faults()
+        try:
+            super().close(which)
+        except AMLError as exc:
+            self._injected(before, exc)
+            self.close_failed = True
+            assert self.pool.closed
+            self.stamps.clear()
+        # no injection outlives the pool: a free after close (a view released) has none
+        self.host.runtime.fail.clear()
+        self.host.fail_allocs = 0
+
+    @invariant()
+    def the_stats_agree_with_the_live_buffers(self) -> None:
+        if not self._open():
+            return
+        s = self.pool.pool_stats
+        live = [buf for buf, _ in self.stamps.values()]
+        assert s.bytes_in_use == sum(b.size for b in live)
+        assert s.bytes_in_use <= s.block_bytes <= s.bytes_reserved
+        assert s.bytes_cached == s.bytes_reserved - s.block_bytes
+        assert s.native_allocations - s.native_frees == s.slabs
+        assert self.pool._kernel.live_blocks() == len(live)
+        for (stream, size), ptrs in self.pool._kernel.stream_cached().items():
+            assert stream in self.STREAMS
+            assert size % 512 == 0
+            assert ptrs
+
+    @invariant()
+    def live_buffers_do_not_overlap_and_are_writable(self) -> None:
+        live = [buf for buf, _ in self.stamps.values()]
+        live += [d for d in self.directs if not d.freed and not self.area.closed]
+        spans = sorted((b.ptr, b.ptr + b.size) for b in live)
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans)), spans
+        for buf, byte in self.stamps.values():
+            view = memoryview(buf)
+            view[0] = 0x5A
+            assert view[0] == 0x5A
+            assert view[buf.size - 1] == byte
+            view.release()
+
+    @invariant()
+    def a_closed_pool_leaves_the_area_its_own(self) -> None:
+        if not self.pool.closed or self.area.closed or self.close_failed or self.viewed_at_close:
+            return
+        assert not any(self.area._held(b) for b in self.area.buffers())
+        assert self.area.stats.live_mappings == sum(1 for d in self.directs if not d.freed)
+
+    def teardown(self) -> None:
+        self.host.runtime.fail.clear()
+        self.host.fail_allocs = 0
+        super().teardown()
+        assert self.host.runtime.events == 0
+        # blocks still live: only those of buffers close() detached while viewed, freed
+        # (with their slab) when the Buffer object goes
+        assert self.pool._kernel.live_blocks() == sum(1 for b in self.pooled_all if not b.freed)
+
+
+def _exporter_area(view: memoryview) -> object:
+    obj = view.obj
+    return obj.area if isinstance(obj, Buffer) else None
+
+
+TestStreamedPool = StreamedPoolMachine.TestCase
+TestStreamedPool.settings = settings(
+    max_examples=max(EXAMPLES // 3, 10), stateful_step_count=40, deadline=None
 )

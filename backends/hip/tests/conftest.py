@@ -22,6 +22,7 @@ import pytest
 # hip_helpers first: it puts aml_core / aml_hip on sys.path when they are not installed.
 from hip_helpers import HipDouble, aml_hip
 
+from aml_core.gpu import Stream
 from tests.support.double_fixtures import double_conftest
 
 pytest_configure, pytest_collection_modifyitems, hip, double_library = double_conftest(
@@ -50,3 +51,18 @@ def areas(hip: HipDouble) -> Iterator[Callable[..., aml_hip.HipArea]]:
     yield make
     for area in made:
         area.close()
+
+
+@pytest.fixture
+def streams(hip: HipDouble) -> Iterator[Callable[[], Stream]]:
+    """``streams()`` makes a non-blocking stream, destroyed after the test."""
+    made: list[Stream] = []
+
+    def make() -> Stream:
+        s = aml_hip.stream(non_blocking=True)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()

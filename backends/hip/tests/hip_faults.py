@@ -207,6 +207,53 @@ def op_pool_streams(made: Made) -> None:
     s1.close()
 
 
+def op_pool_kernel(made: Made) -> None:
+    """Every native call the allocator kernel makes through a device area: a slab
+    (hipMalloc), hits in host order and on a stream (no call), a block handed from one
+    stream to another (hipEventCreateWithFlags, hipEventRecord on the first,
+    hipStreamWaitEvent on the second), the streams reclaimed before the pool grows
+    (hipStreamSynchronize, then hipMalloc: a block stays live, so out of memory has no
+    cached slab to release and raises), trim (hipFree of the larger slab), close (hipFree
+    of the other, the event destroyed)."""
+    import aml_core
+
+    s1, s2 = _streams(made, 2)
+    area = _area(made, 0)
+    pool = aml_core.pool(area, small_slab=8192, small_max=4096)  # slabs of two 4 KiB blocks
+    made.append(pool)
+    keep = pool.mmap(4096)  # a slab; keep holds its first block until the end
+    pool.munmap(pool.mmap(4096))  # the second block, onto the host-order stack
+    pool.munmap(pool.mmap(4096, {"stream": s1}))  # from the host-order stack, onto s1's
+    b = pool.mmap(4096, {"stream": s2})  # only s1 holds one: the event hand-over
+    pool.munmap_on(b, s1)
+    c = pool.mmap(8192)  # nothing in host order: s1 synchronized, then a new slab
+    pool.munmap(c)
+    pool.trim(8192)  # the larger slab goes (the small one is within keep)
+    pool.munmap(keep)
+    pool.close()
+    area.close()
+    s2.close()
+    s1.close()
+
+
+def op_pool_expandable(made: Made) -> None:
+    """The kernel's expandable segment: a reservation, chunks mapped as it grows, the
+    free end unmapped by trim, the rest and the reservation by close."""
+    import aml_core
+
+    vm = aml_hip.virtual_memory(0)
+    made.append(vm)
+    pool = aml_core.pool(vm, expandable=True, capacity=64 << 20)
+    made.append(pool)
+    a = pool.mmap(1 << 20)  # the first chunk
+    b = pool.mmap(3 << 20)  # the segment grows at its end
+    pool.munmap(b)
+    pool.trim()  # the free end
+    pool.munmap(a)
+    pool.close()
+    vm.close()
+
+
 class _Event:
     """An event of the runtime, destroyed by close (again after a failed destroy)."""
 
@@ -291,6 +338,8 @@ OPERATIONS: dict[str, Operation] = {
     "vm-share": op_vm_share,
     "stream-ordered": op_stream_ordered,
     "pool-streams": op_pool_streams,
+    "pool-kernel": op_pool_kernel,
+    "pool-expandable": op_pool_expandable,
     "events": op_events,
     "peer": op_peer,
 }

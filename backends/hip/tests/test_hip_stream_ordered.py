@@ -37,21 +37,6 @@ DISABLE_TIMING = 0x2  # hipEventDisableTiming (docs/native-abi.md#hip-stream-ord
 
 
 @pytest.fixture
-def streams(hip: HipDouble) -> Iterator[Callable[[], Stream]]:
-    """``streams()`` makes a non-blocking stream, destroyed after the test."""
-    made: list[Stream] = []
-
-    def make() -> Stream:
-        s = aml_hip.stream(non_blocking=True)
-        made.append(s)
-        return s
-
-    yield make
-    for s in made:
-        s.close()
-
-
-@pytest.fixture
 def area(hip: HipDouble) -> Iterator[aml_hip.HipArea]:
     area = aml_hip.create(0, 0)
     yield area
