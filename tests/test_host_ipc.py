@@ -346,3 +346,38 @@ def test_huge_pages_without_any_configured_leave_no_descriptor() -> None:
         else:  # huge pages are configured here: the memfd is on hugetlbfs
             assert buf.native.length % area.huge_page_size == 0
             buf.free()
+
+
+_FORKED = r"""
+import os, pickle, subprocess, sys
+from aml_core.host import HostArea
+
+area = HostArea(ipc=True)
+area.ipc_export(area.mmap(4096))  # the parent's server runs
+pid = os.fork()
+if pid == 0:  # the child serves its own exports, from a server of its own
+    buf = area.mmap(4096)
+    with memoryview(buf) as view:
+        view[:5] = b"child"
+    handle = area.ipc_export(buf).handle
+    opener = (
+        "import aml_core, pickle, sys; b = aml_core.ipc_open(pickle.load(sys.stdin.buffer)); "
+        "print(bytes(memoryview(b)[:5]).decode())"
+    )
+    out = subprocess.run([sys.executable, "-c", opener], input=pickle.dumps(handle), capture_output=True)
+    os._exit(0 if handle.pid == os.getpid() and out.stdout.strip() == b"child" else 1)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+"""
+
+
+def test_a_forked_child_exports_from_a_server_of_its_own() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _FORKED],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=120,
+        check=False,
+    )
+    assert (proc.returncode, proc.stdout.strip()) == (0, "0"), proc.stderr
