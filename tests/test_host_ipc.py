@@ -232,6 +232,14 @@ def test_a_read_only_buffer_is_read_only_in_the_importer(peer: Peer) -> None:
 
 
 # -- refusals --------------------------------------------------------------------------------
+def test_the_registry_makes_ipc_areas() -> None:
+    with aml_core.area("host", ipc=True) as area:
+        assert isinstance(area, HostArea)
+        assert area.capabilities & Capability.IPC
+        assert area.ipc_export(area.mmap(64)).handle.backend == "host"
+        assert "ipc" in repr(area)
+
+
 def test_an_area_without_ipc_does_not_export() -> None:
     with HostArea(shared=True) as area:
         assert not area.capabilities & Capability.IPC

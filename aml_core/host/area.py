@@ -411,6 +411,7 @@ class HostArea(Area):
 
     def __repr__(self) -> str:
         nodes = f" nodes={list(self.nodes)}" if self.nodes else ""
+        nodes += " ipc" if self.ipc else ""
         if self.closed:
             return f"<aml HostArea {self.policy.name.lower()}{nodes} closed>"
         nbytes = format_size(self.stats.bytes_in_use)

@@ -55,6 +55,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from typing import TypedDict
@@ -202,7 +203,10 @@ class _Server:
             try:
                 conn, _ = sock.accept()
             except OSError:
-                return  # closed (a forked child's copy)
+                if sock.fileno() < 0:
+                    return  # closed
+                time.sleep(0.05)  # out of descriptors (EMFILE...): the importer waits, retry
+                continue
             try:
                 with conn:
                     conn.settimeout(_SERVE_TIMEOUT)
