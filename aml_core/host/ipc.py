@@ -65,8 +65,8 @@ import attrs
 from .. import _os
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, DLDeviceType, native_as
-from ..errors import AMLFailure, AMLTypeError, AMLValueError
-from ..ipc import IpcExport, IpcHandle, revalidate
+from ..errors import AMLFailure, AMLValueError
+from ..ipc import IpcExport, IpcHandle, importable
 from ..specs import Capability, Kind
 from . import numa
 
@@ -404,15 +404,7 @@ class HostIpcImportArea(Area):
 
     def open(self, handle: IpcHandle) -> Buffer:
         """Map a handle exported by another process."""
-        if not isinstance(handle, IpcHandle):
-            raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
-        revalidate(handle)
-        if handle.backend != self.backend:
-            raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {self.backend!r}")
-        if handle.pid == os.getpid():
-            raise AMLValueError(
-                "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
-            )
+        handle = importable(handle, self.backend)
         return self.mmap(handle.size, HostIpcOptions(handle))
 
     def _allocate(self, size: int, options: HostIpcOptions) -> Buffer:
