@@ -26,6 +26,7 @@ import aml_core
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLError
 from aml_core.host import HostArea, Policy, allowed_nodes
+from aml_core.protocols import DeviceCopies
 
 from .support import DeviceLike, cuda_aware
 
@@ -157,6 +158,7 @@ def check_device() -> None:
         area = aml_core.area("device", backend="cuda")
     except AMLError as exc:
         raise Skip(f"no CUDA device through aml-cuda: {exc}") from None
+    assert isinstance(area, DeviceCopies)
     with area:
         send, recv = area.mmap(P2P_BYTES), area.mmap(P2P_BYTES)
         area.write(send, _pattern(P2P_BYTES, RANK))
