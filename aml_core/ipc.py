@@ -22,13 +22,15 @@ The contract (docs/backend-authoring.md#ipc), which every backend that declares
 
 from __future__ import annotations
 
+import os
+
 import attrs
 
 from . import checks
 from .buffer import Buffer
 from .errors import AMLTypeError, AMLValueError
 
-__all__ = ["revalidate", "MAX_HANDLE_SIZE", "IpcExport", "IpcHandle"]
+__all__ = ["importable", "revalidate", "MAX_HANDLE_SIZE", "IpcExport", "IpcHandle"]
 
 #: The largest native handle an IpcHandle carries (each runtime checks its exact size).
 MAX_HANDLE_SIZE = 1024
@@ -120,6 +122,23 @@ def revalidate(handle: IpcHandle) -> None:
     ``object.__setattr__``) bypasses the validators and the data converter."""
     attrs.validate(handle)
     _handle_bytes(handle.data)
+
+
+def importable(handle: object, backend: str) -> IpcHandle:
+    """The checks every importer makes before it opens ``handle`` for ``backend``: an
+    :class:`IpcHandle` (else :class:`AMLTypeError`), every field valid again
+    (:func:`revalidate`), exported by ``backend`` and by another process (else
+    :class:`AMLValueError`)."""
+    if not isinstance(handle, IpcHandle):
+        raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
+    revalidate(handle)
+    if handle.backend != backend:
+        raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {backend!r}")
+    if handle.pid == os.getpid():
+        raise AMLValueError(
+            "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
+        )
+    return handle
 
 
 class IpcExport:

@@ -44,9 +44,12 @@ def test_a_gpu_area_implements_what_a_pool_uses() -> None:
             area.stream_ordering()
 
 
-def test_a_host_area_implements_none() -> None:
+def test_a_host_area_implements_ipc_exporter_only() -> None:
+    """Every host area has ipc_export; only an ipc area's buffers can be exported."""
     with HostArea() as area:
-        assert _implemented(area) == set()
+        assert _implemented(area) == {IpcExporter}
+        with pytest.raises(AMLNotSupported, match="ipc=True"):
+            area.ipc_export(area.mmap(64))
 
 
 def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
@@ -57,7 +60,7 @@ def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
         assert not hasattr(buf, "__cuda_array_interface__")
         with pytest.raises(AMLNotSupported, match="has no write"):
             pool.write(buf, b"x")
-        with pytest.raises(AMLNotSupported, match="cannot be shared by IPC handle"):
+        with pytest.raises(AMLNotSupported, match="ipc=True"):
             pool.ipc_export(buf)
         with pytest.raises(AMLNotSupported, match="no runtime"):
             pool.mmap(64, {"stream": 1})

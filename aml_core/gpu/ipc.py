@@ -38,8 +38,8 @@ import attrs
 from .._buffer import AreaLock
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
-from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
-from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, revalidate
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError
+from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, importable
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
 from ._device_area import DeviceMemoryArea
@@ -164,15 +164,7 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
     def open(self, handle: IpcHandle) -> Buffer:
         """Map a handle exported by another process into the current device (cached: one
         mapping per handle and importing device)."""
-        if not isinstance(handle, IpcHandle):
-            raise AMLTypeError(f"ipc_open takes an IpcHandle, not {type(handle).__name__}")
-        revalidate(handle)
-        if handle.backend != self.backend:
-            raise AMLValueError(f"this handle was exported by {handle.backend!r}, not {self.backend!r}")
-        if handle.pid == os.getpid():
-            raise AMLValueError(
-                "an IPC handle cannot be opened in the process that exported it; use the buffer itself"
-            )
+        handle = importable(handle, self.backend)
         count = self._runtime.device_count()
         if handle.device >= count:
             raise AMLValueError(

