@@ -55,6 +55,18 @@ class IpcOps(abc.ABC):
             )
         return base + size - ptr
 
+    def dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """The memory at ``ptr`` (``size`` bytes of an allocation on ``device``) as a new
+        dma-buf: (fd, the offset of ``ptr`` in it); the fd is the caller's.
+        :class:`~aml_core.errors.AMLNotSupported` with the reason where the runtime,
+        driver or device cannot (docs/dmabuf.md)."""
+        return self._dmabuf_export(checks.pointer(ptr), checks.size(size), checks.device(device))
+
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """Override with the native export where the library has one
+        (``cuMemGetHandleForAddressRange``, ``hsa_amd_portable_export_dmabuf``)."""
+        raise AMLNotSupported(f"{self.traits.name} has no dma-buf export")
+
     def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
         """Override with the native range query (``cuMemGetAddressRange``,
         ``hipMemGetAddressRange``, ``zeMemGetAddressRange``) where the library has it:
