@@ -23,8 +23,6 @@ keeps:
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -32,7 +30,7 @@ import attrs
 
 from . import checks
 from .buffer import Buffer
-from .errors import AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError
+from .errors import AMLNotSupported, AMLTypeError
 from .protocols import DmabufExporter
 from .specs import Kind
 
@@ -88,25 +86,13 @@ NativeExport = Callable[[int, int, int], tuple[int, int]]
 
 def export_from(area: Area, buffer: Buffer | int, native: NativeExport) -> DmabufHandle:
     """``area.export_dmabuf(buffer)`` of a device area, written once: the area is open and
-    of device memory, the buffer one of its live ones; ``native`` makes the fd, which
-    :func:`handle_of` checks."""
+    of device memory, the buffer one of its live ones; ``native`` makes the fd (a runtime's
+    :meth:`~aml_core.gpu.runtime.IpcOps.dmabuf_export`, which checks what the library
+    answered)."""
     if area.kind is not Kind.DEVICE:
         raise AMLNotSupported(f"dma-buf export is of device memory; this is a {area.kind.value} area")
     with area._lock:  # as an IPC export: the buffer cannot be freed meanwhile
         area._check_open()
         buf = area._lookup(buffer, None)
         fd, offset = native(buf.ptr, buf.size, buf.device or 0)
-    return handle_of(buf, fd, offset, what=f"{area.backend}'s dma-buf export")
-
-
-def handle_of(buffer: Buffer, fd: object, offset: object, *, what: str) -> DmabufHandle:
-    """The handle of a native export that "succeeded" with ``fd`` and ``offset``: an fd
-    that is no open file descriptor, or an offset that is no byte count, is
-    :class:`~aml_core.errors.AMLFailure` (a valid fd is closed first: nothing leaks)."""
-    try:
-        return DmabufHandle(fd, offset, buffer.size, buffer)  # type: ignore[arg-type]
-    except AMLValueError as exc:
-        if isinstance(fd, int) and not isinstance(fd, bool) and 0 <= fd < 1 << 31:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        raise AMLFailure(f"{what} reported success with fd {fd!r}, offset {offset!r}: {exc}") from exc
+    return DmabufHandle(fd, offset, buf.size, buf)

@@ -9,6 +9,7 @@ SCM_RIGHTS."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import os
@@ -123,10 +124,8 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Driver]:
     monkeypatch.setattr(calls_mod, "_drv", _Proxy(drv_mod, fake))
     yield fake
     for fd in fake.fds:
-        try:
+        with contextlib.suppress(OSError):  # the test closed it, as the caller owns it
             os.close(fd)
-        except OSError:
-            pass  # the test closed it, as the caller owns it
 
 
 @pytest.fixture
@@ -176,7 +175,8 @@ def test_the_handle_keeps_its_buffer_alive(driver: _Driver, area: GpuArea) -> No
     handle = area.export_dmabuf(buf)
     del buf
     gc.collect()
-    assert ref() is not None and not handle.buffer.freed
+    assert ref() is not None
+    assert not handle.buffer.freed
     assert len(area.buffers()) == 1
     os.close(handle.fd)
     del handle
@@ -271,10 +271,12 @@ def test_a_pooled_block_exports_its_slab_with_the_offset(driver: _Driver, area: 
         slab, offset = pool.slab_of(second)
         assert slab is not None
         handle = pool.export_dmabuf(second)
-        assert handle.size == second.size and handle.buffer is second
+        assert handle.size == second.size
+        assert handle.buffer is second
         assert handle.offset == 0x200 + offset  # the slab's offset in its pages, then the block's
         _, _, size, _, _ = driver.calls[-1]
-        assert size >= slab.size and size % PAGE == 0  # the whole slab
+        assert size >= slab.size
+        assert size % PAGE == 0
         os.close(handle.fd)
         pool.munmap(first)
         pool.munmap(second)
@@ -294,9 +296,11 @@ def test_gpu_an_expandable_pool_cannot_export(rt: Any) -> None:
         pool.munmap(buf)
 
 
-def _fdinfo(fd: int, pid: str = "self") -> dict[str, str]:
-    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
-        return dict(line.split(":\t", 1) if ":\t" in line else line.split(":", 1) for line in f.read().splitlines())
+def _fdinfo(fd: int) -> dict[str, str]:
+    """What the kernel says of ``fd`` (``/proc/self/fdinfo``): ``exp_name``, ``size``..."""
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        lines = f.read().splitlines()
+    return {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
 @pytest.mark.gpu
@@ -310,7 +314,7 @@ def test_gpu_export_is_an_nvidia_dma_buf(rt: Any, size: int) -> None:
         except AMLNotSupported as exc:
             pytest.skip(f"this device cannot export dma-bufs: {exc}")
         try:
-            info = {k.strip(): v.strip() for k, v in _fdinfo(handle.fd).items()}
+            info = _fdinfo(handle.fd)
             assert info.get("exp_name") == "nv_dmabuf", info
             total = int(info["size"])
             assert total % PAGE == 0
