@@ -75,7 +75,7 @@ def export_dmabuf(buffer: Buffer) -> DmabufHandle:
     if isinstance(area, DmabufExporter):
         return area.export_dmabuf(buffer)
     raise AMLNotSupported(
-        f"{type(area).__name__} ({area.backend} {area.kind.value} memory) cannot export a dma-buf: "
+        f"{type(area).__name__} ({area.backend} backend, {area.kind.value} memory) cannot export a dma-buf: "
         "dma-bufs are made of GPU device memory (aml-cuda, aml-hsa, aml-ze with dmabuf=True)"
     )
 
