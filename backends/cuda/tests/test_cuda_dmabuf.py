@@ -287,13 +287,15 @@ def test_a_pooled_block_exports_its_slab_with_the_offset(driver: _Driver, area: 
 # -- on a GPU -------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_an_expandable_pool_cannot_export(rt: Any) -> None:
-    from aml_core.gpu import VirtualMemory
-
-    with aml_core.pool(VirtualMemory(rt, 0), expandable=True) as pool:
-        buf = pool.mmap(4096)
-        with pytest.raises(AMLNotSupported, match="expandable"):
-            pool.export_dmabuf(buf)
-        pool.munmap(buf)
+    vm = aml_cuda.virtual_memory(0)
+    try:
+        with aml_core.pool(vm, expandable=True) as pool:
+            buf = pool.mmap(4096)
+            with pytest.raises(AMLNotSupported, match="expandable"):
+                pool.export_dmabuf(buf)
+            pool.munmap(buf)
+    finally:
+        vm.close()
 
 
 def _fdinfo(fd: int) -> dict[str, str]:
