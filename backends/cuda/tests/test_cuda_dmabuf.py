@@ -25,9 +25,10 @@ from cuda_helpers import HERE, child_env
 
 import aml_core
 from aml_core.dmabuf import DmabufHandle, export_dmabuf
-from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError, ErrorCode
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
 from aml_core.gpu import GpuArea, GpuFlags
 from aml_core.protocols import DmabufExporter
+from tests.support.dmabuf import check_bad_input, check_expandable_pool_refuses, check_pooled_block
 
 drv_mod = pytest.importorskip("cuda.bindings.driver")
 
@@ -232,19 +233,9 @@ def test_a_success_without_a_file_descriptor_is_a_failure(driver: _Driver, area:
 
 def test_bad_input_is_refused(driver: _Driver, area: GpuArea) -> None:
     with GpuArea(_runtime(0), 0, GpuFlags.DEFAULT) as other:
-        theirs = other.mmap(PAGE)
-        with pytest.raises(AMLValueError, match="not mapped by this area"):
-            area.export_dmabuf(theirs)
-    buf = area.mmap(PAGE)
-    area.munmap(buf)
-    with pytest.raises(AMLValueError, match="already unmapped"):
-        area.export_dmabuf(buf)
+        check_bad_input(area, other)
     with pytest.raises(AMLValueError, match="not mapped by this area"):
         area.export_dmabuf(0x1234_0000)
-    with pytest.raises(AMLTypeError):
-        area.export_dmabuf("buffer")  # type: ignore[arg-type]
-    with pytest.raises(AMLTypeError):
-        export_dmabuf(bytearray(8))  # type: ignore[arg-type]
     area.close()
     with pytest.raises(AMLValueError, match="closed"):
         area.export_dmabuf(0x7000_0000)
@@ -265,37 +256,19 @@ def test_memory_other_than_device_memory_is_enotsup(driver: _Driver) -> None:
 
 
 def test_a_pooled_block_exports_its_slab_with_the_offset(driver: _Driver, area: GpuArea) -> None:
-    with aml_core.pool(area) as pool:
-        first = pool.mmap(4096)
-        second = pool.mmap(4096)
-        slab, offset = pool.slab_of(second)
-        assert slab is not None
-        handle = pool.export_dmabuf(second)
-        assert handle.size == second.size
-        assert handle.buffer is second
-        assert handle.offset == 0x200 + offset  # the slab's offset in its pages, then the block's
-        _, _, size, _, _ = driver.calls[-1]
-        assert size >= slab.size
+    def whole_slab(handle: DmabufHandle, block: Any) -> None:
+        _, base, size, _, _ = driver.calls[-1]
+        assert base % PAGE == 0
         assert size % PAGE == 0
-        os.close(handle.fd)
-        pool.munmap(first)
-        pool.munmap(second)
-        with pytest.raises(AMLValueError):
-            pool.export_dmabuf(second)
+        assert base + size >= block.ptr + block.size  # the slab's pages, the block in them
+
+    check_pooled_block(area, 0x200, whole_slab)  # the slab is 0x200 bytes into its first page
 
 
 # -- on a GPU -------------------------------------------------------------------------------------
 @pytest.mark.gpu
 def test_gpu_an_expandable_pool_cannot_export(rt: Any) -> None:
-    vm = aml_cuda.virtual_memory(0)
-    try:
-        with aml_core.pool(vm, expandable=True) as pool:
-            buf = pool.mmap(4096)
-            with pytest.raises(AMLNotSupported, match="expandable"):
-                pool.export_dmabuf(buf)
-            pool.munmap(buf)
-    finally:
-        vm.close()
+    check_expandable_pool_refuses(aml_cuda.virtual_memory(0))
 
 
 def _fdinfo(fd: int) -> dict[str, str]:

@@ -15,9 +15,11 @@ from aml_hsa.errors import HSA_ERROR_CODES, NAMES
 from hsa_helpers import HsaDouble, aml_hsa, open_fds
 
 import aml_core
+from aml_core.buffer import Buffer
 from aml_core.dmabuf import DmabufHandle, export_dmabuf
-from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.errors import AMLError, AMLNotSupported, AMLValueError
 from aml_core.protocols import DmabufExporter
+from tests.support.dmabuf import check_bad_input, check_expandable_pool_refuses, check_pooled_block
 
 
 def _read_fd(fd: int, offset: int, n: int) -> bytes:
@@ -86,46 +88,22 @@ def test_rocr_without_dma_buf_export_is_enotsup(hsa_built: Callable[[tuple[int, 
 
 
 def test_a_pooled_block_is_its_slab_at_the_block_s_offset(hsa: HsaDouble) -> None:
-    with aml_hsa.create(0) as area, aml_core.pool(area) as pool:
-        first = pool.mmap(4096)
-        second = pool.mmap(4096)
-        slab, offset = pool.slab_of(second)
-        assert slab is not None
-        assert offset > 0
-        pool.write(second, b"the second block")
-        handle = pool.export_dmabuf(second)
-        try:
-            assert (handle.offset, handle.size, handle.buffer) == (offset, second.size, second)
-            if hsa.mode == "host":
-                assert _read_fd(handle.fd, handle.offset, 16) == b"the second block"
-        finally:
-            os.close(handle.fd)
-        pool.munmap(first)
-        pool.munmap(second)
+    def same_memory(handle: DmabufHandle, block: Buffer) -> None:
+        if hsa.mode == "host":  # the fd is the allocation's memfd: the block's bytes are there
+            block.area.write(block, b"the second block")
+            assert _read_fd(handle.fd, handle.offset, 16) == b"the second block"
+
+    with aml_hsa.create(0) as area:
+        check_pooled_block(area, 0, same_memory)
 
 
 def test_an_expandable_pool_cannot_export(hsa: HsaDouble) -> None:
-    vm = aml_hsa.virtual_memory(0)
-    try:
-        with aml_core.pool(vm, expandable=True) as pool:
-            buf = pool.mmap(4096)
-            with pytest.raises(AMLNotSupported, match="expandable"):
-                pool.export_dmabuf(buf)
-            pool.munmap(buf)
-    finally:
-        vm.close()
+    check_expandable_pool_refuses(aml_hsa.virtual_memory(0))
 
 
 def test_bad_input_is_refused(hsa: HsaDouble) -> None:
     with aml_hsa.create(0) as area, aml_hsa.create(0) as other:
-        theirs = other.mmap(4096)
-        with pytest.raises(AMLValueError, match="not mapped by this area"):
-            area.export_dmabuf(theirs)
-        other.munmap(theirs)
-        with pytest.raises(AMLValueError, match="already unmapped"):
-            other.export_dmabuf(theirs)
-        with pytest.raises(AMLTypeError):
-            area.export_dmabuf(b"buffer")  # type: ignore[arg-type]
+        check_bad_input(area, other)
     with aml_hsa.host_area() as host:
         hbuf = host.mmap(64)
         with pytest.raises(AMLNotSupported, match="device memory"):

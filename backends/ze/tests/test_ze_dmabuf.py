@@ -17,8 +17,9 @@ from ze_helpers import ZeDouble
 
 import aml_core
 from aml_core.dmabuf import DmabufHandle
-from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError, ErrorCode
+from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, ErrorCode
 from aml_core.protocols import DmabufExporter
+from tests.support.dmabuf import check_bad_input, check_pooled_block
 
 Areas = Callable[..., aml_ze.ZeArea]
 
@@ -94,19 +95,7 @@ def test_every_result_goes_through_the_table(
 
 
 def test_a_pooled_block_is_its_slab_at_the_block_s_offset(ze: ZeDouble, areas: Areas) -> None:
-    area = areas("device", dmabuf=True)
-    with aml_core.pool(area) as pool:
-        first = pool.mmap(4096)
-        second = pool.mmap(4096)
-        slab, offset = pool.slab_of(second)
-        assert slab is not None
-        handle = pool.export_dmabuf(second)
-        try:
-            assert (handle.offset, handle.size, handle.buffer) == (offset, second.size, second)
-        finally:
-            os.close(handle.fd)
-        pool.munmap(first)
-        pool.munmap(second)
+    check_pooled_block(areas("device", dmabuf=True))
 
 
 def test_option_checks(ze: ZeDouble, areas: Areas) -> None:
@@ -127,13 +116,5 @@ def test_option_checks(ze: ZeDouble, areas: Areas) -> None:
 
 
 def test_bad_input_is_refused(ze: ZeDouble, areas: Areas) -> None:
-    area, other = areas("device", dmabuf=True), areas("device", dmabuf=True)
-    theirs = other.mmap(4096)
-    with pytest.raises(AMLValueError, match="not mapped by this area"):
-        area.export_dmabuf(theirs)
-    other.munmap(theirs)
-    with pytest.raises(AMLValueError, match="already unmapped"):
-        other.export_dmabuf(theirs)
-    with pytest.raises(AMLTypeError):
-        area.export_dmabuf(3.5)  # type: ignore[arg-type]
+    check_bad_input(areas("device", dmabuf=True), areas("device", dmabuf=True))
     assert ze.calls("zeMemGetAllocProperties") == 0
