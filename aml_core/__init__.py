@@ -23,6 +23,7 @@ from . import _compiled
 from .area import Area
 from .buffer import Buffer, DLDeviceType
 from .descriptor import BackendDescriptor, ProbeResult
+from .dmabuf import DmabufHandle, export_dmabuf
 from .errors import (
     AMLBusyError,
     AMLDomainError,
@@ -80,6 +81,7 @@ __all__ = [
     "Capability",
     "DLDeviceType",
     "DeviceInfo",
+    "DmabufHandle",
     "ErrorCode",
     "ErrorTable",
     "IpcExport",
@@ -92,6 +94,7 @@ __all__ = [
     "area",
     "backends",
     "choose",
+    "export_dmabuf",
     "hookimpl",
     "ipc_open",
     "pool",

@@ -15,6 +15,8 @@ protocol                    what the area offers                                
                             buffer of the area (any kind of memory)
 :class:`IpcExporter`        ``ipc_export``: a buffer's handle for another        ``Pool.ipc_export``
                             process
+:class:`DmabufExporter`     ``export_dmabuf``: a buffer as a dma-buf fd (for     ``Pool.export_dmabuf``
+                            RDMA registration)
 :class:`GrowableMemory`     a reserved address range, backed chunk by chunk      ``pool(area,
                             (virtual memory)                                     expandable=True)``
 :class:`PoolBinding`        the options and device a pool's slabs use (an area   every pool
@@ -34,12 +36,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from .buffer import Buffer
+    from .dmabuf import DmabufHandle
     from .ipc import IpcExport
 
 __all__ = [
     "AddressRange",
     "CudaArrayInterfaceArea",
     "DeviceCopies",
+    "DmabufExporter",
     "GrowableMemory",
     "IpcExporter",
     "PoolBinding",
@@ -95,6 +99,17 @@ class IpcExporter(Protocol):
 
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a live buffer of the area (or its base pointer)."""
+
+
+@runtime_checkable
+class DmabufExporter(Protocol):
+    """An area whose buffers can be exported as Linux dma-buf file descriptors
+    (docs/dmabuf.md, :mod:`aml_core.dmabuf`)."""
+
+    def export_dmabuf(self, buffer: Buffer | int) -> DmabufHandle:
+        """Export a live buffer of the area (or its base pointer): a new fd, the caller's;
+        :class:`~aml_core.errors.AMLNotSupported` with the reason where the area's memory,
+        driver or device cannot."""
 
 
 class AddressRange(Protocol):

@@ -14,6 +14,7 @@ from aml_core.host import HostArea
 from aml_core.protocols import (
     CudaArrayInterfaceArea,
     DeviceCopies,
+    DmabufExporter,
     GrowableMemory,
     IpcExporter,
     PoolBinding,
@@ -22,7 +23,15 @@ from aml_core.protocols import (
 
 from .test_groups import HostAllocation
 
-ALL = (CudaArrayInterfaceArea, DeviceCopies, GrowableMemory, IpcExporter, PoolBinding, StreamOrderedArea)
+ALL = (
+    CudaArrayInterfaceArea,
+    DeviceCopies,
+    DmabufExporter,
+    GrowableMemory,
+    IpcExporter,
+    PoolBinding,
+    StreamOrderedArea,
+)
 
 
 def _implemented(area: object) -> set[type]:
@@ -34,14 +43,19 @@ def test_a_gpu_area_implements_what_a_pool_uses() -> None:
         assert _implemented(area) == {
             CudaArrayInterfaceArea,
             DeviceCopies,
+            DmabufExporter,
             IpcExporter,
             PoolBinding,
             StreamOrderedArea,
         }
         # A runtime without the STREAMS group: the protocol is there, the operations are
-        # not, and the runtime says why.
+        # not, and the runtime says why (so for IPC, which dma-buf export is a part of).
         with pytest.raises(AMLNotSupported):
             area.stream_ordering()
+        buf = area.mmap(64)
+        with pytest.raises(AMLNotSupported, match="no ipc operations"):
+            area.export_dmabuf(buf)
+        area.munmap(buf)
 
 
 def test_a_host_area_implements_ipc_exporter_only() -> None:
@@ -54,7 +68,7 @@ def test_a_host_area_implements_ipc_exporter_only() -> None:
 
 def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
     with HostArea() as host, aml_core.pool(host) as pool:
-        assert _implemented(pool) == {CudaArrayInterfaceArea, DeviceCopies, IpcExporter}
+        assert _implemented(pool) == {CudaArrayInterfaceArea, DeviceCopies, DmabufExporter, IpcExporter}
         # ... but offers them only where its area does
         buf = pool.mmap(64)
         assert not hasattr(buf, "__cuda_array_interface__")
@@ -62,6 +76,10 @@ def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
             pool.write(buf, b"x")
         with pytest.raises(AMLNotSupported, match="ipc=True"):
             pool.ipc_export(buf)
+        with pytest.raises(AMLNotSupported, match="cannot be exported as a dma-buf"):
+            pool.export_dmabuf(buf)
+        with pytest.raises(AMLNotSupported, match=r"HostArea \(host backend, host memory\) cannot export"):
+            aml_core.export_dmabuf(host.mmap(64))
         with pytest.raises(AMLNotSupported, match="no runtime"):
             pool.mmap(64, {"stream": 1})
         pool.munmap(buf)

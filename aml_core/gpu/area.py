@@ -29,6 +29,8 @@ import attrs
 from .. import checks
 from ..area import compiled_mmap
 from ..buffer import Buffer, native_as
+from ..dmabuf import DmabufHandle
+from ..dmabuf import export_from as dmabuf_export_from
 from ..errors import AMLMemoryError, AMLNotSupported, AMLValueError
 from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
@@ -346,6 +348,12 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer (or its base pointer) for another process."""
         return export_from(self, self.runtime, self._exports, buffer)
+
+    def export_dmabuf(self, buffer: Buffer | int) -> DmabufHandle:
+        """Export a device buffer (or its base pointer) as a dma-buf (docs/dmabuf.md): a new
+        fd, the caller's; AMLNotSupported with the reason where the runtime or device
+        cannot (DmabufExporter)."""
+        return dmabuf_export_from(self, buffer, self.runtime.require(Group.IPC).dmabuf_export)
 
     def _memcpy(self, dst: int, src: int, size: int) -> None:
         self._alloc.memcpy(dst, src, size)

@@ -7,16 +7,22 @@ between devices). Each public method checks its arguments and calls the backend'
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from .. import checks
-from ..errors import AMLFailure, AMLNotSupported, AMLValueError
+from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError
 from .devices import selected_device
 
 if TYPE_CHECKING:
     from .runtime import RuntimeTraits
 
 __all__ = ["IpcOps", "PeerOps"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class IpcOps(abc.ABC):
@@ -54,6 +60,33 @@ class IpcOps(abc.ABC):
                 f"0x{base:x}, size {size} for 0x{ptr:x}"
             )
         return base + size - ptr
+
+    def dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """The memory at ``ptr`` (``size`` bytes of an allocation on ``device``) as a new
+        dma-buf: (fd, the offset of ``ptr`` in it); the fd is the caller's.
+        :class:`~aml_core.errors.AMLNotSupported` with the reason where the runtime,
+        driver or device cannot (docs/dmabuf.md). An export that "succeeds" with no file
+        descriptor or a negative offset is AMLFailure (a valid fd closed first)."""
+        fd, offset = self._dmabuf_export(checks.pointer(ptr), checks.size(size), checks.device(device))
+        valid_fd = _is_int(fd) and 0 <= fd < 1 << 31
+        if valid_fd and _is_int(offset) and offset >= 0:
+            return fd, offset
+        if valid_fd:
+            with contextlib.suppress(AMLError, OSError):
+                self._dmabuf_close(fd)
+        raise AMLFailure(
+            f"{self.traits.name}: the dma-buf export reported success with fd {fd!r}, offset {offset!r}"
+        )
+
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """Override with the native export where the library has one
+        (``cuMemGetHandleForAddressRange``, ``hsa_amd_portable_export_dmabuf``)."""
+        raise AMLNotSupported(f"{self.traits.name} has no dma-buf export")
+
+    def _dmabuf_close(self, fd: int) -> None:
+        """Close an exported fd aml cannot hand over (override where the library has its
+        own close, ``hsa_amd_portable_close_dmabuf``)."""
+        os.close(fd)
 
     def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
         """Override with the native range query (``cuMemGetAddressRange``,

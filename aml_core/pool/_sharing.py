@@ -1,5 +1,6 @@
 """What a pool offers of its area's extras (see aml_core.pool, "What the area offers"):
-IPC export of pooled blocks (:class:`~aml_core.protocols.IpcExporter`) and copies into and
+IPC and dma-buf export of pooled blocks (:class:`~aml_core.protocols.IpcExporter`,
+:class:`~aml_core.protocols.DmabufExporter`) and copies into and
 out of them (:class:`~aml_core.protocols.DeviceCopies`, or the expandable segment's
 :class:`~aml_core.protocols.GrowableMemory`)."""
 
@@ -13,9 +14,10 @@ from .. import checks
 from .._buffer import address_of
 from ..area import Area
 from ..buffer import Buffer
+from ..dmabuf import DmabufHandle
 from ..errors import AMLNotSupported
 from ..ipc import IpcExport
-from ..protocols import DeviceCopies, GrowableMemory, IpcExporter
+from ..protocols import DeviceCopies, DmabufExporter, GrowableMemory, IpcExporter
 
 __all__ = ["Sharing"]
 
@@ -48,6 +50,25 @@ class Sharing(Area):
         assert slab is not None
         handle = area.ipc_export(slab).handle
         return IpcExport(buf, attrs.evolve(handle, size=buf.size, offset=offset))
+
+    def export_dmabuf(self, buffer: Buffer | int) -> DmabufHandle:
+        """Export a pooled device buffer as a dma-buf (docs/dmabuf.md): its slab's, from
+        the area, with the block's offset in the slab added and the block's size; the
+        handle keeps the block alive. AMLNotSupported for an expandable pool (its segment
+        is no buffer of the area) and over an area without dma-buf export."""
+        area = self._area
+        if not isinstance(area, DmabufExporter) or self._vm is not None:
+            raise AMLNotSupported(
+                f"this pool's memory cannot be exported as a dma-buf ({type(self._area).__name__}"
+                f"{', expandable' if self._vm is not None else ''})"
+            )
+        with self._lock:
+            self._check_open()
+            buf = self._lookup(buffer, None)
+        slab, offset = self.slab_of(buf)
+        assert slab is not None
+        whole = area.export_dmabuf(slab)
+        return attrs.evolve(whole, offset=whole.offset + offset, size=buf.size, buffer=buf)
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a pooled buffer: through the area's ``write`` (an area with

@@ -8,7 +8,9 @@ not shipped in any wheel (the public conformance kit is :mod:`aml_core.testing`)
   process on a double, and the IPC state machine over it;
 * :mod:`~tests.support.stress`: many threads mapping and unmapping on one area;
 * :mod:`~tests.support.dropped`: virtual memory dropped without close(), checked alike
-  on every backend's double.
+  on every backend's double;
+* :mod:`~tests.support.dmabuf`: dma-buf export of pooled blocks, expandable pools and bad
+  input, checked alike on every backend.
 
 A backend's tests import it as ``tests.support``: their ``<name>_helpers.py`` puts the
 repository root on ``sys.path``, and the children they start get it on ``PYTHONPATH``

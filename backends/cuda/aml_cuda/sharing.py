@@ -1,13 +1,18 @@
-"""CUDA peer access and IPC, a part of :class:`aml_cuda.runtime.CudaRuntime` (its
-``PEER`` and ``IPC`` groups; docs/aml-contract.md#peer-access)."""
+"""CUDA peer access, IPC and dma-buf export, a part of :class:`aml_cuda.runtime.CudaRuntime`
+(its ``PEER`` and ``IPC`` groups; docs/aml-contract.md#peer-access, docs/dmabuf.md)."""
 
 from __future__ import annotations
 
 import ctypes
+import mmap
+import os
+from typing import TYPE_CHECKING, Any
 
+from aml_core.errors import AMLNotSupported
 from aml_core.gpu import runtime as core
+from aml_core.gpu.devices import selected_device
 
-from .calls import CudaCalls, _rt
+from .calls import CudaCalls, _drv, _rt
 
 __all__ = ["CudaSharing"]
 
@@ -16,11 +21,21 @@ _ERR_PEER_ENABLED = int(_E.cudaErrorPeerAccessAlreadyEnabled)
 _ERR_PEER_NOT_ENABLED = int(_E.cudaErrorPeerAccessNotEnabled)
 _IPC_LAZY = int(_rt.cudaIpcMemLazyEnablePeerAccess)
 _IPC_HANDLE_SIZE = 64
+# docs/native-abi.md, "CUDA dma-buf export" (cuda-bindings 13.3.1's cydriver.pxd: 124 and 1).
+_DMA_BUF_SUPPORTED = _drv.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+_DMA_BUF_FD = _drv.CUmemRangeHandleType.CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+#: cuMemGetHandleForAddressRange takes a range aligned to the host page size.
+PAGE = mmap.PAGESIZE
 
 
 class CudaSharing(CudaCalls, core.PeerOps, core.IpcOps):
     """``cudaDeviceCanAccessPeer``, ``cudaDevice{En,Dis}ablePeerAccess``,
-    ``cudaMemcpyPeer`` and ``cudaIpc*``."""
+    ``cudaMemcpyPeer``, ``cudaIpc*`` and ``cuMemGetHandleForAddressRange``."""
+
+    if TYPE_CHECKING:  # CudaRuntime's and CudaVirtualMemory's (the other parts of CudaRuntime)
+
+        def _vcall(self, function: str, *args: Any, message: str | None = None) -> Any: ...
+        def _attribute(self, dev: Any, attribute: Any) -> int: ...
 
     # -- peer access (docs/aml-contract.md#peer-access) --------------------------------------
     def _can_access_peer(self, device: int, peer: int) -> bool:
@@ -82,3 +97,38 @@ class CudaSharing(CudaCalls, core.PeerOps, core.IpcOps):
         (the importer refuses a handle that claims more, issue 9)."""
         base, size = self._dcall("cuMemGetAddressRange", ptr)
         return int(base), int(size)
+
+    # -- dma-buf export (docs/dmabuf.md) ----------------------------------------------------
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """``cuMemGetHandleForAddressRange(CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD)`` of the
+        host pages around ``[ptr, ptr + size)`` (the driver takes a page-aligned range),
+        on ``device`` selected (its primary context current), once
+        ``CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED`` says the device can: (fd, ``ptr``'s
+        offset in the dma-buf)."""
+        dev = self._cu_device(device)
+        if not self._attribute(dev, _DMA_BUF_SUPPORTED):
+            raise AMLNotSupported(
+                f"CUDA device {device} cannot export dma-bufs (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED "
+                "is 0: the driver, kernel or platform does not support it)"
+            )
+        base = ptr & ~(PAGE - 1)
+        length = -(-(ptr + size - base) // PAGE) * PAGE
+        fd: int | None = None
+        try:
+            with selected_device(self, device):
+                fd = int(
+                    self._vcall(
+                        "cuMemGetHandleForAddressRange",
+                        base,
+                        length,
+                        _DMA_BUF_FD,
+                        0,
+                        message=f"cuMemGetHandleForAddressRange of {length} bytes at 0x{base:x} "
+                        "(a dma-buf) failed",
+                    )
+                )
+        except BaseException:
+            if fd is not None:  # exported, then the caller's device could not be restored
+                os.close(fd)
+            raise
+        return fd, ptr - base

@@ -1,5 +1,6 @@
-"""Child processes of the IPC and virtual-memory tests (and of the benchmarks): run as
-``python cuda_children.py ipc|ipc-devices|vmm|ipc-raw ...``; each prints one JSON line."""
+"""Child processes of the IPC, virtual-memory and dma-buf tests (and of the benchmarks): run
+as ``python cuda_children.py ipc|ipc-devices|vmm|ipc-raw|dmabuf-recv ...``; each prints one
+JSON line."""
 
 from __future__ import annotations
 
@@ -176,6 +177,22 @@ def vmm(sock_fd: int) -> dict[str, Any]:
     }
 
 
+def dmabuf_recv(sock_fd: int) -> dict[str, Any]:
+    """Receive a dma-buf fd (SCM_RIGHTS) and read what the kernel says of it
+    (/proc/self/fdinfo: the exporter's name and the size); no CUDA in this process."""
+    with socket.socket(fileno=sock_fd) as sock:
+        _, fds, _, _ = socket.recv_fds(sock, 16, 1)
+    (fd,) = fds
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    os.close(fd)
+    return {
+        "pid": os.getpid(),
+        "exp_name": info.get("exp_name", "").strip(),
+        "size": int(info.get("size", "0").strip() or 0),
+    }
+
+
 def main(argv: list[str]) -> None:
     cmd = argv[1]
     if cmd == "ipc":
@@ -186,6 +203,8 @@ def main(argv: list[str]) -> None:
         out = ipc_raw(argv[2], int(argv[3]) if len(argv) > 3 else None)
     elif cmd == "vmm":
         out = vmm(int(argv[2]))
+    elif cmd == "dmabuf-recv":
+        out = dmabuf_recv(int(argv[2]))
     else:
         raise SystemExit(f"unknown command {cmd!r}")
     print(json.dumps(out), flush=True)

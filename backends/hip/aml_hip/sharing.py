@@ -1,11 +1,13 @@
 """HIP peer access and IPC, a part of :class:`aml_hip.runtime.HipRuntime` (its ``PEER``
-and ``IPC`` groups; docs/aml-contract.md#peer-access, #hip-ipc)."""
+and ``IPC`` groups; docs/aml-contract.md#peer-access, #hip-ipc); no dma-buf export
+(docs/dmabuf.md)."""
 
 from __future__ import annotations
 
 import ctypes
 from ctypes import byref, c_int, c_size_t, c_void_p
 
+from aml_core.errors import AMLNotSupported
 from aml_core.gpu import runtime as core
 
 from . import abi as C
@@ -67,6 +69,16 @@ class HipSharing(HipCalls, core.PeerOps, core.IpcOps):
         base, size = c_void_p(), c_size_t(0)
         self.lib.call("hipMemGetAddressRange", byref(base), byref(size), _vp(ptr))
         return int(base.value or 0), int(size.value)
+
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """HIP memory is not exported as a dma-buf by aml-hip: the HIP API it is checked
+        against (Debian's 5.2 headers and library) has no ``hipMemGetHandleForAddressRange``,
+        so neither its signature nor its handle-type constant can be checked here."""
+        raise AMLNotSupported(
+            "aml-hip has no dma-buf export: HIP 5.2, the API aml-hip is checked against, has no "
+            "hipMemGetHandleForAddressRange; export AMD GPU memory with aml-hsa "
+            "(hsa_amd_portable_export_dmabuf, ROCm 5.6+)"
+        )
 
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("hipIpcCloseMemHandle", _vp(ptr))

@@ -566,3 +566,20 @@ def test_copies_with_wrong_types_are_aml_errors(
         refused_before_any_copy(target, call, error, lambda: hip.calls("hipMemcpy"))
         if pooled:
             target.close()
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["area", "pool"])
+def test_no_dma_buf_export(hip: HipDouble, pooled: bool) -> None:
+    """HIP 5.2 has no hipMemGetHandleForAddressRange: ENOTSUP naming it and aml-hsa, for
+    an area's buffer and a pooled block alike (docs/dmabuf.md)."""
+    with aml_hip.create(0, F.DEFAULT) as area:
+        target: Any = aml_core.pool(area) if pooled else area
+        buf = target.mmap(4096)
+        with pytest.raises(AMLNotSupported, match=r"hipMemGetHandleForAddressRange.*aml-hsa"):
+            target.export_dmabuf(buf)
+        with pytest.raises(AMLNotSupported, match="hipMemGetHandleForAddressRange"):
+            aml_core.export_dmabuf(buf)
+        assert not buf.freed
+        target.munmap(buf)
+        if pooled:
+            target.close()

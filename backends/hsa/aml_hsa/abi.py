@@ -26,6 +26,7 @@ from typing import Final
 
 __all__ = [
     "DEBIAN_NAMES",
+    "DMABUF_FUNCTIONS",
     "INTERFACE_RESERVE_ALIGN",
     "INTERFACE_VMEM",
     "SINCE",
@@ -193,6 +194,10 @@ def probe_expectations() -> dict[str, int]:
 
 #: The names of :func:`probe_expectations` the Debian 5.2 headers define (all but SINCE).
 DEBIAN_NAMES: Final[frozenset[str]] = frozenset(probe_expectations()) - frozenset(SINCE)
+
+
+#: dma-buf export (interface 1.1, ROCm 5.6; not in Debian's 5.2 library).
+DMABUF_FUNCTIONS: Final = ("hsa_amd_portable_export_dmabuf", "hsa_amd_portable_close_dmabuf")
 
 
 def interface_of(has: object) -> tuple[int, int]:

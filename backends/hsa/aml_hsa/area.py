@@ -5,7 +5,8 @@ HSA allocates from *pools* of agents, not through a CUDA-style allocation group)
 ``hsa_amd_memory_pool_free``. Device memory comes from a GPU agent's coarse-grained pool;
 host memory from a CPU agent's fine-grained pool, made accessible to every GPU agent
 (``hsa_amd_agents_allow_access``) so that kernels can read it. Device buffers can be
-shared with another process (``ipc_export``, ``hsa_amd_ipc_memory_create``); data moves
+shared with another process (``ipc_export``, ``hsa_amd_ipc_memory_create``) and exported
+as dma-bufs (``export_dmabuf``, ``hsa_amd_portable_export_dmabuf``); data moves
 with ``hsa_memory_copy`` (:meth:`PoolArea.write` / :meth:`PoolArea.read`).
 """
 
@@ -19,6 +20,8 @@ import attrs
 from aml_core import checks
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer
+from aml_core.dmabuf import DmabufHandle
+from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLNotSupported, AMLValueError
 from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
 from aml_core.specs import Capability, Kind
@@ -101,6 +104,12 @@ class PoolArea(Area):
     def ipc_export(self, buffer: Buffer | int) -> IpcExport:
         """Export a device buffer for another process (``hsa_amd_ipc_memory_create``)."""
         return export_from(self, self.runtime, self._exports, buffer)
+
+    def export_dmabuf(self, buffer: Buffer | int) -> DmabufHandle:
+        """Export a device buffer as a dma-buf (``hsa_amd_portable_export_dmabuf``,
+        docs/dmabuf.md): a new fd, the caller's; AMLNotSupported where the ROCr has no
+        dma-buf export (before ROCm 5.6) and for host memory."""
+        return dmabuf_export_from(self, buffer, self.runtime.dmabuf_export)
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a buffer of this area (``hsa_memory_copy``)."""

@@ -63,8 +63,11 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
     "hsa_amd_ipc_memory_detach": (_st, (c_void_p,)),
 }
 
-#: The virtual-memory calls (interface 1.4+; reserve_align 1.6+), declared where present.
+#: dma-buf export (interface 1.1, ROCm 5.6+) and the virtual-memory calls (interface 1.4+;
+#: reserve_align 1.6+), declared where present.
 OPTIONAL: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
+    "hsa_amd_portable_export_dmabuf": (_st, (c_void_p, c_size_t, POINTER(c_int), POINTER(c_uint64))),
+    "hsa_amd_portable_close_dmabuf": (_st, (c_int,)),
     "hsa_amd_vmem_address_reserve": (_st, (_PV, c_size_t, c_uint64, c_uint64)),
     "hsa_amd_vmem_address_reserve_align": (_st, (_PV, c_size_t, c_uint64, c_uint64, c_uint64)),
     "hsa_amd_vmem_address_free": (_st, (c_void_p, c_size_t)),
@@ -129,6 +132,15 @@ class HsaLibrary(VendorLibrary):
             return None
         which = "all of hsa_amd_vmem_*" if len(absent) == len(C.VMEM_FUNCTIONS) else ", ".join(absent)
         return f"{self.label} has no virtual memory API ({self.path} lacks {which}); needs ROCm 6.0+"
+
+    def dmabuf_missing(self) -> str | None:
+        """Why this library cannot export dma-bufs (None when it can)."""
+        if all(self.has(n) for n in C.DMABUF_FUNCTIONS):
+            return None
+        return (
+            f"{self.label} has no dma-buf export ({self.path} lacks hsa_amd_portable_export_dmabuf): "
+            "needs ROCm 5.6+ (AMD interface 1.1)"
+        )
 
     @property
     def interface_text(self) -> str:

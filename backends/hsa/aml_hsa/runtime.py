@@ -403,3 +403,18 @@ class HsaRuntime(Runtime, VmemTracking, IpcOps, VirtualMemoryOps):
 
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("hsa_amd_ipc_memory_detach", _vp(ptr))
+
+    # -- dma-buf export (docs/dmabuf.md) ------------------------------------------------------
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """``hsa_amd_portable_export_dmabuf``: the dma-buf of the allocation holding
+        ``[ptr, ptr + size)`` and ``ptr``'s offset in it (ROCr's own: a sub-range of an
+        allocation is at its offset); ENOTSUP where the library lacks the call."""
+        missing = self.lib.dmabuf_missing()
+        if missing is not None:
+            raise AMLNotSupported(missing)
+        fd, offset = c_int(-1), c_uint64()
+        self.lib.call("hsa_amd_portable_export_dmabuf", _vp(ptr), size, byref(fd), byref(offset))
+        return fd.value, int(offset.value)
+
+    def _dmabuf_close(self, fd: int) -> None:
+        self.lib.call("hsa_amd_portable_close_dmabuf", fd)

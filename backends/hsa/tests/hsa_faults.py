@@ -48,6 +48,8 @@ NOT_CALLED: dict[str, str] = {
     "symbols the library exports",
     "hsa_amd_agent_memory_pool_get_info": "declared (aml_hsa.native) but not called: a pool's "
     "access is read with hsa_amd_memory_pool_get_info",
+    "hsa_amd_portable_close_dmabuf": "called only to give back the fd of an export that answered "
+    "success with an impossible offset (IpcOps.dmabuf_export); the caller closes its own fds",
 }
 
 
@@ -80,6 +82,16 @@ def op_host(made: Made) -> None:
     """Host pool memory, made reachable by every GPU (hsa_amd_agents_allow_access)."""
     area = _area(made, host=True)
     area.munmap(area.mmap(8192))
+    area.close()
+
+
+def op_dmabuf(made: Made) -> None:
+    """A device buffer exported as a dma-buf (hsa_amd_portable_export_dmabuf), its fd closed."""
+    area = _area(made)
+    buf = area.mmap(8192)
+    handle = area.export_dmabuf(buf)
+    undo(made, _made(made, f"close fd {handle.fd}", lambda: os.close(handle.fd)))
+    area.munmap(buf)
     area.close()
 
 
@@ -129,6 +141,7 @@ OPERATIONS: dict[str, Operation] = {
     "host": op_host,
     "agents-pools-info": op_agents,
     "ipc-export": GPU.ipc_export,
+    "dmabuf-export": op_dmabuf,
     "ipc-open": GPU.ipc_open,
     "vm-mmap-growable": GPU.vm_mmap,
     "vm-steps": GPU.vm_steps,

@@ -63,6 +63,7 @@ def test_suites_on_fake_cuda(fake_env: dict[str, str]) -> None:
             "no:cacheprovider",
             "test_hsa_vmem.py",
             "test_hsa_errors.py",
+            "test_hsa_dmabuf.py",
         ],
         env=fake_env,
         cwd=HERE,

@@ -25,6 +25,8 @@ __all__ = [
     "ze_device_properties_t",
     "ze_host_mem_alloc_desc_t",
     "ze_ipc_mem_handle_t",
+    "ze_external_memory_export_desc_t",
+    "ze_external_memory_export_fd_t",
     "ze_memory_allocation_properties_t",
     "ze_physical_mem_desc_t",
     "zes_device_properties_t",
@@ -117,6 +119,8 @@ ZE_IPC_MEMORY_FLAG_BIAS_CACHED: Final = 0x1
 ZE_MEMORY_ACCESS_ATTRIBUTE_NONE: Final = 0
 ZE_MEMORY_ACCESS_ATTRIBUTE_READWRITE: Final = 1
 ZE_MEMORY_ACCESS_ATTRIBUTE_READONLY: Final = 2
+#: ``ze_external_memory_type_flag_t``: a Linux dma-buf fd (dma-buf export, docs/dmabuf.md).
+ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF: Final = 0x2
 
 # -- ze_structure_type_t ------------------------------------------------------------------------
 ZE_STRUCTURE_TYPE_DEVICE_PROPERTIES: Final = 0x3
@@ -125,6 +129,8 @@ ZE_STRUCTURE_TYPE_CONTEXT_DESC: Final = 0xD
 ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC: Final = 0x15
 ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC: Final = 0x16
 ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES: Final = 0x17
+ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC: Final = 0x18
+ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD: Final = 0x1A
 ZE_STRUCTURE_TYPE_PHYSICAL_MEM_DESC: Final = 0x20
 
 # -- Sysman (zes_api.h): zes_structure_type_t, zes_mem_loc_t ----------------------------------
@@ -172,6 +178,23 @@ class ze_memory_allocation_properties_t(ctypes.Structure):
         ("type", ctypes.c_uint32),
         ("id", ctypes.c_uint64),
         ("pageSize", ctypes.c_uint64),
+    ]
+
+
+class ze_external_memory_export_desc_t(ctypes.Structure):
+    """Chained to a device allocation's descriptor: the allocation may be exported."""
+
+    _fields_ = [("stype", ctypes.c_uint32), ("pNext", ctypes.c_void_p), ("flags", ctypes.c_uint32)]
+
+
+class ze_external_memory_export_fd_t(ctypes.Structure):
+    """Chained to ``zeMemGetAllocProperties``'s properties: the allocation as an fd."""
+
+    _fields_ = [
+        ("stype", ctypes.c_uint32),
+        ("pNext", ctypes.c_void_p),
+        ("flags", ctypes.c_uint32),
+        ("fd", ctypes.c_int),
     ]
 
 
@@ -274,6 +297,8 @@ STRUCTS: Final[tuple[type[ctypes.Structure], ...]] = (
     ze_device_mem_alloc_desc_t,
     ze_host_mem_alloc_desc_t,
     ze_memory_allocation_properties_t,
+    ze_external_memory_export_desc_t,
+    ze_external_memory_export_fd_t,
     ze_physical_mem_desc_t,
     ze_ipc_mem_handle_t,
     ze_device_properties_t,

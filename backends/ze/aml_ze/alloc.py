@@ -9,6 +9,7 @@ plumbing stays here, beside the runtime, and each allocation is recorded as the 
 
 from __future__ import annotations
 
+import ctypes
 from ctypes import byref, c_void_p
 from typing import TYPE_CHECKING
 
@@ -41,8 +42,11 @@ class MemAllocator:
         device_flags: int,
         host_flags: int,
         alignment: int,
+        dmabuf: bool = False,
     ) -> None:
-        """``device`` is the ``ze_device_handle_t`` (0 for host memory)."""
+        """``device`` is the ``ze_device_handle_t`` (0 for host memory); ``dmabuf``: device
+        allocations are made exportable as dma-bufs (a ``ze_external_memory_export_desc_t``
+        with ``ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF`` chained to their descriptor)."""
         native = runtime.lib.native
         self._runtime = runtime
         self._kind = kind
@@ -56,6 +60,13 @@ class MemAllocator:
             C.ZE_STRUCTURE_TYPE_DEVICE_MEM_ALLOC_DESC, None, device_flags, ordinal
         )
         self.host_desc = C.ze_host_mem_alloc_desc_t(C.ZE_STRUCTURE_TYPE_HOST_MEM_ALLOC_DESC, None, host_flags)
+        #: The export descriptor chained to the device descriptor (None: not exportable).
+        self.export_desc = None
+        if dmabuf:
+            self.export_desc = C.ze_external_memory_export_desc_t(
+                C.ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_DESC, None, C.ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF
+            )
+            self.device_desc.pNext = ctypes.addressof(self.export_desc)
         self._ddesc_ref = byref(self.device_desc)
         self._hdesc_ref = byref(self.host_desc)
         #: The allocating call's name (for errors).

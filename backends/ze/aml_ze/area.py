@@ -37,6 +37,8 @@ from aml_core import checks
 from aml_core._buffer import AreaLock
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from aml_core.buffer import Buffer, DLDeviceType
+from aml_core.dmabuf import DmabufHandle
+from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from aml_core.gpu.backend import BackendBase
 from aml_core.gpu.ipc import IpcExport, IpcHandle
@@ -97,6 +99,8 @@ class _Settings:
     device_flags: int
     host_flags: int
     alignment: int
+    #: Device memory allocated exportable as dma-bufs (docs/dmabuf.md).
+    dmabuf: bool = False
 
 
 class ZeArea(Area):
@@ -151,6 +155,7 @@ class ZeArea(Area):
             device_flags=settings.device_flags,
             host_flags=settings.host_flags,
             alignment=settings.alignment,
+            dmabuf=settings.dmabuf,
         )
         if self.kind is Kind.HOST:
             self._dl: tuple[int, int] = (DLDeviceType.CPU, 0)
@@ -195,6 +200,20 @@ class ZeArea(Area):
             export = IpcExport(buf, handle)
             self._exports.setdefault(buf.ptr, []).append((weakref.ref(export), data))
             return export
+
+    # -- dma-buf export (docs/dmabuf.md) -------------------------------------------------------
+    def export_dmabuf(self, buffer: Buffer | int) -> DmabufHandle:
+        """Export a device buffer (or its base pointer) as a dma-buf: a new fd, the caller's.
+        Level Zero takes the export type when memory is allocated, so only an area made
+        with ``device_area(..., dmabuf=True)`` can; AMLNotSupported with the reason
+        otherwise."""
+        if self.kind is Kind.DEVICE and not self.settings.dmabuf:
+            raise AMLNotSupported(
+                "this Level Zero area's memory was not allocated exportable as a dma-buf: make the area "
+                "with device_area(..., dmabuf=True) (Level Zero takes ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF "
+                "when it allocates)"
+            )
+        return dmabuf_export_from(self, buffer, self.runtime.require(Group.IPC).dmabuf_export)
 
     # -- lifetime ------------------------------------------------------------------------
     def close(self) -> None:
@@ -242,7 +261,8 @@ class ZeArea(Area):
         what = {Kind.DEVICE: "device", Kind.MANAGED: "shared", Kind.HOST: "host"}[self.kind]
         state = "closed" if self.closed else f"{self._stats()[2]} live"
         dev = "" if self.kind is Kind.HOST else f" device={self.device} ordinal={self.ordinal}"
-        return f"<aml ZeArea {what}{dev} alignment={self.alignment} {state}>"
+        dmabuf = " dmabuf" if self.settings.dmabuf else ""
+        return f"<aml ZeArea {what}{dev} alignment={self.alignment}{dmabuf} {state}>"
 
 
 class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
@@ -266,15 +286,20 @@ class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
         alignment: int = DEFAULT_ALIGNMENT,
         flags: int = ZeFlags.DEVICE,
         *,
+        dmabuf: bool = False,
         _checked: bool = True,
     ) -> ZeArea:
         """``aml_area_ze_device_create(&area, device, ordinal, device_flags, alignment,
         flags)``: device (``ZeFlags.DEVICE``) or shared (``ZeFlags.SHARED``) memory of
         device index ``device``, from memory ``ordinal``. Close it (or :meth:`destroy`)
-        when done. Errors: a device past the count, an ordinal past the device's memory
-        count, an alignment that is not a power of two, unknown flag bits or ``flags``
-        neither DEVICE nor SHARED → EINVAL; context creation fails → the translated
-        ze_result_t."""
+        when done. ``dmabuf=True`` (aml's, not AML's): device memory allocated exportable
+        as dma-bufs (``ze_external_memory_export_desc_t`` with
+        ``ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF`` chained to every allocation), which
+        ``export_dmabuf`` then exports (docs/dmabuf.md). Errors: a device past the count,
+        an ordinal past the device's memory count, an alignment that is not a power of
+        two, unknown flag bits or ``flags`` neither DEVICE nor SHARED → EINVAL; ``dmabuf``
+        not a bool → EINVAL (AMLTypeError), with SHARED → ENOTSUP; context creation fails
+        → the translated ze_result_t."""
         rt = self.runtime
         if _checked:
             rt.handle(device)
@@ -286,10 +311,17 @@ class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
             device_flags = checks.flag_bits(device_flags, C.DEVICE_MEM_ALLOC_FLAGS, "device_flags")
             alignment = checks.power_of_two(alignment)
             flags = checks.member(flags, {ZeFlags.DEVICE, ZeFlags.SHARED}, "flags (DEVICE 1, SHARED 2)")
+        if not isinstance(dmabuf, bool):
+            raise AMLTypeError(f"dmabuf is a bool, not {type(dmabuf).__name__}")
         kind = Kind.MANAGED if flags == ZeFlags.SHARED else Kind.DEVICE
+        if dmabuf and kind is Kind.MANAGED:
+            raise AMLNotSupported(
+                "Level Zero dma-buf export is of device memory: a shared area cannot be exportable"
+            )
         host_flags = C.ZE_HOST_MEM_ALLOC_FLAG_BIAS_CACHED if kind is Kind.MANAGED else 0
         return ZeArea(
-            rt, _Settings(kind, int(device), int(ordinal), int(device_flags), host_flags, int(alignment))
+            rt,
+            _Settings(kind, int(device), int(ordinal), int(device_flags), host_flags, int(alignment), dmabuf),
         )
 
     def host_area(
@@ -332,13 +364,14 @@ class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
     ) -> ZeArea:
         """The ``aml_core.area(kind=..., backend="ze")`` factory: DEVICE → a device area,
         MANAGED → a shared area, HOST → a host area; options are the area's arguments
-        (``ordinal``, ``device_flags``, ``alignment``; ``host_flags``, ``alignment``)."""
+        (``ordinal``, ``device_flags``, ``alignment``, ``dmabuf``; ``host_flags``,
+        ``alignment``)."""
         if all_devices:
             raise AMLNotSupported("Level Zero areas allocate for one device (all_devices is CUDA/HIP's)")
         if kind is Kind.HOST:
             allowed = {"host_flags", "alignment"}
         elif kind in (Kind.DEVICE, Kind.MANAGED):
-            allowed = {"ordinal", "device_flags", "alignment"}
+            allowed = {"ordinal", "device_flags", "alignment", "dmabuf"}
         else:
             raise AMLNotSupported(f"ze does not provide {kind.value} memory")
         unknown = set(options) - allowed

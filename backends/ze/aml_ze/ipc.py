@@ -131,6 +131,32 @@ class ZeIpc(IpcOps, abc.ABC):
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("zeMemCloseIpcHandle", _vp(self.context), _vp(ptr))
 
+    # -- dma-buf export (docs/dmabuf.md) ----------------------------------------------------
+    def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
+        """``zeMemGetAllocProperties`` with a ``ze_external_memory_export_fd_t``
+        (``ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF``) chained: the allocation holding ``ptr`` as
+        a dma-buf fd, and ``ptr``'s offset in it (its base from ``zeMemGetAddressRange``),
+        both in the context that owns it. The allocation must have been made exportable
+        (``ze_external_memory_export_desc_t`` chained to its descriptor: a ZeArea made with
+        ``dmabuf=True``); the driver refuses it otherwise."""
+        context = _vp(self.context_of(ptr))
+        base, length = c_void_p(), c_size_t(0)
+        self.lib.call("zeMemGetAddressRange", context, _vp(ptr), byref(base), byref(length))
+        start = int(base.value or 0)
+        if not 0 < start <= ptr or ptr + size > start + int(length.value):
+            raise AMLFailure(
+                f"ze: zeMemGetAddressRange reported success with base 0x{start:x}, size "
+                f"{int(length.value)} for {size} bytes at 0x{ptr:x}"
+            )
+        export = C.ze_external_memory_export_fd_t(
+            C.ZE_STRUCTURE_TYPE_EXTERNAL_MEMORY_EXPORT_FD, None, C.ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF, -1
+        )
+        props = C.ze_memory_allocation_properties_t()
+        props.stype = C.ZE_STRUCTURE_TYPE_MEMORY_ALLOCATION_PROPERTIES
+        props.pNext = ctypes.addressof(export)
+        self.lib.call("zeMemGetAllocProperties", context, _vp(ptr), byref(props), None)
+        return int(export.fd), ptr - start
+
     def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
         """``zeMemGetAddressRange`` of the opened memory: the allocation the exporter shared
         (a tampered handle may claim more)."""

@@ -6,6 +6,7 @@ says why. :mod:`tests.support.faults` runs it, one process per operation.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Any
 
@@ -22,7 +23,9 @@ from tests.support.faults import (
     Made,
     Operation,
     Rule,
+    Undo,
     main,
+    undo,
 )
 
 #: Injected codes: one for each AML class of the area's table, and one it does not list.
@@ -71,6 +74,19 @@ def op_host(made: Made) -> None:
     area.close()
 
 
+def op_dmabuf(made: Made) -> None:
+    """Exportable device memory (dmabuf=True) exported as a dma-buf, its fd closed."""
+    area = aml_ze.device_area(dmabuf=True)
+    made.append(area)
+    buf = area.mmap(8192)
+    handle = area.export_dmabuf(buf)
+    step = Undo(f"close fd {handle.fd}", lambda: os.close(handle.fd))
+    made.append(step)
+    undo(made, step)
+    area.munmap(buf)
+    area.close()
+
+
 def op_device_info(made: Made) -> None:
     rt = aml_ze.get_runtime()
     rt.device_info(0)
@@ -82,6 +98,7 @@ OPERATIONS: dict[str, Operation] = {
     "host": op_host,
     "device-info": op_device_info,
     "ipc-export": GPU.ipc_export,
+    "dmabuf-export": op_dmabuf,
     "ipc-open": GPU.ipc_open,
     "vm-mmap-growable": GPU.vm_mmap,
     "vm-steps": GPU.vm_steps,

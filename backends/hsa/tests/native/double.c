@@ -22,7 +22,12 @@
  * RESOURCE_FREE. Values are those of hsa.h / hsa_ext_amd.h; this file includes no HSA
  * header (the ABI probe checks the values against Debian's headers).
  *
- * Variants: -DHSADOUBLE_NO_VMEM exports no hsa_amd_vmem_* (ROCr 5.2, interface 1.0);
+ * dma-buf export (hsa_amd_portable_export_dmabuf / _close_dmabuf, interface 1.1+): host mode
+ * hands out a dup of the pool allocation's memfd with the pointer's offset in it; forward
+ * mode the CUDA driver's dma-buf of the allocation (cuMemGetHandleForAddressRange).
+ *
+ * Variants: -DHSADOUBLE_NO_VMEM exports no hsa_amd_vmem_* and no dma-buf export (ROCr 5.2,
+ * interface 1.0);
  * -DHSADOUBLE_NO_ALIGN exports no hsa_amd_vmem_address_reserve_align (interface 1.4).
  *
  * Control API (exported, used through ctypes): hsadouble_inject, hsadouble_reset,
@@ -54,8 +59,10 @@
 #define API __attribute__((visibility("default")))
 #ifdef HSADOUBLE_NO_VMEM
 #define VMEM_API static __attribute__((unused))
+#define DMABUF_API static __attribute__((unused))
 #else
 #define VMEM_API API
+#define DMABUF_API API
 #endif
 #if defined(HSADOUBLE_NO_VMEM) || defined(HSADOUBLE_NO_ALIGN)
 #define ALIGN_API static __attribute__((unused))
@@ -141,6 +148,8 @@ enum { PERM_NONE = 0, PERM_RO = 1, PERM_WO = 2, PERM_RW = 3 };
     X(hsa_amd_ipc_memory_create)                                                              \
     X(hsa_amd_ipc_memory_attach)                                                              \
     X(hsa_amd_ipc_memory_detach)                                                              \
+    X(hsa_amd_portable_export_dmabuf)                                                         \
+    X(hsa_amd_portable_close_dmabuf)                                                          \
     X(hsa_amd_vmem_address_reserve)                                                           \
     X(hsa_amd_vmem_address_reserve_align)                                                     \
     X(hsa_amd_vmem_address_free)                                                              \
@@ -711,6 +720,20 @@ static void backing_pool_free(pool_alloc_t *a)
         cuMemFree((CUdeviceptr)a->ptr);
 }
 
+/* The dma-buf of the whole allocation (whole pages, as the driver takes): fd, or -1. */
+static int backing_dmabuf(const pool_alloc_t *a, uintptr_t *base)
+{
+    size_t pg = page_size();
+    uintptr_t start = a->ptr / pg * pg;
+    size_t len = (a->ptr + a->size - start + pg - 1) / pg * pg;
+    int fd = -1;
+    if (a->host || cuMemGetHandleForAddressRange(&fd, (CUdeviceptr)start, len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                                                 0) != CUDA_SUCCESS)
+        return -1;
+    *base = start;
+    return fd;
+}
+
 static int backing_copy(void *dst, const void *src, size_t size)
 {
     return cuMemcpy((CUdeviceptr)(uintptr_t)dst, (CUdeviceptr)(uintptr_t)src, size) == CUDA_SUCCESS ? 0 : -1;
@@ -847,6 +870,13 @@ static void backing_pool_free(pool_alloc_t *a)
 {
     munmap((void *)a->ptr, a->mapped);
     close(a->fd);
+}
+
+/* The dma-buf stand-in: a new fd of the allocation's memfd (an fd of the same file). */
+static int backing_dmabuf(const pool_alloc_t *a, uintptr_t *base)
+{
+    *base = a->ptr;
+    return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
 }
 
 static int backing_copy(void *dst, const void *src, size_t size)
@@ -1234,6 +1264,40 @@ API hsa_status_t hsa_amd_ipc_memory_detach(void *mapped)
         }
     }
     RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+}
+
+/* dma-buf export: ptr and ptr + size inside one pool allocation; offset is ptr's in the fd. */
+static pool_alloc_t *pool_alloc_containing(uintptr_t ptr)
+{
+    for (pool_alloc_t *a = pool_allocs; a; a = a->next)
+        if (a->ptr <= ptr && ptr < a->ptr + a->size)
+            return a;
+    return NULL;
+}
+
+DMABUF_API hsa_status_t hsa_amd_portable_export_dmabuf(const void *ptr, size_t size, int *dmabuf, uint64_t *offset)
+{
+    BEGIN_INIT(hsa_amd_portable_export_dmabuf)
+    if (!ptr || !dmabuf || !offset || size == 0)
+        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    pool_alloc_t *a = pool_alloc_containing((uintptr_t)ptr);
+    if (!a || (uintptr_t)ptr + size > a->ptr + a->size)
+        RETURN(HSA_STATUS_ERROR_INVALID_ALLOCATION);
+    uintptr_t base = 0;
+    int fd = backing_dmabuf(a, &base);
+    if (fd < 0)
+        RETURN(HSA_STATUS_ERROR_OUT_OF_RESOURCES);
+    *dmabuf = fd;
+    *offset = (uint64_t)((uintptr_t)ptr - base);
+    RETURN(HSA_STATUS_SUCCESS);
+}
+
+DMABUF_API hsa_status_t hsa_amd_portable_close_dmabuf(int dmabuf)
+{
+    BEGIN_INIT(hsa_amd_portable_close_dmabuf)
+    if (dmabuf < 0 || close(dmabuf) != 0)
+        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    RETURN(HSA_STATUS_SUCCESS);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -269,6 +269,28 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t size)
     *ptr = (uintptr_t)p;
     return CUDA_SUCCESS;
 }
+/* A memfd of the range's length stands for the dma-buf (the range must be inside one
+ * allocation, page-aligned as the driver wants). */
+API CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr ptr, size_t size, CUmemRangeHandleType type,
+                                           unsigned long long flags)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    if (!handle || type != CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD || flags || ptr % (CUdeviceptr)pg ||
+        size % (size_t)pg || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (dev_alloc_t *d = dev_allocs; d; d = d->next)
+        if (d->ptr <= ptr && ptr + size <= d->ptr + (d->size + (size_t)pg - 1) / (size_t)pg * (size_t)pg) {
+            int fd = memfd_create("fakecuda-dmabuf", MFD_CLOEXEC);
+            if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+                if (fd >= 0)
+                    close(fd);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            *(int *)handle = fd;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_VALUE;
+}
 API CUresult cuMemFree_v2(CUdeviceptr ptr)
 {
     for (dev_alloc_t **l = &dev_allocs; *l; l = &(*l)->next)

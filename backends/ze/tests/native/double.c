@@ -5,7 +5,11 @@
  * Host mode (default): real semantics over host memory.
  *   - device, shared and host allocations are memfd-backed mappings, aligned as asked;
  *     device and shared memory count against a per-device budget (OUT_OF_DEVICE_MEMORY);
- *   - zeMemGetAllocProperties reports the type, an id, the page size and the device;
+ *   - zeMemGetAllocProperties reports the type, an id, the page size and the device, and
+ *     exports a device allocation made with ZE_EXTERNAL_MEMORY_TYPE_FLAG_DMA_BUF as a dma-buf
+ *     fd (ze_external_memory_export_fd_t chained to it): a dup of its memfd (forward mode:
+ *     the CUDA driver's dma-buf, cuMemGetHandleForAddressRange); an allocation made without
+ *     the flag is refused with INVALID_ARGUMENT (the double's choice: the spec names none);
  *   - an IPC handle carries a real file descriptor (a dup of the allocation's memfd) in its
  *     first 4 bytes: another process that duplicates it (pidfd_getfd) maps the same pages;
  *   - virtual memory: a reservation is a PROT_NONE mapping, physical memory a memfd,
@@ -118,6 +122,7 @@ struct alloc {
     void *base;          /* what to unmap */
     size_t len, size;
     int fd;              /* the memfd (-1: none) */
+    uint32_t export_flags; /* ze_external_memory_type_flags_t asked at allocation */
     uint64_t id;
     int ipc_fds[16];     /* handles given out (dups of fd) */
     int n_ipc;
@@ -629,7 +634,16 @@ API ze_result_t zeMemAllocDevice(void *hContext, const dev_desc_t *desc, size_t 
         RETURN(E_INVALID_ENUMERATION);
     if (desc->ordinal >= 1)
         RETURN(E_INVALID_ARGUMENT);
-    RETURN(do_alloc(hContext, L_DEVICE, d, size, alignment, pptr));
+    uint32_t export_flags = 0;
+    for (const chain_t *c = desc->pNext; c; c = c->pNext)
+        if (c->stype == STYPE_EXT_EXPORT_DESC)
+            export_flags |= ((const ext_export_desc_t *)c)->flags;
+    if (export_flags & ~(uint32_t)0x3) /* OPAQUE_FD 0x1 | DMA_BUF 0x2 */
+        RETURN(E_INVALID_ENUMERATION);
+    ze_result_t rc = do_alloc(hContext, L_DEVICE, d, size, alignment, pptr);
+    if (rc == OK)
+        g_allocs->export_flags = export_flags; /* do_alloc put it first */
+    RETURN(rc);
 }
 
 API ze_result_t zeMemAllocHost(void *hContext, const host_desc_t *desc, size_t size, size_t alignment,
@@ -697,6 +711,21 @@ API ze_result_t zeMemGetAddressRange(void *hContext, const void *ptr, void **pBa
     RETURN(OK);
 }
 
+/* A new dma-buf fd of a device allocation: a dup of its memfd, or (forward mode) the CUDA
+   driver's dma-buf of its mapped range; -1 on failure. */
+static int export_dmabuf(const struct alloc *a)
+{
+#ifdef ZEDOUBLE_FORWARD_CUDA
+    int fd = -1;
+    if (cuMemGetHandleForAddressRange(&fd, (CUdeviceptr)a->ptr, a->len, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0) !=
+        CUDA_SUCCESS)
+        return -1;
+    return fd;
+#else
+    return fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+#endif
+}
+
 API ze_result_t zeMemGetAllocProperties(void *hContext, const void *ptr, alloc_props_t *p, void **phDevice)
 {
     BEGIN(zeMemGetAllocProperties);
@@ -705,6 +734,16 @@ API ze_result_t zeMemGetAllocProperties(void *hContext, const void *ptr, alloc_p
     if (!ptr || !p)
         RETURN(E_INVALID_NULL_POINTER);
     struct alloc *a = alloc_find(hContext, ptr, 1);
+    for (const chain_t *c = p->pNext; c; c = c->pNext)
+        if (c->stype == STYPE_EXT_EXPORT_FD) {
+            ext_export_fd_t *e = (ext_export_fd_t *)(uintptr_t)c;
+            if (!a || e->flags != EXT_MEM_DMA_BUF || !(a->export_flags & EXT_MEM_DMA_BUF))
+                RETURN(E_INVALID_ARGUMENT);
+            int fd = export_dmabuf(a);
+            if (fd < 0)
+                RETURN(E_OUT_OF_HOST_MEMORY);
+            e->fd = fd;
+        }
     p->type = 0;
     p->id = 0;
     p->pageSize = 0;

@@ -32,6 +32,13 @@ typedef struct { uint32_t stype; const void *pNext; uint32_t flags; uint32_t ord
 typedef struct { uint32_t stype; const void *pNext; uint32_t flags; } host_desc_t;
 typedef struct { uint32_t stype; void *pNext; uint32_t type; uint64_t id; uint64_t pageSize; } alloc_props_t;
 typedef struct { uint32_t stype; const void *pNext; uint32_t flags; size_t size; } phys_desc_t;
+/* dma-buf export: chained to a device allocation's descriptor, and to its properties */
+#define STYPE_EXT_EXPORT_DESC 0x18u
+#define STYPE_EXT_EXPORT_FD 0x1Au
+#define EXT_MEM_DMA_BUF 0x2u
+typedef struct { uint32_t stype; const void *pNext; } chain_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; } ext_export_desc_t;
+typedef struct { uint32_t stype; const void *pNext; uint32_t flags; int fd; } ext_export_fd_t;
 typedef struct { char data[64]; } ipc_handle_t;
 typedef struct {
     uint32_t stype; void *pNext; uint32_t type, vendorId, deviceId, flags, subdeviceId, coreClockRate;
