@@ -40,6 +40,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .ipc import IpcExport, IpcHandle
+from .memory import memory_stats, memory_summary
 from .pool import Pool, PoolStats, pool
 from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
@@ -94,6 +95,8 @@ __all__ = [
     "choose",
     "hookimpl",
     "ipc_open",
+    "memory_stats",
+    "memory_summary",
     "pool",
     "register",
     "strerror",
