@@ -74,7 +74,7 @@ def free_memory(pci_bus_id: str) -> int | None:
 
 
 #: nvmlGpuTopologyLevel_t → the name nvidia-smi topo -m gives it.
-_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+_LEVELS = {10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 _NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 _FEATURE_ENABLED = 1
 
