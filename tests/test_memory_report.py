@@ -4,13 +4,15 @@ counted once over the process, and the documented keys."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 import aml_core
-from aml_core.errors import AMLTypeError
+from aml_core.errors import AMLTypeError, AMLValueError
 from aml_core.memory import STAT_KEYS
+from aml_core.specs import format_size
 
 from .support.memory_reports import check_pool_report, fresh_live_areas, row
 
@@ -155,3 +157,28 @@ def test_anything_but_an_area_is_refused() -> None:
             aml_core.memory_summary(bad)  # type: ignore[arg-type]
         with pytest.raises(AMLTypeError, match="memory reports take an aml area or pool"):
             aml_core.memory_stats(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (0, "0 bytes"),
+        (512, "512 bytes"),
+        (4096, "4.0 KiB (4096 bytes)"),
+        (8 << 30, "8.0 GiB (8589934592 bytes)"),
+    ],
+)
+def test_sizes_in_error_messages_keep_the_exact_count(n: int, text: str) -> None:
+    assert format_size(n, exact=True) == text
+
+
+def test_an_area_s_error_gives_sizes_for_people(tmp_path: Path) -> None:
+    file = tmp_path / "data"
+    file.write_bytes(b"x" * 4096)
+    expected = re.escape("the file is 4.0 KiB (4096 bytes): mapping 8.0 KiB (8192 bytes) at offset 0")
+    with (
+        aml_core.area("host") as area,
+        open(file, "rb+") as f,
+        pytest.raises(AMLValueError, match=expected),
+    ):
+        area.mmap(8192, {"fd": f.fileno()})
