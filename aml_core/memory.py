@@ -32,10 +32,10 @@ import attrs
 
 from .area import LIVE_AREAS, Area
 from .errors import AMLTypeError
-from .pool import Pool
+from .pool import Pool, PoolStats
 from .specs import format_size
 
-__all__ = ["STAT_KEYS", "memory_stats", "memory_summary"]
+__all__ = ["STAT_KEYS", "memory_stats", "memory_summary", "pool_stats_summary"]
 
 #: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
 #: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
@@ -243,6 +243,22 @@ def memory_stats(area_or_pool: Area | Pool | None = None) -> dict[str, int | flo
     for (backend, kind, device), figures in groups.items():
         out.update(figures.as_stats(f"{backend}.{kind}.{device}."))
     return out
+
+
+def pool_stats_summary(stats: PoolStats) -> str:
+    """A pool's statistics in one line for people, as ``AreaStats`` prints itself:
+    ``"3.0 MiB in use (peak 3.0 MiB, 3.0 MiB in blocks), 22.0 MiB reserved (peak 22.0 MiB),
+    19.0 MiB cached (largest free block 17.0 MiB, fragmentation 10.4%), 2 slabs,
+    2 native allocations / 0 frees, 7 hits / 2 misses"``."""
+    size = format_size
+    return (
+        f"{size(stats.bytes_in_use)} in use (peak {size(stats.peak_bytes_in_use)}, "
+        f"{size(stats.block_bytes)} in blocks), {size(stats.bytes_reserved)} reserved "
+        f"(peak {size(stats.peak_bytes_reserved)}), {size(stats.bytes_cached)} cached (largest free "
+        f"block {size(stats.largest_free_block)}, fragmentation {stats.fragmentation:.1%}), "
+        f"{stats.slabs} slabs, {stats.native_allocations} native allocations / {stats.native_frees} frees, "
+        f"{stats.pool_hits} hits / {stats.pool_misses} misses"
+    )
 
 
 # -- the table ------------------------------------------------------------------------------

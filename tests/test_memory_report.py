@@ -11,7 +11,7 @@ import pytest
 
 import aml_core
 from aml_core.errors import AMLTypeError, AMLValueError
-from aml_core.memory import STAT_KEYS
+from aml_core.memory import STAT_KEYS, pool_stats_summary
 from aml_core.specs import format_size
 
 from .support.memory_reports import check_pool_report, fresh_live_areas, row
@@ -71,6 +71,13 @@ def test_a_host_pool_after_known_mmaps_and_munmaps() -> None:
         assert row(summary, "Requested memory") == ["3.0 MiB", "3.0 MiB"]
         assert row(summary, "Reserved memory") == ["22.0 MiB", "22.0 MiB"]
         assert row(summary, "mmap / munmap calls") == ["", "3 / 1"]
+        ps = pool.pool_stats
+        assert pool_stats_summary(ps) == (
+            "3.0 MiB in use (peak 3.0 MiB, 3.0 MiB in blocks), 22.0 MiB reserved (peak 22.0 MiB), "
+            f"19.0 MiB cached (largest free block {format_size(ps.largest_free_block)}, "
+            f"fragmentation {ps.fragmentation:.1%}), 2 slabs, 2 native allocations / 0 frees, "
+            f"{ps.pool_hits} hits / {ps.pool_misses} misses"
+        )
         pool.munmap(b)
         pool.munmap(c)
         pool.trim()
