@@ -17,10 +17,13 @@ Counting every area and pool at once
     counted in its own group (backend, kind, device): a pool bound to device 0 over an
     area of "the current device" counts its memory under device 0.
 
-    A peak over several holders is the sum of the peaks of the holders no pool draws from
-    (the ones users call): an upper bound of the real joint peak (they need not peak
-    together), which leaves out what users took directly from an area that a pool also
-    draws from. A single area's or pool's peaks are exact.
+    A peak over several holders is the sum of their peaks: an upper bound of the real
+    joint peak (they need not peak together). A holder that a pool draws from adds its
+    current own part instead (its users' peak cannot be told apart from the pool's
+    slabs). A single area's or pool's peaks are exact.
+
+    Areas and pools are tracked weakly from their creation
+    (:data:`aml_core.area.LIVE_AREAS`); a closed one is not reported.
 """
 
 from __future__ import annotations

@@ -180,7 +180,9 @@ class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
             count = rt.device_count()
             if count <= 0:
                 return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)
-            devices = rt.device_topology([rt.device_info(i) for i in range(count)])
+            devices = tuple(rt.device_info(i) for i in range(count))
+            if isinstance(rt, Runtime):  # a duck-typed runtime reports no topology
+                devices = rt.device_topology(devices)
         except AMLError as exc:
             return ProbeResult(available=False, reason=str(exc), versions=versions)
         caps = Capability.NONE
