@@ -41,6 +41,7 @@ from .errors import (
 )
 from .hookspecs import hookimpl
 from .ipc import IpcExport, IpcHandle
+from .memory import memory_stats, memory_summary
 from .pool import Pool, PoolStats, pool
 from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
@@ -97,6 +98,8 @@ __all__ = [
     "export_dmabuf",
     "hookimpl",
     "ipc_open",
+    "memory_stats",
+    "memory_summary",
     "pool",
     "register",
     "strerror",

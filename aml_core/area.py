@@ -140,6 +140,9 @@ class NoOptionsDict(TypedDict, total=False):
 
 _NO_OPTIONS = NoOptions()  # frozen and empty: one instance serves every mmap
 
+#: Every area and pool of this process that is still referenced (aml_core.memory reports them).
+LIVE_AREAS: weakref.WeakSet[Area] = weakref.WeakSet()
+
 
 class Area(AreaBase, abc.ABC):
     """Base class of every area.
@@ -187,6 +190,7 @@ class Area(AreaBase, abc.ABC):
         self._orphans: dict[int, int] = {}
         #: The pools over this area (their slabs are its buffers): close() closes them first.
         self._pools: weakref.WeakSet[Area] = weakref.WeakSet()
+        LIVE_AREAS.add(self)
 
     # -- to implement --------------------------------------------------------------
     @abc.abstractmethod

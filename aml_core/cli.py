@@ -3,8 +3,9 @@
 ``aml info`` (or bare ``aml``) shows at a glance which backends are installed, which
 are available (first) and why the others are not, their versions and the versions of
 the drivers and runtimes they found, their devices (NUMA nodes with CPUs and memory,
-GPUs with total and free memory), huge pages, and which backend ``aml_core.area()``
-would choose for each kind of memory. Lines fit the terminal (``--verbose`` prints
+GPUs with total and free memory, PCI bus id, NUMA node and links to the other GPUs),
+huge pages, the NUMA distances, and which backend ``aml_core.area()`` would choose for
+each kind of memory. Lines fit the terminal (``--verbose`` prints
 every text in full); ``aml info --json`` prints the same for scripts
 (docs/aml-info-json.md).
 
@@ -38,10 +39,10 @@ import textwrap
 import warnings
 from collections.abc import Iterator, Sequence
 
-from . import __version__
+from . import __version__, topology
 from .errors import AMLError
 from .registry import AMLConfigWarning, default_registry
-from .specs import BackendStatus, Kind
+from .specs import BackendStatus, Kind, format_size
 
 __all__ = ["JSON_SCHEMA_VERSION", "info_data", "main", "render"]
 
@@ -71,7 +72,16 @@ def info_data() -> dict[str, object]:
         "warnings": list(reg.warnings()),
         "backends": [s.to_json() for s in _display_order(statuses)],
         "chosen": chosen,
+        "topology": topology_data(),
     }
+
+
+def topology_data() -> dict[str, object]:
+    """The node's topology that no backend reports: the NUMA nodes sysfs lists and the
+    distance table between them (``numactl --hardware``'s), row i for ``numa_nodes[i]``."""
+    table = topology.numa_distances()
+    nodes = sorted(table)
+    return {"numa_nodes": nodes, "numa_distances": [[table[a][b] for b in nodes] for a in nodes]}
 
 
 def _display_order(statuses: Sequence[BackendStatus]) -> list[BackendStatus]:
@@ -111,12 +121,37 @@ def _shorten(text: str, width: int) -> tuple[str, bool]:
 
 
 def _size(n: int | None) -> str:
-    if n is None:
-        return "?"
-    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
+    return "?" if n is None else format_size(n)
+
+
+#: Device details that the topology line shows (not repeated by --verbose's details).
+_TOPOLOGY_DETAILS = ("pci_bus_id", "numa_node", "links")
+
+
+def _topology_line(details: dict[str, object]) -> str | None:
+    """``"PCI 0000:19:00.0, NUMA node 0, links: 1 NV18, 2 SYS"`` for a device whose
+    backend reports its place in the topology; None for one that does not (a NUMA node)."""
+    if not any(key in details for key in _TOPOLOGY_DETAILS):
+        return None
+    bus, node, links = (details.get(key) for key in _TOPOLOGY_DETAILS)
+    text = f"PCI {bus or 'unknown'}, NUMA node {'unknown' if node is None else node}"
+    if isinstance(links, dict) and links:
+        text += ", links: " + ", ".join(f"{peer} {link}" for peer, link in links.items())
+    return text
+
+
+def _distance_lines(data: dict[str, object]) -> list[str]:
+    """The NUMA distance table as ``numactl --hardware`` prints it (none for one node)."""
+    topo = data.get("topology")
+    if not isinstance(topo, dict):
+        return []
+    nodes, rows = topo.get("numa_nodes") or [], topo.get("numa_distances") or []
+    if len(nodes) < 2:
+        return []
+    w = max(4, *(len(str(x)) + 1 for row in rows for x in row), *(len(str(n)) + 1 for n in nodes))
+    out = ["NUMA distances:", "  node" + "".join(f"{n:>{w}}" for n in nodes)]
+    out += [f"  {n:>4}" + "".join(f"{d:>{w}}" for d in row) for n, row in zip(nodes, rows, strict=True)]
+    return out
 
 
 def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -> str:
@@ -194,8 +229,15 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
             if "cpus" in details:
                 extra = f", cpus {details['cpus']}"
             if verbose:
-                extra = "".join(f", {k} {v}" for k, v in details.items())
+                extra = "".join(f", {k} {v}" for k, v in details.items() if k not in _TOPOLOGY_DETAILS)
             line(f"  {dev['index']}: {dev['name']}, {mem}{extra}")
+            where = _topology_line(details)
+            if where is not None:
+                line(f"     {where}")
+    distances = _distance_lines(data)
+    if distances:
+        out.append("")
+        out.extend(distances)
     out.append("")
     out.append("aml_core.area(kind=...) would use:")
     chosen = data["chosen"]

@@ -258,13 +258,16 @@ class BackendStatus:
         return status_to_json(self)
 
 
-def format_size(n: int) -> str:
+def format_size(n: int, *, exact: bool = False) -> str:
     """A byte count for people: ``"64.0 MiB"``, ``"4.0 KiB"``, ``"512 B"`` (binary
-    units, one decimal). Exact values stay in the fields that hold them."""
+    units, one decimal). Exact values stay in the fields that hold them; with ``exact``
+    (error messages, where the caller may need the very number) the count follows:
+    ``"8.0 GiB (8589934592 bytes)"``, ``"512 bytes"``."""
     for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if abs(n) >= 1 << shift:
-            return f"{n / (1 << shift):.1f} {unit}"
-    return f"{n} B"
+            text = f"{n / (1 << shift):.1f} {unit}"
+            return f"{text} ({n} bytes)" if exact else text
+    return f"{n} bytes" if exact else f"{n} B"
 
 
 @attrs.frozen

@@ -181,6 +181,8 @@ class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
             if count <= 0:
                 return ProbeResult(available=False, reason=f"no {self.name} device found", versions=versions)
             devices = tuple(rt.device_info(i) for i in range(count))
+            if isinstance(rt, Runtime):  # a duck-typed runtime reports no topology
+                devices = rt.device_topology(devices)
         except AMLError as exc:
             return ProbeResult(available=False, reason=str(exc), versions=versions)
         caps = Capability.NONE

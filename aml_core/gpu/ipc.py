@@ -40,7 +40,7 @@ from ..area import Area, compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, importable
-from ..specs import Capability, Kind
+from ..specs import Capability, Kind, format_size
 from ._copies import CopyingArea
 from ._device_area import DeviceMemoryArea
 from .devices import selected_device
@@ -186,8 +186,9 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
             if buf is not None and not buf.freed:
                 if buf.size != handle.size or buf.device != handle.device:
                     raise AMLValueError(
-                        f"this IPC handle claims {handle.size} bytes on device {handle.device}; the "
-                        f"allocation it names is open here as {buf.size} bytes on device {buf.device}"
+                        f"this IPC handle claims {format_size(handle.size, exact=True)} on device "
+                        f"{handle.device}; the allocation it names is open here as "
+                        f"{format_size(buf.size, exact=True)} on device {buf.device}"
                     )
                 self._opens[buf.ptr] += 1
                 return buf
@@ -226,8 +227,8 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
                     actual = self._ops.ipc_mapped_size(base)
                     if actual is not None and actual < end:
                         raise AMLValueError(
-                            f"the IPC handle claims {handle.size} bytes at offset {handle.offset}; "
-                            f"the exported allocation has {actual}"
+                            f"the IPC handle claims {format_size(handle.size, exact=True)} at offset "
+                            f"{handle.offset}; the exported allocation has {format_size(actual, exact=True)}"
                         )
                 except BaseException as exc:
                     self._close_noting(base, options.device, exc)

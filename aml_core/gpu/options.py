@@ -13,6 +13,7 @@ import attrs
 from .. import checks
 from .._buffer import address_of
 from ..errors import AMLTypeError, AMLValueError
+from ..specs import format_size
 from .flags import AllocMode
 from .stream import as_stream_handle
 
@@ -92,6 +93,9 @@ def host_memory(ptr: object, size: int) -> tuple[int, Any]:
     if view.nbytes < size:
         n = view.nbytes
         view.release()
-        raise AMLValueError(f"options.ptr holds {n} bytes, fewer than the {size} to map")
+        raise AMLValueError(
+            f"options.ptr holds {format_size(n, exact=True)}, "
+            f"fewer than the {format_size(size, exact=True)} to map"
+        )
     addr, _, _ = address_of(view)
     return addr, view

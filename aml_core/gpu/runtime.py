@@ -50,12 +50,12 @@ raises the backend's translated :class:`~aml_core.errors.AMLError` (through its
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, overload
 
 import attrs
 
-from .. import checks
+from .. import checks, topology
 from ..buffer import DLDeviceType
 from ..errors import AMLError, AMLNotSupported, ErrorTable
 from ..specs import Capability, DeviceInfo
@@ -178,6 +178,43 @@ class Runtime(abc.ABC):
         """Override: the free bytes of ``device`` (None: not known). Raise an AMLError
         (through :attr:`errors`) when the native query fails."""
         return None
+
+    def device_topology(self, devices: Sequence[DeviceInfo]) -> tuple[DeviceInfo, ...]:
+        """``devices`` (this runtime's, from :meth:`device_info`) with their place in the
+        node's topology added to their details: ``pci_bus_id`` (as sysfs names it;
+        None: not known), ``numa_node`` (None: not known) and ``links`` (each other
+        device's index, as a string, to the link between them: a name of
+        :data:`aml_core.topology.LINKS`). Never raises: what cannot be read is unknown."""
+        buses = [topology.normalize_bus_id(d.details.get("pci_bus_id")) for d in devices]
+        out = []
+        for dev, bus in zip(devices, buses, strict=True):
+            links = {
+                str(peer.index): self._link_or_unknown(bus, peer_bus)
+                for peer, peer_bus in zip(devices, buses, strict=True)
+                if peer.index != dev.index
+            }
+            details = {
+                **dev.details,
+                "pci_bus_id": bus,
+                "numa_node": topology.pci_numa_node(bus),
+                "links": links,
+            }
+            out.append(attrs.evolve(dev, details=details))
+        return tuple(out)
+
+    def _link_or_unknown(self, bus: str | None, peer: str | None) -> str:
+        if bus is None or peer is None:
+            return "unknown"
+        try:
+            return self._link(bus, peer) or "unknown"
+        except Exception:  # a report never fails the probe
+            return "unknown"
+
+    def _link(self, bus: str, peer: str) -> str | None:
+        """Override: the link between the devices at two PCI bus ids (a name of
+        :data:`aml_core.topology.LINKS`; None: not known) as the vendor's own query tells
+        it; this default reads sysfs (:func:`aml_core.topology.gpu_link`)."""
+        return topology.gpu_link(bus, peer)
 
     @abc.abstractmethod
     def synchronize(self) -> None:

@@ -33,7 +33,7 @@ from ..area import compiled_mmap
 from ..buffer import Buffer, native_as
 from ..errors import AMLMemoryError, AMLTypeError, AMLValueError
 from ..protocols import StreamOrdering
-from ..specs import Capability
+from ..specs import Capability, format_size
 from ._vmm_api import Access, Physical, Reservation, VirtualMemoryApi, also
 from .runtime import Group
 from .stream import runtime_stream_ordering
@@ -165,7 +165,8 @@ class VirtualMemory(VirtualMemoryApi):
         n = self._round(size)
         if n > checks.MAX_SIZE:  # a size the address space cannot hold once rounded up
             raise AMLMemoryError(
-                f"{size} bytes round up to {n} (granularity {self._granularity}): more than 2**63 - 1"
+                f"{format_size(size, exact=True)} round up to {format_size(n, exact=True)} "
+                f"(granularity {format_size(self._granularity)}): more than 2**63 - 1"
             )
         res = self.reserve(n)
         try:
@@ -219,7 +220,10 @@ class VirtualMemory(VirtualMemoryApi):
         cap = self._round(checks.size(max_size, "max_size"))
         first = self._granularity if size is None else checks.size(size)
         if first > cap:
-            raise AMLValueError(f"size {first} is larger than max_size {cap}")
+            raise AMLValueError(
+                f"size {format_size(first, exact=True)} is larger than "
+                f"max_size {format_size(cap, exact=True)}"
+            )
         res = self.reserve(cap)
         try:
             chunk = self._map_chunk(res.ptr, self._round(first), exportable)
@@ -243,9 +247,15 @@ class VirtualMemory(VirtualMemoryApi):
                 raise AMLValueError(f"{buffer!r} is not live in this area")
             state = native_as(buffer, _VmmBuffer)
             if n > state.reservation.size:
-                raise AMLValueError(f"cannot grow to {n} bytes: the capacity is {state.reservation.size}")
+                raise AMLValueError(
+                    f"cannot grow to {format_size(n, exact=True)}: "
+                    f"the capacity is {format_size(state.reservation.size, exact=True)}"
+                )
             if n < buffer.size:
-                raise AMLValueError(f"a growable buffer does not shrink ({buffer.size} -> {n})")
+                raise AMLValueError(
+                    f"a growable buffer does not shrink "
+                    f"({format_size(buffer.size, exact=True)} -> {format_size(n, exact=True)})"
+                )
             mapped_end = buffer.ptr + buffer.mapped
             need = self._round(n) - buffer.mapped
             if need > 0:

@@ -351,7 +351,8 @@ class HostArea(Area):
             raise AMLValueError(f"fd {fd} is not an open file descriptor") from None
         if stat.S_ISREG(st.st_mode) and offset + size > st.st_size:
             raise AMLValueError(
-                f"the file is {st.st_size} bytes: mapping {size} bytes at offset {offset} would pass its "
+                f"the file is {format_size(st.st_size, exact=True)}: mapping {format_size(size, exact=True)} "
+                f"at offset {offset} would pass its "
                 "end (grow the file first, e.g. os.ftruncate)"
             )
 

@@ -241,6 +241,11 @@ class CudaRuntime(
         pci = bytes(bus).split(b"\0", 1)[0].decode(errors="replace")
         return nvml.free_memory(pci) if pci else None
 
+    def _link(self, bus: str, peer: str) -> str | None:
+        """NVML's answer (:func:`aml_cuda.nvml.link`: the NVLinks between them, else the
+        PCIe path), else what sysfs tells (the base class)."""
+        return nvml.link(bus, peer) or super()._link(bus, peer)
+
     def memory_info(self) -> tuple[int, int]:
         """``cudaMemGetInfo``: (free, total) bytes of the current device."""
         free, total = self._call("cudaMemGetInfo")

@@ -245,7 +245,7 @@ def test_probe_host_double_devices(hip: HipDouble) -> None:
     result = aml_hip.probe()
     assert [d.name for d in result.devices] == [f"HIP double device {i}" for i in range(3)]
     assert all(d.total_memory == 1 << 28 for d in result.devices)
-    assert result.devices[1].details["pci_bus_id"] == "0000:11:00"
+    assert result.devices[1].details["pci_bus_id"] == "0000:11:00.0"  # as sysfs names it
 
 
 @pytest.mark.host_double

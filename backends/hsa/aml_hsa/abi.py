@@ -68,6 +68,7 @@ HSA_AGENT_INFO_DEVICE: Final = 17  # hsa_device_type_t
 HSA_AMD_AGENT_INFO_CHIP_ID: Final = 0xA000  # uint32
 HSA_AMD_AGENT_INFO_BDFID: Final = 0xA006  # uint32
 HSA_AMD_AGENT_INFO_PRODUCT_NAME: Final = 0xA009  # char[64]
+HSA_AMD_AGENT_INFO_DOMAIN: Final = 0xA00F  # uint32, the PCI domain (pairs with BDFID)
 HSA_AMD_AGENT_INFO_UUID: Final = 0xA011  # char[21]
 HSA_AMD_AGENT_INFO_MEMORY_AVAIL: Final = 0xA015  # uint64, 6.x+ (5.2 answers INVALID_ARGUMENT)
 HSA_DEVICE_TYPE_CPU: Final = 0

@@ -258,8 +258,20 @@ class HsaRuntime(Runtime, VmemTracking, IpcOps, VirtualMemoryOps):
                 "interface": self.lib.interface_text,
                 "granule": pool.granule,
                 "recommended_granule": pool.rec_granule,
+                "pci_bus_id": self._pci_bus_id(agent.handle),
             },
         )
+
+    def _pci_bus_id(self, agent: int) -> str | None:
+        """The agent's PCI address, ``"0000:03:00.0"``, from ``HSA_AMD_AGENT_INFO_DOMAIN``
+        and ``HSA_AMD_AGENT_INFO_BDFID`` (bus << 8 | device << 3 | function); None when
+        the library refuses either."""
+        try:
+            bdf = self._info("hsa_agent_get_info", (agent,), C.HSA_AMD_AGENT_INFO_BDFID, c_uint32)
+            domain = self._info("hsa_agent_get_info", (agent,), C.HSA_AMD_AGENT_INFO_DOMAIN, c_uint32)
+        except AMLError:
+            return None
+        return f"{domain:04x}:{bdf >> 8 & 0xFF:02x}:{bdf >> 3 & 0x1F:02x}.{bdf & 7}"
 
     def _free_memory(self, device: int) -> int | None:
         """``HSA_AMD_AGENT_INFO_MEMORY_AVAIL`` of the GPU agent (ROCr 6.x and later; 5.2

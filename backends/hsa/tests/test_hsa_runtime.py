@@ -182,6 +182,21 @@ def test_probe_with_the_double(hsa: HsaDouble) -> None:
     assert result.versions["AMD interface"] == "1.6+"
 
 
+def test_probe_reports_each_gpu_s_pci_bus_id(
+    hsa: HsaDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HSA_AMD_AGENT_INFO_DOMAIN and _BDFID (the double: domain 0, bus 3 + agent index),
+    and what the topology adds from sysfs (here an empty tree: unknown)."""
+    from aml_core import topology
+
+    monkeypatch.setattr(topology, "SYSFS", str(tmp_path))
+    devices = aml_hsa.probe().devices
+    assert [d.details["pci_bus_id"] for d in devices] == [
+        f"0000:{4 + i:02x}:00.0" for i in range(len(devices))
+    ]
+    assert all(d.details["numa_node"] is None for d in devices)
+
+
 def test_probe_reports_free_memory(hsa: HsaDouble) -> None:
     """HSA_AMD_AGENT_INFO_MEMORY_AVAIL per GPU agent: what a pool allocation takes shows
     on its own agent (the forward double asks cuMemGetInfo: other processes count too)."""

@@ -167,7 +167,7 @@ def test_a_handle_claiming_more_than_was_exported(ze: ZeDouble, areas: Callable[
     assert report["error"]["class"] == "AMLValueError", report
     # the allocation's own size (8 KiB on the host double; forwarded to CUDA, the 2 MiB granule)
     assert "the exported allocation has " in report["error"]["message"], report
-    assert "claims 1073741824 bytes" in report["error"]["message"], report
+    assert "claims 1.0 GiB (1073741824 bytes)" in report["error"]["message"], report
     assert not any(report["live"].values()), report["live"]
     area.munmap(buf)
 

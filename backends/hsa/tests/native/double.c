@@ -108,6 +108,7 @@ enum {
     AGENT_CHIP_ID = 0xA000,
     AGENT_BDFID = 0xA006,
     AGENT_PRODUCT = 0xA009,
+    AGENT_DOMAIN = 0xA00F,
     AGENT_UUID = 0xA011,
     AGENT_MEMORY_AVAIL = 0xA015
 };
@@ -1028,6 +1029,9 @@ API hsa_status_t hsa_agent_get_info(uint64_t agent, int attribute, void *value)
         break;
     case AGENT_BDFID:
         *(uint32_t *)value = idx == 0 ? 0 : (uint32_t)(0x0300 + (idx << 8));
+        break;
+    case AGENT_DOMAIN:
+        *(uint32_t *)value = 0;
         break;
     case AGENT_MEMORY_AVAIL:
 #ifdef HSADOUBLE_NO_VMEM

@@ -1,0 +1,333 @@
+"""Memory reports: :func:`memory_summary` (a table for people, like PyTorch's
+``torch.cuda.memory_summary()``) and :func:`memory_stats` (a flat dict with stable keys,
+like ``torch.cuda.memory_stats()``), for one area or pool, or for every live area and
+pool of the process.
+
+Both read only the public statistics: a pool's :attr:`~aml_core.pool.Pool.pool_stats`
+and every area's :attr:`~aml_core.area.Area.stats`. The keys are documented in
+docs/user-guide.md ("Memory statistics"); :data:`STAT_KEYS` lists them.
+
+Counting every area and pool at once
+    A pool's slabs are buffers of the area below it, so that area's statistics count
+    them again. Summed over the process, each holder (an area or a pool) counts only
+    what it gave to its users itself: its figures less the bytes reserved by the pools
+    drawing from it. So ``allocated`` is memory in buffers that users hold, ``cached``
+    memory pools keep for reuse, and ``reserved = allocated + cached`` (the whole of what
+    this process holds from the backends, over all groups). Each holder's part is
+    counted in its own group (backend, kind, device): a pool bound to device 0 over an
+    area of "the current device" counts its memory under device 0.
+
+    A peak over several holders is the sum of their peaks: an upper bound of the real
+    joint peak (they need not peak together). A holder that a pool draws from adds its
+    current own part instead (its users' peak cannot be told apart from the pool's
+    slabs). A single area's or pool's peaks are exact.
+
+    Areas and pools are tracked weakly from their creation
+    (:data:`aml_core.area.LIVE_AREAS`); a closed one is not reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+
+import attrs
+
+from .area import LIVE_AREAS, Area
+from .errors import AMLTypeError
+from .pool import Pool, PoolStats
+from .specs import format_size
+
+__all__ = ["STAT_KEYS", "memory_stats", "memory_summary", "pool_stats_summary"]
+
+#: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
+#: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
+#: ``<figure>.<current|peak|total>`` (docs/user-guide.md, "Memory statistics").
+STAT_KEYS: tuple[str, ...] = (
+    "requested_bytes.current",
+    "requested_bytes.peak",
+    "allocated_bytes.current",
+    "reserved_bytes.current",
+    "reserved_bytes.peak",
+    "cached_bytes.current",
+    "largest_free_block_bytes.current",
+    "fragmentation.current",
+    "segments.current",
+    "buffers.current",
+    "mmap_calls.total",
+    "munmap_calls.total",
+    "native_allocations.total",
+    "native_frees.total",
+    "pool_hits.total",
+    "pool_misses.total",
+    "pools.current",
+    "areas.current",
+)
+
+
+@attrs.frozen
+class _Figures:
+    """What one holder (an area or a pool), or a sum of them, reports."""
+
+    requested: int = 0
+    requested_peak: int = 0
+    allocated: int = 0
+    reserved: int = 0
+    reserved_peak: int = 0
+    cached: int = 0
+    largest_free_block: int = 0
+    segments: int = 0
+    buffers: int = 0
+    mmaps: int = 0
+    munmaps: int = 0
+    native_allocations: int = 0
+    native_frees: int = 0
+    hits: int = 0
+    misses: int = 0
+    pools: int = 0
+    areas: int = 0
+
+    @property
+    def fragmentation(self) -> float:
+        """1 - largest free block / cached bytes (0 when nothing is cached), as
+        :class:`~aml_core.pool.PoolStats` defines it."""
+        return 1.0 - self.largest_free_block / self.cached if self.cached else 0.0
+
+    def __add__(self, other: _Figures) -> _Figures:
+        fields = attrs.fields(_Figures)
+        values = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields}
+        values["largest_free_block"] = max(self.largest_free_block, other.largest_free_block)
+        return _Figures(**values)
+
+    def as_stats(self, prefix: str = "") -> dict[str, int | float]:
+        values: tuple[int | float, ...] = (
+            self.requested,
+            self.requested_peak,
+            self.allocated,
+            self.reserved,
+            self.reserved_peak,
+            self.cached,
+            self.largest_free_block,
+            self.fragmentation,
+            self.segments,
+            self.buffers,
+            self.mmaps,
+            self.munmaps,
+            self.native_allocations,
+            self.native_frees,
+            self.hits,
+            self.misses,
+            self.pools,
+            self.areas,
+        )
+        return {prefix + key: value for key, value in zip(STAT_KEYS, values, strict=True)}
+
+
+def _figures(area: Area) -> _Figures:
+    """An area's or pool's own statistics, exact."""
+    stats = area.stats
+    if isinstance(area, Pool):
+        ps = area.pool_stats
+        return _Figures(
+            requested=ps.bytes_in_use,
+            requested_peak=ps.peak_bytes_in_use,
+            allocated=ps.block_bytes,
+            reserved=ps.bytes_reserved,
+            reserved_peak=ps.peak_bytes_reserved,
+            cached=ps.bytes_cached,
+            largest_free_block=ps.largest_free_block,
+            segments=ps.slabs,
+            buffers=stats.live_mappings,
+            mmaps=stats.total_maps,
+            munmaps=stats.total_unmaps,
+            native_allocations=ps.native_allocations,
+            native_frees=ps.native_frees,
+            hits=ps.pool_hits,
+            misses=ps.pool_misses,
+            pools=1,
+        )
+    return _Figures(
+        requested=stats.bytes_in_use,
+        requested_peak=stats.peak_bytes,
+        allocated=stats.bytes_in_use,
+        reserved=stats.bytes_in_use,
+        reserved_peak=stats.peak_bytes,
+        segments=stats.live_mappings,
+        buffers=stats.live_mappings,
+        mmaps=stats.total_maps,
+        munmaps=stats.total_unmaps,
+        native_allocations=stats.total_maps,
+        native_frees=stats.total_unmaps,
+        areas=1,
+    )
+
+
+def _own(f: _Figures, drawn: _Figures | None) -> _Figures:
+    """A holder's part of a sum over holders (see the module doc): ``f`` less what the
+    pools over it drew from it (``drawn``, the sum of their figures; None when no pool
+    draws from it). A pool's segments and native calls are calls into the holder below
+    it, counted there: its part keeps none; a holder that a pool draws from adds its own
+    current bytes as its peak."""
+    pool = bool(f.pools)
+    less = drawn or _Figures()
+    requested = max(0, f.requested - less.reserved)
+    allocated = max(0, f.allocated - less.reserved)
+    reserved = allocated + f.cached
+    return attrs.evolve(
+        f,
+        requested=requested,
+        requested_peak=f.requested_peak if drawn is None else requested,
+        allocated=allocated,
+        reserved=reserved,
+        reserved_peak=f.reserved_peak if drawn is None else reserved,
+        segments=0 if pool else f.segments,
+        buffers=max(0, f.buffers - less.segments),
+        mmaps=max(0, f.mmaps - less.native_allocations),
+        munmaps=max(0, f.munmaps - less.native_frees),
+        native_allocations=0 if pool else f.native_allocations,
+        native_frees=0 if pool else f.native_frees,
+    )
+
+
+def live_areas() -> list[Area]:
+    """The process's open areas and pools, sorted by backend, kind and device (areas
+    before pools) for a stable report."""
+    for _ in range(10):  # another thread may create an area while the set is copied
+        with contextlib.suppress(RuntimeError):
+            found = list(LIVE_AREAS)
+            break
+    else:  # pragma: no cover - ten collisions in a row
+        found = []
+    return sorted((a for a in found if not a.closed), key=lambda a: (_group(a), isinstance(a, Pool), id(a)))
+
+
+def _group(area: Area) -> tuple[str, str, str]:
+    return (area.backend, area.kind.value, "-" if area.device is None else str(area.device))
+
+
+def _grouped(areas: Iterable[Area]) -> dict[tuple[str, str, str], _Figures]:
+    """Each group's part (see the module doc), in order."""
+    figures = {id(area): (area, _figures(area)) for area in areas}
+    drawn: dict[int, _Figures] = {}
+    for area, f in figures.values():
+        if isinstance(area, Pool):
+            below = id(area.area)
+            drawn[below] = drawn.get(below, _Figures()) + f
+    groups: dict[tuple[str, str, str], _Figures] = {}
+    for area, f in figures.values():
+        key = _group(area)
+        groups[key] = groups.get(key, _Figures()) + _own(f, drawn.get(id(area)))
+    return groups
+
+
+def _check(area_or_pool: Area | None) -> None:
+    if area_or_pool is not None and not isinstance(area_or_pool, Area):
+        raise AMLTypeError(
+            f"memory reports take an aml area or pool (or None for all), not {type(area_or_pool).__name__}"
+        )
+
+
+def memory_stats(area_or_pool: Area | Pool | None = None) -> dict[str, int | float]:
+    """A flat dict of memory statistics with stable keys (documented in
+    docs/user-guide.md, "Memory statistics"), sizes in bytes.
+
+    For one area or pool: the keys of :data:`STAT_KEYS` (``"allocated_bytes.current"``,
+    ``"pool_hits.total"``...). For None, every open area and pool of the process:
+    the same keys prefixed with ``"all."`` for the totals and with
+    ``"<backend>.<kind>.<device>."`` for each group (``"cuda.device.0."``,
+    ``"host.host.-."`` for an area without a device), each holder counting only what it
+    gave out itself (see :mod:`aml_core.memory`)."""
+    _check(area_or_pool)
+    if area_or_pool is not None:
+        return _figures(area_or_pool).as_stats()
+    groups = _grouped(live_areas())
+    total = sum(groups.values(), _Figures())
+    out = total.as_stats("all.")
+    for (backend, kind, device), figures in groups.items():
+        out.update(figures.as_stats(f"{backend}.{kind}.{device}."))
+    return out
+
+
+def pool_stats_summary(stats: PoolStats) -> str:
+    """A pool's statistics in one line for people, as ``AreaStats`` prints itself:
+    ``"3.0 MiB in use (peak 3.0 MiB, 3.0 MiB in blocks), 22.0 MiB reserved (peak 22.0 MiB),
+    19.0 MiB cached (largest free block 17.0 MiB, fragmentation 10.4%), 2 slabs,
+    2 native allocations / 0 frees, 7 hits / 2 misses"``."""
+    size = format_size
+    return (
+        f"{size(stats.bytes_in_use)} in use (peak {size(stats.peak_bytes_in_use)}, "
+        f"{size(stats.block_bytes)} in blocks), {size(stats.bytes_reserved)} reserved "
+        f"(peak {size(stats.peak_bytes_reserved)}), {size(stats.bytes_cached)} cached (largest free "
+        f"block {size(stats.largest_free_block)}, fragmentation {stats.fragmentation:.1%}), "
+        f"{stats.slabs} slabs, {stats.native_allocations} native allocations / {stats.native_frees} frees, "
+        f"{stats.pool_hits} hits / {stats.pool_misses} misses"
+    )
+
+
+# -- the table ------------------------------------------------------------------------------
+_WIDTH = 75
+
+
+def _rows(f: _Figures) -> list[tuple[str, str, str]]:
+    """(metric, current, peak or total) rows of a table."""
+    return [
+        ("Requested memory", format_size(f.requested), format_size(f.requested_peak)),
+        ("Allocated memory (blocks)", format_size(f.allocated), ""),
+        ("Reserved memory", format_size(f.reserved), format_size(f.reserved_peak)),
+        ("Cached memory (free blocks)", format_size(f.cached), ""),
+        ("Largest free block", format_size(f.largest_free_block), ""),
+        ("Fragmentation", f"{f.fragmentation:.1%}", ""),
+        ("Segments (slabs, mappings)", str(f.segments), ""),
+        ("Live buffers", str(f.buffers), ""),
+        ("mmap / munmap calls", "", f"{f.mmaps} / {f.munmaps}"),
+        ("Native allocations / frees", "", f"{f.native_allocations} / {f.native_frees}"),
+        ("Pool hits / misses", "", f"{f.hits} / {f.misses}"),
+    ]
+
+
+def _table(title: str, f: _Figures) -> list[str]:
+    rule = "|" + "-" * (_WIDTH - 2) + "|"
+    out = [rule, f"| {title:<{_WIDTH - 4}} |", rule]
+    out.append(f"| {'Metric':<29} | {'Current':>18} | {'Peak / total':>18} |")
+    out.append(rule)
+    out.extend(f"| {name:<29} | {cur:>18} | {peak:>18} |" for name, cur, peak in _rows(f))
+    return out
+
+
+def _describe(area: Area) -> str:
+    device = "" if area.device is None else f", device {area.device}"
+    if isinstance(area, Pool):
+        cap = "" if area.limit is None else f", limit {format_size(area.limit)}"
+        return f"Pool over {type(area.area).__name__} ({area.backend} {area.kind.value} memory{device}{cap})"
+    return f"{type(area).__name__} ({area.backend} {area.kind.value} memory{device})"
+
+
+def memory_summary(area_or_pool: Area | Pool | None = None) -> str:
+    """A readable table of memory statistics, like ``torch.cuda.memory_summary()``:
+    requested, allocated, reserved and cached memory with their peaks, the largest free
+    block and fragmentation, segments and live buffers, mmap/munmap calls, native
+    allocations and frees against pool hits and misses. Sizes in binary units
+    (:func:`aml_core.specs.format_size`); :func:`memory_stats` gives the exact numbers.
+
+    ``area_or_pool``: one area or pool; None (the default) summarizes every open area
+    and pool of the process: a table per backend, kind and device, and the totals when
+    there are several (see
+    :mod:`aml_core.memory` for how layered pools are counted once). Per-stream figures
+    are not reported yet."""
+    _check(area_or_pool)
+    eq = "|" + "=" * (_WIDTH - 2) + "|"
+    out = [eq, f"| {'aml memory summary':^{_WIDTH - 4}} |"]
+    if area_or_pool is not None:
+        out += _table(_describe(area_or_pool), _figures(area_or_pool))
+    else:
+        groups = _grouped(live_areas())
+        for (backend, kind, device), figures in groups.items():
+            where = "" if device == "-" else f", device {device}"
+            out += _table(
+                f"{backend} {kind} memory{where}: {figures.pools} pool(s), {figures.areas} area(s)", figures
+            )
+        total = sum(groups.values(), _Figures())
+        if len(groups) != 1:  # with one group, its table is the total
+            out += _table(f"All: {total.pools} pool(s), {total.areas} area(s)", total)
+    out.append(eq)
+    return "\n".join(out) + "\n"
