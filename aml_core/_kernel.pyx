@@ -753,7 +753,7 @@ cdef class PoolKernel(FastPath):
                 raise error
         from . import checks
         if want > checks.MAX_SIZE:
-            raise AMLMemoryError(f"{n} bytes rounded up to the pool's granule is more than can be mapped")
+            raise AMLMemoryError(f"{_fs(n)} rounded up to the pool's granule is more than can be mapped")
         area = self._area
         try:
             buf = area.mmap(want, self._options)
@@ -910,14 +910,14 @@ cdef class PoolKernel(FastPath):
                 chunk = _round_up(n - have, g)
             if self.reserved + chunk > self._limit:
                 raise AMLMemoryError(
-                    f"the pool's limit of {self._limit} bytes is reached: {self.reserved} mapped "
-                    f"({self.blocks} in live blocks), {n} more asked"
+                    f"the pool's limit of {_fs(self._limit)} is reached: {_fs(self.reserved)} mapped "
+                    f"({_fs(self.blocks)} in live blocks), {_fs(n)} more asked"
                 )
         cdef u64 end = seg.ptr + seg.size
         if end + chunk > self._res_end:
             raise AMLMemoryError(
-                f"the expandable pool's reservation of {self._res_end - seg.ptr} bytes is full "
-                f"({seg.size} mapped, {chunk} more needed); make the pool with a larger capacity"
+                f"the expandable pool's reservation of {_fs(self._res_end - seg.ptr)} is full "
+                f"({_fs(seg.size)} mapped, {_fs(chunk)} more needed); make the pool with a larger capacity"
             )
         cdef Block *fresh = NULL
         if tail == NULL:
@@ -1103,6 +1103,13 @@ cdef object _release_cache(PoolKernel kernel):
     except AMLError as exc:
         return exc
     return None
+
+
+def _fs(n):
+    """A size in an error message: readable, with the exact count."""
+    from .specs import format_size
+
+    return format_size(n, exact=True)
 
 
 cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:

@@ -13,7 +13,7 @@ It times, per operation (median over repetitions of the mean of a batch):
   allocate      area._allocate(4096, None) alone: the no-op backend's own cost
   loop          an empty loop iteration (subtracted from nothing; for scale)
   pool_pair     the pair on aml_core.pool over the no-op area, with a block of the size
-                cached: the pool's compiled fast path (PoolCache), or its Python path for
+                cached: the pool's compiled fast path (the kernel, PoolKernel), or its Python path for
                 an aml_core built before it
   pool_drop     the pool's mmap dropped without munmap (the finalizer's compiled path)
   pool_python_pair  the same pool with its compiled path uninstalled

@@ -1,6 +1,6 @@
 """Buffers dropped without munmap are freed when garbage collected (issue 12 §5), through
 the area's munmap path: host areas, fake areas whose frees are recorded, pools (the
-compiled PoolCache path and the Python one), while views keep them, inside the area's own
+compiled kernel path and the Python one), while views keep them, inside the area's own
 operations (deferred, never re-entered), from many threads, when the free fails (reported,
 kept for close()), and at interpreter exit."""
 

@@ -88,44 +88,36 @@ What the area offers
     pool binds to), never by testing for GPU types.
 
 Fast path
-    The exact-size stacks and the counters the statistics need (hits, requested bytes
-    and their peak, live block bytes) live in a compiled
-    :class:`~aml_core._buffer.PoolCache`, which the pool installs in its area base
-    class (``_set_pool``, an explicit ops table as a GPU area's NativeAllocator). Then
-    ``pool.mmap(size)`` without options that finds a block of the rounded size on its
-    stack, and ``pool.munmap`` of a block allocated in host order while the pool keeps
-    stacks, run in C from end to end with no Python frame (a pair costs about a
-    quarter of the Python path's: ``benchmarks/area_overhead.py``). Everything else (a
-    miss, options, streams and ``munmap_on``, ``release_threshold``, a closed pool or
-    area, a held lock) runs the Python code below, unchanged. :class:`PoolStats` reads
-    the same counters either way.
+    The pool's whole policy (blocks and slabs, the heaps, the stacks, streams, the limit,
+    the expandable segment, the counters) is the allocator kernel,
+    :class:`~aml_core._buffer.PoolKernel` (aml_core/_kernel.pyx, docs/kernel.md), which
+    the pool installs in its area base class (``_set_pool``). ``pool.mmap(size)``, and
+    ``pool.mmap(size, {"stream": s})`` with an int handle or an aml Stream, that the kernel
+    serves from cached memory, and ``pool.munmap`` / ``munmap_on`` while it keeps stacks,
+    run in C with no Python frame. Everything else (a new slab, a hand-over between
+    streams, the release threshold, a closed pool) runs the kernel's slow path, called by
+    this package with the kernel's mutex held. PyTorch's and CuPy's hooks
+    (aml_core.gpu.hooks) call the kernel from C without the GIL and make no Buffer.
 
 Threads
-    One re-entrant lock (``_plock``, the PoolCache: ``with pool._kernel``) guards the
-    heaps, slabs, stacks and counters; the area is called with it held (areas are
-    thread-safe and never call back into the pool). The rule of the fast path: a fast
-    operation runs only while no thread holds the lock, entirely under the GIL without
-    releasing it or running Python code, so it is atomic with respect to other fast
-    operations and to any locked section, exactly as if it held the lock. (The cache
-    counts the lock's holder after acquiring and uncounts before releasing, so locked
-    Python code never interleaves with a fast operation.) The buffer bookkeeping is the
-    area base class's, with its own rules. So every public method may be called from
-    any thread. Re-entrant, because code a finalizer runs may use the pool from a
-    thread that is inside it already (a CuPy hook's munmap, run by the garbage collector
-    at an allocation under the lock). A pooled buffer that is itself dropped is freed by
-    its finalizer through munmap's path (see aml_core.area, "Garbage collection"): in C
-    when nobody holds the lock, else it waits until the lock's last holder leaves, and
-    so does one whose free would release a slab while someone is inside the area below.
-    The fast path changes its state only after every read and check, and before it makes
-    the buffer (an allocation that may run a finalizer that frees another block in C).
-    What of this rests on the GIL, and what it needs without it: docs/reliability.md,
-    "Threads and the GIL".
+    One mutex per pool (the kernel's; ``with pool._kernel`` holds it, re-entrant for its
+    holder) guards the blocks, stacks and counters; every kernel entry takes it. A thread
+    holding the GIL takes it only while it holds the GIL, and waits for a holder that runs
+    Python with the GIL released; a framework hook's hit holds it for a few hundred
+    nanoseconds of C. The area below is called with it held (areas are thread-safe and
+    never call back into the pool). So every public method may be called from any
+    thread, and PyTorch may allocate from several threads at once without the GIL. A
+    pooled buffer that is itself dropped is freed by its finalizer through munmap's path
+    (see aml_core.area, "Garbage collection"): in C unless a thread running the pool's
+    Python side holds the mutex (then it waits until that holder leaves), and so does one
+    whose free would release a slab while someone is inside the area below. What rests
+    on the GIL: docs/reliability.md, "Threads and the GIL".
 
 Garbage collection
     A pooled buffer dropped without munmap goes back to the pool when collected, as
-    munmap would take it: onto its size's stack (compiled), a stream-ordered block onto
-    its stream's free list, with ``release_threshold`` or after close its slab to the
-    area. A pool dropped unclosed goes with its buffers, and its slabs (Buffers of the
+    munmap would take it: onto its size's stack, a stream-ordered block onto its
+    stream's free list (both in C), with ``release_threshold`` or after close its slab to
+    the area. A pool dropped unclosed goes with its buffers, and its slabs (Buffers of the
     area) are freed by the area in turn.
 """
 

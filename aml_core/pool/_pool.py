@@ -21,7 +21,7 @@ from ..protocols import (
     StreamOrderedArea,
     StreamOrdering,
 )
-from ..specs import Capability
+from ..specs import Capability, format_size
 from ._sharing import Sharing
 from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats
 
@@ -86,7 +86,10 @@ class Pool(Sharing):
         if limit is not None:
             limit = checks.size(limit, "limit")
             if limit < granule:
-                raise AMLValueError(f"limit {limit} is smaller than one block ({granule} bytes)")
+                raise AMLValueError(
+                    f"limit {format_size(limit, exact=True)} is smaller than one block "
+                    f"({format_size(granule, exact=True)})"
+                )
         if release_threshold is not None:
             release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
         if capacity is not None and not expandable:
@@ -401,5 +404,5 @@ class Pool(Sharing):
         state = "closed" if self.closed else f"{self._stats()[2]} live"
         return (
             f"<aml Pool over {type(self._area).__name__} {self.backend}:{self.kind.value} {state}, "
-            f"{self._kernel.reserved} bytes reserved>"
+            f"{format_size(self._kernel.reserved)} reserved>"
         )

@@ -40,6 +40,11 @@ class PoolStats:
     largest_free_block: int
     fragmentation: float
 
+    def __str__(self) -> str:
+        from ..memory import pool_stats_summary  # here: aml_core.memory imports aml_core.pool
+
+        return pool_stats_summary(self)
+
 
 @attrs.frozen
 class PoolOptions:
