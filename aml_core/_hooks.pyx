@@ -41,7 +41,7 @@ cdef extern from *:
 
 @cython.final
 cdef class HookState:
-    """HookState(kernel, slow_malloc, slow_free)
+    """HookState(kernel, slow_malloc, slow_free, raising_malloc=None)
 --
 
     What one installed hook's C entry points use: the pool kernel that serves hits (or

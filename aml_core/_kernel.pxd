@@ -10,7 +10,7 @@ from ._buffer cimport AreaBase, BufferBase
 from ._fastpath cimport FastPath
 
 ctypedef unsigned long long u64
-ctypedef pair[size_t, u64] HeapKey  # (size, ~sequence): newest first among equal sizes
+ctypedef pair[size_t, u64] HeapKey  # (size, address): the lowest address first among equal sizes
 ctypedef pair[u64, size_t] StreamKey  # (stream, size)
 ctypedef pair[u64, size_t] Chunk  # an expandable segment's mapped chunk (ptr, size)
 
@@ -46,7 +46,7 @@ cdef struct Block:
     int state
     bint has_stream
     u64 stream  # the stream it was last allocated or freed on (has_stream)
-    u64 key  # its heap key's sequence part, while free
+    u64 key  # its heap key's second part (its address when it was indexed), while free
 
 
 cdef class PoolKernel(FastPath):
@@ -68,7 +68,6 @@ cdef class PoolKernel(FastPath):
     cdef object _options
     cdef bint _one_heap
     cdef bint _shut
-    cdef u64 _seq
     cdef cmap[HeapKey, Block *] _heap0
     cdef cmap[HeapKey, Block *] _heap1
     cdef unordered_map[size_t, vector[Block *]] _fast

@@ -209,7 +209,7 @@ cdef class PoolKernel(FastPath):
             return None
         return <AreaBase>o
 
-    # -- heaps: free blocks by (size, newest first) ----------------------------------------
+    # -- heaps: free blocks by (size, address) ---------------------------------------------
     cdef inline cmap[HeapKey, Block *] *_heap(self, int h) noexcept nogil:
         return &self._heap0 if h == 0 else &self._heap1
 
@@ -220,8 +220,7 @@ cdef class PoolKernel(FastPath):
         return self._mask + 1 if h == 0 else self._small_max
 
     cdef void heap_insert(self, Block *b) noexcept nogil:
-        self._seq += 1
-        b.key = ~self._seq  # newest first among equal sizes
+        b.key = b.addr  # the lowest address first among equal sizes
         b.state = B_FREE
         deref(self._heap(b.slab.heap))[HeapKey(b.size, b.key)] = b
 
@@ -381,6 +380,9 @@ cdef class PoolKernel(FastPath):
         if self.keep_fast:
             self.blocks -= b.size
             b.has_stream = False
+            if b.slab.heap == 1:  # a large block coalesces at once (docs/kernel.md)
+                self.coalesce(b)
+                return 0
             b.state = B_HOST
             self._fast[b.size].push_back(b)
             return 0

@@ -263,24 +263,24 @@ def test_the_holders_finalizers_defer_their_frees(pool: Pool) -> None:
         pool.munmap(b)
 
 
-def test_another_threads_finalizer_waits_for_the_holder(pool: Pool) -> None:
+def test_another_threads_finalizer_defers_while_a_python_holder_has_the_mutex(pool: Pool) -> None:
+    """A finalizer never waits for a holder that runs Python (it may be waiting for what
+    the finalizer's thread holds): its free is deferred, and runs when the holder leaves."""
     kernel = _kernel(pool)
     box = [pool.mmap(4096)]
     done = threading.Event()
 
     def drop() -> None:
-        box.clear()  # the finalizer frees in C: it waits for the mutex
+        box.clear()  # the finalizer defers its free: it does not wait
         done.set()
 
     with pool._kernel:
         t = threading.Thread(target=drop)
         t.start()
-        assert not done.wait(0.3)
-        assert kernel.live_blocks() == 1
-    t.join(10)
-    assert done.is_set()
-    assert kernel.live_blocks() == 0
-    assert kernel.fast_munmaps == 1
+        assert done.wait(10)
+        t.join(10)
+        assert kernel.live_blocks() == 1  # deferred, not freed
+    assert kernel.live_blocks() == 0  # freed when the holder left (the drain, in C)
     _consistent(pool, {})
 
 
