@@ -15,7 +15,28 @@ from ..specs import Capability, Kind
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["DeviceMemoryArea"]
+__all__ = ["DeviceMemoryArea", "device_free_memory", "device_total_memory"]
+
+
+def device_total_memory(runtime: Runtime, device: int | None) -> int | None:
+    """A device's memory as its runtime reports it (None: the current device; None if
+    unknown). For aml_core.protocols.MemoryCapacity."""
+    from ..errors import AMLError
+
+    try:
+        return runtime.device_info(runtime.get_device() if device is None else device).total_memory or None
+    except AMLError:
+        return None
+
+
+def device_free_memory(runtime: Runtime, device: int | None) -> int | None:
+    """A device's free memory now (the runtime's cheap query; None if unknown)."""
+    from ..errors import AMLError
+
+    try:
+        return runtime.free_memory(runtime.get_device() if device is None else device)
+    except AMLError:
+        return None
 
 
 class DeviceMemoryArea(Area):
@@ -33,3 +54,12 @@ class DeviceMemoryArea(Area):
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
+
+    # -- what pools use (aml_core.protocols.MemoryCapacity) ---------------------------------
+    def total_memory(self, device: int | None = None) -> int | None:
+        """The memory of the area's device (or ``device``), as the runtime reports it."""
+        return device_total_memory(self._runtime, self.device if device is None else device)
+
+    def free_memory(self, device: int | None = None) -> int | None:
+        """The free memory of that device now; None if the runtime cannot tell."""
+        return device_free_memory(self._runtime, self.device if device is None else device)

@@ -36,6 +36,7 @@ from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
+from ._device_area import device_free_memory, device_total_memory
 from ._managed_area import ManagedAreaMethods
 from .devices import selected_device, usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
@@ -187,6 +188,26 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
             return options, device
         device = self.runtime.get_device()
         return attrs.evolve(opts, device=device), device
+
+    def total_memory(self, device: int | None = None) -> int | None:
+        """The memory of the pool's device (``device``; None: the area's, or the current
+        one) for device and managed memory (MemoryCapacity); None for pinned or mapped
+        host memory, which is not the device's."""
+        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
+            return None
+        return device_total_memory(self.runtime, self._device_of(device))
+
+    def free_memory(self, device: int | None = None) -> int | None:
+        """The free memory of that device now (the runtime's cheap query); None for host
+        memory or when the runtime cannot tell."""
+        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
+            return None
+        return device_free_memory(self.runtime, self._device_of(device))
+
+    def _device_of(self, device: int | None) -> int | None:
+        if device is None and self.device is not None and self.device >= 0:
+            return self.device
+        return device
 
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:

@@ -126,18 +126,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..area import Area
-from ._pool import Pool
+from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
 from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
 
-__all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
+__all__ = ["OnOom", "Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
 
 
 def pool(
     area: Area,
     *,
-    limit: int | None = None,
+    limit: int | float | None = None,
     release_threshold: int | None = None,
+    on_oom: OnOom | None = None,
     expandable: bool = False,
     capacity: int | None = None,
     options: Any = None,
@@ -148,8 +149,10 @@ def pool(
 ) -> Pool:
     """A pool over ``area`` (see :mod:`aml_core.pool`): an area that keeps freed blocks.
 
-    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache);
-    ``release_threshold``: most cached bytes kept; ``expandable``: one growing segment
+    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache;
+    a float: that fraction of the device's memory; :meth:`Pool.set_limit` changes it);
+    ``release_threshold``: most cached bytes kept; ``on_oom``: ``callback(requested,
+    stats) -> bool``, asked before ENOMEM (True: retry once; see :attr:`Pool.on_oom`); ``expandable``: one growing segment
     over a VirtualMemory area, reserving ``capacity`` bytes of addresses (default: the
     limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
     ``small_max``, ``small_slab``, ``medium_slab``: the layout.
@@ -158,6 +161,7 @@ def pool(
         area,
         limit=limit,
         release_threshold=release_threshold,
+        on_oom=on_oom,
         expandable=expandable,
         capacity=capacity,
         options=options,
