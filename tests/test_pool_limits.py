@@ -66,7 +66,7 @@ def test_lowering_the_limit_keeps_the_memory_and_refuses_growth(host: StreamedHo
         memoryview(a)[:4] = b"kept"  # the buffers stay usable
         assert bytes(memoryview(a)[:4]) == b"kept"
         p.munmap(p.mmap(8192))  # from the slabs held: no growth, served
-        with pytest.raises(AMLMemoryError, match="limit of 2.0 MiB") as info:
+        with pytest.raises(AMLMemoryError, match=r"limit of 2\.0 MiB") as info:
             p.mmap(8 * MiB)
         message = str(info.value)
         assert f"{format_size(8 * MiB, exact=True)} more asked" in message
@@ -143,7 +143,11 @@ def test_a_fraction_needs_an_area_that_tells_its_size(host: StreamedHost) -> Non
     ],
 )
 def test_bad_limits_are_refused_and_change_nothing(
-    host: StreamedHost, args: tuple[Any, ...], kwargs: dict[str, Any], error: type[Exception], message: str | None
+    host: StreamedHost,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    error: type[Exception],
+    message: str | None,
 ) -> None:
     with _pool(host, limit=8 * MiB) as p:
         with pytest.raises(error, match=message):
@@ -191,7 +195,7 @@ def test_on_oom_is_asked_after_the_cache_is_released(host: StreamedHost) -> None
     with _pool(host, limit=6 * MiB, on_oom=on_oom) as p:
         p.munmap(p.mmap(4096))  # a cached 1 MiB slab
         keep = p.mmap(2 * MiB)  # a 4 MiB slab: 5 MiB reserved
-        with pytest.raises(AMLMemoryError, match="limit of 6.0 MiB"):
+        with pytest.raises(AMLMemoryError, match=r"limit of 6\.0 MiB"):
             p.mmap(3 * MiB)  # 5 + 3 MiB > 6 MiB: the cached slab goes, 4 + 3 MiB still does not fit
         ((stats,),) = [seen]
         assert (stats.bytes_reserved, stats.slabs, stats.native_frees) == (4 * MiB, 1, 1)
@@ -213,10 +217,12 @@ def test_on_oom_raising_is_enomem_from_its_error(host: StreamedHost) -> None:
         raise RuntimeError("the callback broke")
 
     with _pool(host, limit=2 * MiB, on_oom=on_oom) as p:
-        with pytest.raises(AMLMemoryError, match="limit of 2.0 MiB") as info:
+        with pytest.raises(AMLMemoryError, match=r"limit of 2\.0 MiB") as info:
             p.mmap(3 * MiB)
         assert isinstance(info.value.__cause__, RuntimeError)
-        assert any("on_oom callback raised RuntimeError: the callback broke" in n for n in info.value.__notes__)
+        assert any(
+            "on_oom callback raised RuntimeError: the callback broke" in n for n in info.value.__notes__
+        )
         p.munmap(p.mmap(4096))  # the pool goes on
 
 
@@ -269,7 +275,7 @@ def test_on_oom_after_the_areas_enomem(host: StreamedHost) -> None:
         assert host.fail_allocs == 0
         p.munmap(buf)
         host.fail_allocs = 3  # the retry fails too: ENOMEM, the callback asked once
-        with pytest.raises(AMLMemoryError, match="no memory for a slab of 4.0 MiB") as info:
+        with pytest.raises(AMLMemoryError, match=r"no memory for a slab of 4\.0 MiB") as info:
             p.mmap(MiB)
         assert "(injected)" in str(info.value)  # the area's own words
         assert isinstance(info.value.__cause__, AMLMemoryError)

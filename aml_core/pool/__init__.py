@@ -152,9 +152,9 @@ def pool(
     ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache;
     a float: that fraction of the device's memory; :meth:`Pool.set_limit` changes it);
     ``release_threshold``: most cached bytes kept; ``on_oom``: ``callback(requested,
-    stats) -> bool``, asked before ENOMEM (True: retry once; see :attr:`Pool.on_oom`); ``expandable``: one growing segment
-    over a VirtualMemory area, reserving ``capacity`` bytes of addresses (default: the
-    limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
+    stats) -> bool``, asked before ENOMEM (True: retry once; see :attr:`Pool.on_oom`);
+    ``expandable``: one growing segment over a VirtualMemory area, reserving ``capacity``
+    bytes of addresses (default: the limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
     ``small_max``, ``small_slab``, ``medium_slab``: the layout.
     """
     return Pool(

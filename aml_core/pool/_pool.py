@@ -50,7 +50,9 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _limit_bytes(area: Area, device: int | None, granule: int, limit: int | float | None, fraction: float | None) -> int:
+def _limit_bytes(
+    area: Area, device: int | None, granule: int, limit: int | float | None, fraction: float | None
+) -> int:
     """A pool's limit in bytes, checked: ``limit`` (an int: bytes; a float: a fraction) or
     ``fraction`` of the area's :meth:`~aml_core.protocols.MemoryCapacity.total_memory`."""
     if isinstance(limit, float):
@@ -59,7 +61,9 @@ def _limit_bytes(area: Area, device: int | None, granule: int, limit: int | floa
         limit = checks.size(limit, "limit")
     if fraction is not None:
         if not 0.0 < fraction <= 1.0:
-            raise AMLValueError(f"a limit's fraction must be in (0, 1], got {fraction!r} (a limit in bytes is an int)")
+            raise AMLValueError(
+                f"a limit's fraction must be in (0, 1], got {fraction!r} (a limit in bytes is an int)"
+            )
         total = area.total_memory(device) if isinstance(area, MemoryCapacity) else None
         if not total:
             raise AMLNotSupported(
@@ -69,7 +73,8 @@ def _limit_bytes(area: Area, device: int | None, granule: int, limit: int | floa
     assert isinstance(limit, int)
     if limit < granule:
         raise AMLValueError(
-            f"limit {format_size(limit, exact=True)} is smaller than one block ({format_size(granule, exact=True)})"
+            f"limit {format_size(limit, exact=True)} is smaller than one block "
+            f"({format_size(granule, exact=True)})"
         )
     return limit
 

@@ -114,16 +114,18 @@ def test_the_reservation_caps_an_expandable_pools_limit(hip: HipDouble) -> None:
     vm = aml_hip.virtual_memory(0)
     calls: list[int] = []
     try:
-        with aml_core.pool(vm, expandable=True, capacity=8 * MiB, on_oom=lambda n, s: bool(calls.append(n))) as p:
+        with aml_core.pool(
+            vm, expandable=True, capacity=8 * MiB, on_oom=lambda n, s: bool(calls.append(n))
+        ) as p:
             p.set_limit(64 * MiB)  # above the reservation: accepted, the reservation still caps it
             a = p.mmap(6 * MiB)
-            with pytest.raises(AMLMemoryError, match="reservation of 8.0 MiB .* is full") as info:
+            with pytest.raises(AMLMemoryError, match=r"reservation of 8\.0 MiB .* is full") as info:
                 p.mmap(4 * MiB)
             assert calls == [4 * MiB]
             assert "free on the device" in str(info.value)
             p.set_limit(4 * MiB)  # below what is mapped: kept, growth refused
             assert p.pool_stats.bytes_reserved == 6 * MiB
-            with pytest.raises(AMLMemoryError, match="limit of 4.0 MiB"):
+            with pytest.raises(AMLMemoryError, match=r"limit of 4\.0 MiB"):
                 p.mmap(2 * MiB)
             assert p.pool_stats.bytes_reserved == 6 * MiB
             p.munmap(a)
