@@ -1195,7 +1195,10 @@ def _no_slab(area, size_t want, nomem):
 def _area_said(what, nomem):
     """The reason of an ENOMEM from the area: ``what`` and the area's own message (its
     native cause goes with the pool's error, as ``native``)."""
-    detail = getattr(nomem, "_raw_message", None) or str(nomem)
+    detail = str(nomem)
+    native = getattr(nomem, "native", None)
+    if native is not None:
+        detail = detail.removesuffix(f" [{native}]")
     return f"{what} ({detail})"
 
 

@@ -71,6 +71,7 @@ def test_real_out_of_memory_asks_on_oom_then_names_the_free_memory(
         assert f"{format_size(2 * MiB, exact=True)} reserved, 4.0 KiB (4096 bytes) in use" in message
         assert info.value.native is not None
         assert info.value.native.function == "hipMalloc"
+        assert message.count("hipMalloc returned") == 1  # the native cause once, at the end
         assert isinstance(info.value.__cause__, AMLMemoryError)
         p.munmap(keep)
 
