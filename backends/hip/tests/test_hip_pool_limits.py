@@ -6,7 +6,7 @@ native cause, and the expandable segment, whose reservation caps any limit."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import aml_hip
 import pytest
@@ -23,10 +23,8 @@ OUT_OF_MEMORY = 2  # hipErrorOutOfMemory
 
 
 @pytest.fixture
-def device(hip: HipDouble) -> Iterator[aml_hip.HipArea]:
-    area = aml_hip.create(0, 0)
-    yield area
-    area.close()
+def device(areas: Callable[..., aml_hip.HipArea]) -> aml_hip.HipArea:
+    return areas(0, 0)
 
 
 def test_a_fraction_of_the_devices_memory(hip: HipDouble, device: aml_hip.HipArea) -> None:
