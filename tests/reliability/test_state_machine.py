@@ -332,8 +332,8 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
     blocks), no two live buffers (pooled or direct) overlap, every live pooled buffer is
     writable and reads back what was written; the limit changed at run time (removed,
     lowered to what the pool holds, raised) releases nothing; a failure is always an
-    injected one or the limit's ENOMEM, and changes nothing; after the pool's close the area holds only its direct buffers, and
-    after the area's close nothing."""
+    injected one or the limit's ENOMEM, and changes nothing; after the pool's close the
+    area holds only its direct buffers, and after the area's close nothing."""
 
     STREAMS = (S1, S2, S3)
     OPS = ("event_create", "event_record", "stream_wait_event", "stream_synchronize")
