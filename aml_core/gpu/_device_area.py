@@ -15,31 +15,57 @@ from ..specs import Capability, Kind
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-__all__ = ["DeviceMemoryArea", "device_free_memory", "device_total_memory"]
+__all__ = ["DeviceMemoryArea", "RuntimeMemory"]
 
 
-def device_total_memory(runtime: Runtime, device: int | None) -> int | None:
-    """A device's memory as its runtime reports it (None: the current device; None if
-    unknown). For aml_core.protocols.MemoryCapacity."""
-    from ..errors import AMLError
+class RuntimeMemory:
+    """:class:`~aml_core.protocols.MemoryCapacity` for an area over a GPU runtime: the
+    device's total memory from the runtime's device info, its free memory from the
+    runtime's cheap query (``Runtime.free_memory``: NVML, ``hipMemGetInfo``, Sysman, HSA);
+    for device and managed memory only (pinned or mapped host memory is not the
+    device's: None). An area mixes it in and says which runtime (:meth:`_memory_runtime`)."""
 
-    try:
-        return runtime.device_info(runtime.get_device() if device is None else device).total_memory or None
-    except AMLError:
-        return None
+    kind: Kind
+    device: int | None
+
+    def _memory_runtime(self) -> Runtime:
+        raise NotImplementedError
+
+    def total_memory(self, device: int | None = None) -> int | None:
+        """The memory of ``device`` (None: the area's device, else the current one)."""
+        from ..errors import AMLError
+
+        runtime, device = self._memory_device(device)
+        if device is None:
+            return None
+        try:
+            return runtime.device_info(device).total_memory or None
+        except AMLError:
+            return None
+
+    def free_memory(self, device: int | None = None) -> int | None:
+        """The free memory of that device now; None where the runtime cannot tell."""
+        from ..errors import AMLError
+
+        runtime, device = self._memory_device(device)
+        if device is None:
+            return None
+        try:
+            return runtime.free_memory(device)
+        except AMLError:
+            return None
+
+    def _memory_device(self, device: int | None) -> tuple[Runtime, int | None]:
+        """The runtime and the device asked about (None: not device memory)."""
+        runtime = self._memory_runtime()
+        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
+            return runtime, None
+        if device is None:
+            device = self.device if self.device is not None and self.device >= 0 else runtime.get_device()
+        return runtime, device
 
 
-def device_free_memory(runtime: Runtime, device: int | None) -> int | None:
-    """A device's free memory now (the runtime's cheap query; None if unknown)."""
-    from ..errors import AMLError
-
-    try:
-        return runtime.free_memory(runtime.get_device() if device is None else device)
-    except AMLError:
-        return None
-
-
-class DeviceMemoryArea(Area):
+class DeviceMemoryArea(RuntimeMemory, Area):
     """A DEVICE area over ``runtime`` offering ``capability`` (its runtime group's),
     DLPack and ``__cuda_array_interface__``."""
 
@@ -55,11 +81,5 @@ class DeviceMemoryArea(Area):
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return cuda_array_interface(buffer.device_ptr, buffer.size)
 
-    # -- what pools use (aml_core.protocols.MemoryCapacity) ---------------------------------
-    def total_memory(self, device: int | None = None) -> int | None:
-        """The memory of the area's device (or ``device``), as the runtime reports it."""
-        return device_total_memory(self._runtime, self.device if device is None else device)
-
-    def free_memory(self, device: int | None = None) -> int | None:
-        """The free memory of that device now; None if the runtime cannot tell."""
-        return device_free_memory(self._runtime, self.device if device is None else device)
+    def _memory_runtime(self) -> Runtime:
+        return self._runtime

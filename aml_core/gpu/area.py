@@ -36,7 +36,7 @@ from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
-from ._device_area import device_free_memory, device_total_memory
+from ._device_area import RuntimeMemory
 from ._managed_area import ManagedAreaMethods
 from .devices import selected_device, usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
@@ -48,7 +48,7 @@ from .stream import as_stream_handle, runtime_stream_ordering
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
 
-class GpuArea(ManagedAreaMethods, CopyingArea):
+class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
     """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
     ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas).
 
@@ -189,25 +189,9 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
         device = self.runtime.get_device()
         return attrs.evolve(opts, device=device), device
 
-    def total_memory(self, device: int | None = None) -> int | None:
-        """The memory of the pool's device (``device``; None: the area's, or the current
-        one) for device and managed memory (MemoryCapacity); None for pinned or mapped
-        host memory, which is not the device's."""
-        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
-            return None
-        return device_total_memory(self.runtime, self._device_of(device))
-
-    def free_memory(self, device: int | None = None) -> int | None:
-        """The free memory of that device now (the runtime's cheap query); None for host
-        memory or when the runtime cannot tell."""
-        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
-            return None
-        return device_free_memory(self.runtime, self._device_of(device))
-
-    def _device_of(self, device: int | None) -> int | None:
-        if device is None and self.device is not None and self.device >= 0:
-            return self.device
-        return device
+    def _memory_runtime(self) -> Runtime:
+        """The runtime that tells the device's memory (RuntimeMemory: MemoryCapacity)."""
+        return self.runtime
 
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:
