@@ -3,7 +3,7 @@ area maps, None) and its out-of-memory callback (``on_oom``), over host areas: t
 kernel's growth refused past a lowered limit with the memory kept, the callback asked
 after the cache is released and before ENOMEM, its retry, its refusal and its own
 error, the ENOMEM message, and bad input; PyTorch's entry point (the fake) reaches the
-callback through its miss."""
+callback through its miss, and so does CuPy's."""
 
 from __future__ import annotations
 
@@ -350,3 +350,24 @@ def test_pytorch_miss_asks_on_oom_and_the_retry_serves_it(torch: Any) -> None:
         assert isinstance(hook.errors[-1], AMLMemoryError)
         free(got, 2 * MiB, 0, None)
         assert pool.pool_stats.bytes_in_use == 0
+
+
+def test_cupy_allocation_asks_on_oom_and_a_dropped_array_makes_room() -> None:
+    with faked("cupy") as cupy, FakeDeviceArea() as area, _pool(area, limit=4 * MiB) as pool:
+        hook = hooks.use_with_cupy(pool, backend="cuda")
+        allocate = cupy.state["allocator"]
+        arrays = [allocate(3 * MiB)]
+        calls: list[int] = []
+
+        def on_oom(requested: int, stats: PoolStats) -> bool:
+            calls.append(requested)
+            arrays.clear()  # CuPy frees the memory of a dropped array at once
+            return True
+
+        pool.on_oom = on_oom
+        got = allocate(2 * MiB)
+        assert calls == [2 * MiB]
+        assert (hook.live, pool.pool_stats.bytes_in_use) == (1, 2 * MiB)
+        del got
+        assert hook.live == 0
+        hook.uninstall()
