@@ -5,6 +5,7 @@ buffers GPU libraries reach through DLPack and ``__cuda_array_interface__``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..area import Area
@@ -33,36 +34,26 @@ class RuntimeMemory:
 
     def total_memory(self, device: int | None = None) -> int | None:
         """The memory of ``device`` (None: the area's device, else the current one)."""
-        from ..errors import AMLError
-
-        runtime, device = self._memory_device(device)
-        if device is None:
-            return None
-        try:
-            return runtime.device_info(device).total_memory or None
-        except AMLError:
-            return None
+        return self._ask(device, lambda runtime, d: runtime.device_info(d).total_memory or None)
 
     def free_memory(self, device: int | None = None) -> int | None:
         """The free memory of that device now; None where the runtime cannot tell."""
+        return self._ask(device, lambda runtime, d: runtime.free_memory(d))
+
+    def _ask(self, device: int | None, query: Callable[[Runtime, int], int | None]) -> int | None:
+        """``query`` of the runtime about the device (None: not device memory, or the
+        runtime failed to tell)."""
         from ..errors import AMLError
 
-        runtime, device = self._memory_device(device)
-        if device is None:
+        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
             return None
+        runtime = self._memory_runtime()
         try:
-            return runtime.free_memory(device)
+            if device is None:
+                device = self.device if self.device is not None and self.device >= 0 else runtime.get_device()
+            return query(runtime, device)
         except AMLError:
             return None
-
-    def _memory_device(self, device: int | None) -> tuple[Runtime, int | None]:
-        """The runtime and the device asked about (None: not device memory)."""
-        runtime = self._memory_runtime()
-        if self.kind not in (Kind.DEVICE, Kind.MANAGED):
-            return runtime, None
-        if device is None:
-            device = self.device if self.device is not None and self.device >= 0 else runtime.get_device()
-        return runtime, device
 
 
 class DeviceMemoryArea(RuntimeMemory, Area):
