@@ -63,6 +63,7 @@ cdef class PoolKernel(FastPath):
     cdef size_t _medium_slab
     cdef bint _limited
     cdef size_t _limit
+    cdef bint _in_oom  # the on_oom callback runs
     cdef bint _has_threshold
     cdef size_t _threshold
     cdef object _options
@@ -102,6 +103,8 @@ cdef class PoolKernel(FastPath):
     cdef public object event
     cdef public object options_type
     cdef public object stream_type
+    cdef public object on_oom  # callback(requested, PoolStats) -> bool, or None
+    cdef public object free_memory  # () -> the device's free bytes (int) or None; or None
 
     cdef void _free_slab_struct(self, Slab *s) noexcept
     cdef int lock_gil(self) except -1
@@ -138,6 +141,9 @@ cdef class PoolKernel(FastPath):
     cdef bint _whole_free(self, Slab *slab) noexcept nogil
     cdef size_t _slab_size(self, int h, size_t n) noexcept nogil
     cdef Block *_grow(self, int h, size_t n) except NULL
+    cdef int _call_on_oom(self, size_t n, object error) except -1
+    cdef object _oom_error(self, str reason, size_t n, object cause=*, object failed=*)
+    cdef Block *_grow_once(self, int h, size_t n) except NULL
     cdef void _count_reserved(self, size_t n) noexcept nogil
     cdef int _release_slab(self, Slab *slab) except -1
     cdef size_t _trim(self, size_t keep) except? <size_t>-1

@@ -1,3 +1,4 @@
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -26,6 +27,8 @@ class PoolKernel(FastPath):
     event: int | None
     options_type: Any
     stream_type: Any
+    on_oom: Callable[[int, Any], bool] | None
+    free_memory: Callable[[], int | None] | None
     def __init__(
         self,
         area: AreaBase,
@@ -46,6 +49,9 @@ class PoolKernel(FastPath):
     def held(self) -> bool: ...
     @property
     def granule(self) -> int: ...
+    @property
+    def limit(self) -> int | None: ...
+    def set_limit(self, limit: int | None) -> None: ...
     def alloc(self, size: int, stream: int | None = None) -> int: ...
     def free(self, addr: int, stream: int | None = None) -> None: ...
     def trim(self, keep: int) -> int: ...

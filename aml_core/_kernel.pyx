@@ -6,8 +6,9 @@
 a pool decides: size classes (a small and a large heap), best fit and splitting,
 coalescing with free neighbours, the exact-size stacks that defer coalescing, the
 per-stream free lists and the event hand-over between streams, slabs taken from and
-returned to the area below, the limit, trimming and the release threshold, ENOMEM →
-release → one retry, the expandable segment's growth and trim, and every counter of
+returned to the area below, the limit (changed at run time: ``set_limit``), trimming
+and the release threshold, ENOMEM → release → one retry → the ``on_oom`` callback → one
+more retry, the ENOMEM message, the expandable segment's growth and trim, and every counter of
 the statistics. ``aml_core.pool.Pool`` is the Python area over it: it checks and
 converts its arguments, makes a Buffer from a block when Python asks for one, and
 formats the statistics.
@@ -102,6 +103,8 @@ cdef class PoolKernel(FastPath):
         self.keep_fast = release_threshold is None
         self.event = None
         self.stream_ops = None
+        self.on_oom = None
+        self.free_memory = None
 
     def __dealloc__(self):
         cdef Slab *s
@@ -733,6 +736,86 @@ cdef class PoolKernel(FastPath):
         return _round_up(n, 2 * MIB)
 
     cdef Block *_grow(self, int h, size_t n) except NULL:
+        """A free block of at least ``n`` bytes in heap ``h``, from new memory
+        (``_grow_once``); when that is ENOMEM (the cache released already), the pool's
+        ``on_oom`` callback, then, if it says so, once more: a block it freed, else new
+        memory. Not while the callback runs (an allocation it makes raises at once)."""
+        cdef Block *b
+        try:
+            return self._grow_once(h, n)
+        except AMLMemoryError as exc:
+            if self.on_oom is None or self._in_oom:
+                raise
+            error = exc
+        self._call_on_oom(n, error)
+        # The callback may have freed blocks of this pool (on a stream too).
+        if not self._sfast.empty():
+            self._reclaim_streams()
+        if not self._fast.empty():
+            self.flush()
+        b = self.best_fit(h, n)
+        if b != NULL:
+            return b
+        return self._grow_once(h, n)
+
+    cdef int _call_on_oom(self, size_t n, object error) except -1:
+        """Ask the pool's ``on_oom`` callback (the GIL and the mutex held): 0 to retry;
+        ``error`` (the pool's ENOMEM) when it declines, closes the pool or raises (then
+        chained from the callback's exception, with a note)."""
+        from .pool._values import pool_stats_of
+
+        callback = self.on_oom
+        self._in_oom = True
+        try:
+            retry = bool(callback(n, pool_stats_of(self.stats())))
+        except Exception as exc:
+            error.add_note(f"the pool's on_oom callback raised {type(exc).__name__}: {exc}")
+            raise error from exc
+        finally:
+            self._in_oom = False
+        if retry and self._shut:
+            error.add_note("the pool's on_oom callback closed the pool")
+            retry = False
+        if not retry:
+            raise error
+        return 0
+
+    cdef object _oom_error(self, str reason, size_t n, object cause=None, object failed=None):
+        """The pool's ENOMEM (the one message builder): ``reason``, the bytes asked, what
+        the pool holds, the free memory of its device where the area can tell; the native
+        cause of ``cause`` (the area's own ENOMEM), a note for ``failed`` (a release of the
+        cache that failed)."""
+        free = None
+        if self.free_memory is not None:
+            try:
+                free = self.free_memory()
+            except Exception:  # not known: the message goes without it
+                free = None
+        text = (
+            f"{reason}: {_fs(n)} more asked; the pool has {_fs(self.reserved)} reserved, "
+            f"{_fs(self.requested)} in use"
+        )
+        if type(free) is int and free >= 0:
+            text += f"; {_fs(free)} free on the device"
+        error = AMLMemoryError(text, native=getattr(cause, "native", None))
+        if failed is not None:
+            error.add_note(f"releasing the pool's cached memory failed: {failed}")
+        return error
+
+    def set_limit(self, limit):
+        """The most bytes the pool may hold from the area (None: no limit), changed under
+        the mutex (checked by the caller). Nothing is released now: growth past it is
+        refused (after the cache is released) until the pool is under it again."""
+        self.lock_gil()
+        self._limited = limit is not None
+        self._limit = limit if limit is not None else 0
+        self.unlock()
+
+    @property
+    def limit(self):
+        return self._limit if self._limited else None
+
+    cdef Block *_grow_once(self, int h, size_t n) except NULL:
         """New memory from the area holding a free block of at least ``n`` bytes, indexed
         in heap ``h``. Past the limit or on ENOMEM: trim, retry, then ENOMEM."""
         if self._segment != NULL:
@@ -746,27 +829,24 @@ cdef class PoolKernel(FastPath):
             if self.reserved + want > self._limit:
                 want = n  # a slab of just the request may still fit
             if self.reserved + want > self._limit:
-                error = AMLMemoryError(
-                    f"the pool's limit of {self._limit} bytes is reached: {self.reserved} reserved "
-                    f"({self.blocks} in live blocks), {n} more asked"
-                )
-                if failed is not None:
-                    error.add_note(f"releasing the pool's cached memory failed: {failed}")
-                raise error
+                raise self._oom_error(f"the pool's limit of {_fs(self._limit)} is reached", n, None, failed)
         from . import checks
         if want > checks.MAX_SIZE:
             raise AMLMemoryError(f"{_fs(n)} rounded up to the pool's granule is more than can be mapped")
         area = self._area
+        buf = None
         try:
             buf = area.mmap(want, self._options)
         except AMLMemoryError as nomem:
             before = self.reserved
-            failed = _release_cache(self)
-            if failed is not None:  # ENOMEM stays the error; what could go went
-                nomem.add_note(f"releasing the pool's cached memory failed: {failed}")
+            failed = _release_cache(self)  # ENOMEM stays the error; what could go went
             if self.reserved == before:
-                raise
-            buf = area.mmap(want, self._options)
+                raise self._oom_error(_no_slab(area, want, nomem), n, nomem, failed) from nomem
+        if buf is None:  # the cache released: one retry
+            try:
+                buf = area.mmap(want, self._options)
+            except AMLMemoryError as nomem:
+                raise self._oom_error(_no_slab(area, want, nomem), n, nomem, failed) from nomem
         try:
             cinfo = _cinfo(buf)
             area._hold(buf)  # the pool's from now on: the area refuses to free it
@@ -911,15 +991,15 @@ cdef class PoolKernel(FastPath):
                 have = tail.size if tail != NULL else 0
                 chunk = _round_up(n - have, g)
             if self.reserved + chunk > self._limit:
-                raise AMLMemoryError(
-                    f"the pool's limit of {_fs(self._limit)} is reached: {_fs(self.reserved)} mapped "
-                    f"({_fs(self.blocks)} in live blocks), {_fs(n)} more asked"
-                )
+                raise self._oom_error(f"the pool's limit of {_fs(self._limit)} is reached", n)
         cdef u64 end = seg.ptr + seg.size
         if end + chunk > self._res_end:
-            raise AMLMemoryError(
+            # A limit above the reservation is accepted: the reservation caps the pool.
+            raise self._oom_error(
                 f"the expandable pool's reservation of {_fs(self._res_end - seg.ptr)} is full "
-                f"({_fs(seg.size)} mapped, {_fs(chunk)} more needed); make the pool with a larger capacity"
+                f"({_fs(seg.size)} mapped, {_fs(chunk)} more needed; make the pool with a larger "
+                "capacity)",
+                n,
             )
         cdef Block *fresh = NULL
         if tail == NULL:
@@ -928,6 +1008,9 @@ cdef class PoolKernel(FastPath):
                 raise MemoryError()
         try:
             self._vm.commit(end, chunk)
+        except AMLMemoryError as nomem:
+            cfree(fresh)
+            raise self._oom_error(_area_said(f"no memory to map {_fs(chunk)} more", nomem), n, nomem) from nomem
         except BaseException:
             cfree(fresh)
             raise
@@ -1105,6 +1188,20 @@ cdef object _release_cache(PoolKernel kernel):
     except AMLError as exc:
         return exc
     return None
+
+
+def _no_slab(area, size_t want, nomem):
+    return _area_said(f"the {type(area).__name__} below the pool has no memory for a slab of {_fs(want)}", nomem)
+
+
+def _area_said(what, nomem):
+    """The reason of an ENOMEM from the area: ``what`` and the area's own message (its
+    native cause goes with the pool's error, as ``native``)."""
+    detail = str(nomem)
+    native = getattr(nomem, "native", None)
+    if native is not None:
+        detail = detail.removesuffix(f" [{native}]")
+    return f"{what} ({detail})"
 
 
 def _fs(n):

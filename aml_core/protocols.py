@@ -21,6 +21,8 @@ protocol                    what the area offers                                
                             (virtual memory)                                     expandable=True)``
 :class:`PoolBinding`        the options and device a pool's slabs use (an area   every pool
                             of "the current device" binds the pool to one)
+:class:`MemoryCapacity`     the total and free bytes of the memory it maps       ``set_limit(fraction=)``,
+                            (a device, the NUMA nodes of a host area)            the ENOMEM message
 ==========================  ===================================================  =========================
 
 and a buffer asks its area through :class:`CudaArrayInterfaceArea` for its
@@ -46,6 +48,7 @@ __all__ = [
     "DmabufExporter",
     "GrowableMemory",
     "IpcExporter",
+    "MemoryCapacity",
     "PoolBinding",
     "StreamOrderedArea",
     "StreamOrdering",
@@ -163,6 +166,21 @@ class PoolBinding(Protocol):
 
     def _pool_binding(self, options: Any) -> tuple[Any, int | None]:
         """The mmap options a pool passes for every slab, and the device its memory is on."""
+
+
+@runtime_checkable
+class MemoryCapacity(Protocol):
+    """An area that can tell how much memory its buffers come from: a pool's limit as a
+    fraction of the total (``Pool.set_limit(fraction=)``) and the free bytes its ENOMEM
+    names. Both answer None where they cannot tell and never raise for that."""
+
+    def total_memory(self, device: int | None = None) -> int | None:
+        """The bytes of the memory the area maps on ``device`` (a pool's bound device;
+        None: the area's own): a GPU's memory, the NUMA nodes' of a host area."""
+
+    def free_memory(self, device: int | None = None) -> int | None:
+        """The bytes of that memory free now (for every process, as the driver or the
+        kernel counts them)."""
 
 
 @runtime_checkable

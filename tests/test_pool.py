@@ -260,8 +260,10 @@ def test_limit_below_one_block_is_an_error(host: FaultyArea) -> None:
         aml_core.pool(host, limit=100)
     with pytest.raises(AMLValueError):
         aml_core.pool(host, limit=0)
+    with pytest.raises(AMLValueError, match=r"fraction must be in \(0, 1\]"):
+        aml_core.pool(host, limit=1.5)  # a float is a fraction of the nodes' memory
     with pytest.raises(AMLTypeError):
-        aml_core.pool(host, limit=1.5)  # type: ignore[arg-type]
+        aml_core.pool(host, limit="1 GiB")  # type: ignore[arg-type]
 
 
 def test_limit_is_enomem_after_trimming(host: FaultyArea) -> None:

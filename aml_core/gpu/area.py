@@ -36,6 +36,7 @@ from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
 from ._copies import CopyingArea
+from ._device_area import RuntimeMemory
 from ._managed_area import ManagedAreaMethods
 from .devices import selected_device, usable_device_count
 from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
@@ -47,7 +48,7 @@ from .stream import as_stream_handle, runtime_stream_ordering
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
 
-class GpuArea(ManagedAreaMethods, CopyingArea):
+class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
     """An AML CUDA/HIP area over a :class:`~aml_core.gpu.runtime.Runtime` that provides the
     ``ALLOCATION`` group (and ``MANAGED`` for ALLOC_UNIFIED areas).
 
@@ -187,6 +188,10 @@ class GpuArea(ManagedAreaMethods, CopyingArea):
             return options, device
         device = self.runtime.get_device()
         return attrs.evolve(opts, device=device), device
+
+    def _memory_runtime(self) -> Runtime:
+        """The runtime that tells the device's memory (RuntimeMemory: MemoryCapacity)."""
+        return self.runtime
 
     # -- allocation -----------------------------------------------------------------------
     def _coerce_options(self, options: Any) -> Any:

@@ -396,6 +396,21 @@ class HostArea(Area):
         self._lookup(buffer, None)
         return numa.policy_of(buffer.ptr)
 
+    # -- what pools use (aml_core.protocols.MemoryCapacity) ---------------------------------
+    def total_memory(self, device: int | None = None) -> int | None:
+        """The memory of the area's NUMA nodes (every node this process may use when it
+        names none), from sysfs; None if unknown. ``device`` is not used (a host area's
+        memory is its nodes')."""
+        from .plugin import nodes_meminfo
+
+        return nodes_meminfo(self.nodes)[0] or None
+
+    def free_memory(self, device: int | None = None) -> int | None:
+        """The free memory of those nodes now (their ``MemFree``); None if unknown."""
+        from .plugin import nodes_meminfo
+
+        return nodes_meminfo(self.nodes)[1]
+
     @overload
     def page_nodes(self, buffer: Buffer, *, summary: Literal[False] = False) -> list[int]: ...
     @overload

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
@@ -58,6 +59,20 @@ def node_meminfo(node: int) -> tuple[int, int | None]:
             elif parts[2] == "MemFree:":
                 free = int(parts[-2]) * 1024
     return (total or numa.node_memory(node)), free
+
+
+def nodes_meminfo(nodes: Iterable[int]) -> tuple[int, int | None]:
+    """Total and free memory of NUMA nodes together (``node_meminfo`` summed; free None
+    if any node's is unknown); no nodes: every node this process may use."""
+    from . import numa
+
+    total = 0
+    free_sum: int | None = 0
+    for node in sorted(nodes) or sorted(numa.allowed_nodes()):
+        node_total, node_free = node_meminfo(node)
+        total += node_total
+        free_sum = None if free_sum is None or node_free is None else free_sum + node_free
+    return total, free_sum
 
 
 def huge_pages(root: str = HUGEPAGES_ROOT) -> dict[int, int]:

@@ -47,10 +47,47 @@ Limit and release
     ``limit`` caps the bytes reserved from the area. A slab that would pass it first
     makes the pool release its cached (wholly free) slabs and retry; if it still does
     not fit, :class:`~aml_core.errors.AMLMemoryError` (ENOMEM). The same trim-and-retry
-    happens when the area itself reports ENOMEM. A limit smaller than one granule is
-    EINVAL at creation. ``release_threshold`` keeps at most that many cached bytes:
-    a slab that becomes wholly free beyond it is returned to the area at once.
-    :meth:`Pool.trim` returns cached slabs on demand.
+    happens when the area itself reports ENOMEM. ``release_threshold`` keeps at most
+    that many cached bytes: a slab that becomes wholly free beyond it is returned to the
+    area at once. :meth:`Pool.trim` returns cached slabs on demand.
+
+    The limit changes at run time: ``pool.set_limit(8 << 30)``, ``pool.set_limit(
+    fraction=0.5)`` (half of the device's memory; for a host pool, of its NUMA nodes'
+    — any area that is a :class:`~aml_core.protocols.MemoryCapacity`),
+    ``pool.set_limit(None)`` (no limit); ``pool.limit = ...`` is the same, and
+    ``limit=`` at creation takes the same values (a float is a fraction). Lowering it
+    below what the pool reserves releases nothing: the memory and its buffers stay,
+    cached blocks are still handed out, and growth is refused (after releasing the
+    cache) until the pool is under it again. An expandable pool's reservation
+    (``capacity``) caps it whatever the limit: past the reservation, ENOMEM says it is
+    full. EINVAL (:class:`~aml_core.errors.AMLValueError`) for a limit smaller than one
+    granule, a fraction outside (0, 1], both or neither given; AMLTypeError for a
+    value that is not an int, a float or None.
+
+Out of memory
+    ``on_oom=callback`` (at creation, ``pool.on_oom = callback`` or
+    ``pool.set_on_oom(callback)``) is called as ``callback(requested, stats)`` when a
+    growth fails (the limit, the area's ENOMEM, an expandable pool's full reservation),
+    after the pool released its cache and before it raises: ``requested`` is the bytes
+    needed (the request rounded up to the granule), ``stats`` the pool's
+    :class:`PoolStats`. A true result retries once (a block the callback freed, else
+    new memory); a false one raises ENOMEM; an exception of the callback raises ENOMEM
+    ``from`` it (with a note; KeyboardInterrupt and other BaseExceptions go through as
+    they are). It runs in the allocating thread with the GIL and the pool's mutex held,
+    from the slow path only (a PyTorch or CuPy allocation reaches it through its miss):
+    it may free this pool's buffers (``munmap``, a framework's tensors), but a buffer
+    that the garbage collector frees meanwhile returns only after it; an allocation it
+    makes from the pool does not call it again; closing the pool in it means no retry.
+
+    ENOMEM's message names the bytes asked for, the pool's reserved and in-use bytes and
+    the free memory of the device below where its area tells (``MemoryCapacity``:
+    ``cudaMemGetInfo``/NVML, ``hipMemGetInfo``, the NUMA nodes' ``MemFree``); an ENOMEM
+    of the area keeps its native cause (``error.native``) and is the ``__cause__``::
+
+        the GpuArea below the pool has no memory for a slab of 1.0 GiB (1073741824 bytes)
+        (Not enough memory): 1.0 GiB (1073741824 bytes) more asked; the pool has 2.0 MiB
+        (2097152 bytes) reserved, 4.0 KiB (4096 bytes) in use; 1022.0 MiB (1071644672
+        bytes) free on the device [hip: hipMalloc returned hipErrorOutOfMemory (2)]
 
 Statistics
     :attr:`Pool.stats` is the area's :class:`~aml_core.specs.AreaStats` (requested
@@ -130,18 +167,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..area import Area
-from ._pool import Pool
+from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
 from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
 
-__all__ = ["Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
+__all__ = ["OnOom", "Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
 
 
 def pool(
     area: Area,
     *,
-    limit: int | None = None,
+    limit: int | float | None = None,
     release_threshold: int | None = None,
+    on_oom: OnOom | None = None,
     expandable: bool = False,
     capacity: int | None = None,
     options: Any = None,
@@ -152,16 +190,20 @@ def pool(
 ) -> Pool:
     """A pool over ``area`` (see :mod:`aml_core.pool`): an area that keeps freed blocks.
 
-    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache);
-    ``release_threshold``: most cached bytes kept; ``expandable``: one growing segment
-    over a VirtualMemory area, reserving ``capacity`` bytes of addresses (default: the
-    limit, or 1 TiB); ``options``: the area's mmap options for every slab; ``granule``,
-    ``small_max``, ``small_slab``, ``medium_slab``: the layout.
+    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache;
+    a float: that fraction of the device's memory; :meth:`Pool.set_limit` changes it);
+    ``release_threshold``: most cached bytes kept; ``on_oom``: ``callback(requested,
+    stats) -> bool``, asked before ENOMEM (True: retry once; see :attr:`Pool.on_oom`);
+    ``expandable``: one growing segment over a VirtualMemory area, reserving
+    ``capacity`` bytes of addresses (default: the limit, or 1 TiB); ``options``: the
+    area's mmap options for every slab; ``granule``, ``small_max``, ``small_slab``,
+    ``medium_slab``: the layout.
     """
     return Pool(
         area,
         limit=limit,
         release_threshold=release_threshold,
+        on_oom=on_oom,
         expandable=expandable,
         capacity=capacity,
         options=options,

@@ -6,6 +6,8 @@ protocols of the area below (streams, virtual memory) handed to the kernel."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from .. import checks
@@ -17,15 +19,23 @@ from ..protocols import (
     AddressRange,
     CudaArrayInterfaceArea,
     GrowableMemory,
+    MemoryCapacity,
     PoolBinding,
     StreamOrderedArea,
     StreamOrdering,
 )
 from ..specs import Capability, format_size
 from ._sharing import Sharing
-from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats
+from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats, pool_stats_of
 
-__all__ = ["Pool"]
+__all__ = ["OnOom", "Pool"]
+
+#: A pool's out-of-memory callback: ``on_oom(requested, stats) -> bool`` (see the module
+#: doc, "Limit and release").
+OnOom = Callable[[int, PoolStats], bool]
+
+#: set_limit's "not given".
+_UNSET: Any = object()
 
 #: Capabilities a pooled buffer does not have even if its area's buffers do: a block is
 #: not a VMM mapping or a file mapping of its own (IPC: see Pool.ipc_export).
@@ -40,6 +50,35 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def _limit_bytes(
+    area: Area, device: int | None, granule: int, limit: int | float | None, fraction: float | None
+) -> int:
+    """A pool's limit in bytes, checked: ``limit`` (an int: bytes; a float: a fraction) or
+    ``fraction`` of the area's :meth:`~aml_core.protocols.MemoryCapacity.total_memory`."""
+    if isinstance(limit, float):
+        fraction = limit
+    elif limit is not None:
+        limit = checks.size(limit, "limit")
+    if fraction is not None:
+        if not 0.0 < fraction <= 1.0:
+            raise AMLValueError(
+                f"a limit's fraction must be in (0, 1], got {fraction!r} (a limit in bytes is an int)"
+            )
+        total = area.total_memory(device) if isinstance(area, MemoryCapacity) else None
+        if not total:
+            raise AMLNotSupported(
+                f"the pooled {type(area).__name__} cannot tell its memory's size: give the limit in bytes"
+            )
+        limit = int(total * fraction)
+    assert isinstance(limit, int)
+    if limit < granule:
+        raise AMLValueError(
+            f"limit {format_size(limit, exact=True)} is smaller than one block "
+            f"({format_size(granule, exact=True)})"
+        )
+    return limit
+
+
 class Pool(Sharing):
     """An area that caches the memory of another area (see :mod:`aml_core.pool`).
     Make one with :func:`~aml_core.pool.pool`."""
@@ -50,8 +89,9 @@ class Pool(Sharing):
         self,
         area: Area,
         *,
-        limit: int | None = None,
+        limit: int | float | None = None,
         release_threshold: int | None = None,
+        on_oom: OnOom | None = None,
         options: Any = None,
         granule: int = 512,
         small_max: int = 1 * MiB,
@@ -63,8 +103,10 @@ class Pool(Sharing):
         """A pool over ``area`` (usually made with :func:`pool`).
 
         ``area`` — the area whose memory is cached (it stays open and owned by the caller);
-        ``limit`` — the most bytes the pool may hold from the area (None: no limit); past it
-        the pool releases its cache and retries, then raises ENOMEM; ``release_threshold`` —
+        ``limit`` — the most bytes the pool may hold from the area (None: no limit; a float:
+        that fraction of the device's memory, as :meth:`set_limit`); past it the pool
+        releases its cache and retries, then raises ENOMEM; ``on_oom`` — called before the
+        pool raises ENOMEM (see :attr:`on_oom`); ``release_threshold`` —
         the most cached (free) bytes kept after a munmap (None: keep all); ``options`` — the
         mmap options passed to the area for every slab; ``granule`` — the block granularity
         (a power of two; sizes are rounded up to it); ``small_max`` — requests up to this
@@ -83,13 +125,8 @@ class Pool(Sharing):
             raise AMLValueError(
                 f"need granule <= small_max <= small_slab, got {granule}, {small_max}, {small_slab}"
             )
-        if limit is not None:
-            limit = checks.size(limit, "limit")
-            if limit < granule:
-                raise AMLValueError(
-                    f"limit {format_size(limit, exact=True)} is smaller than one block "
-                    f"({format_size(granule, exact=True)})"
-                )
+        if on_oom is not None and not callable(on_oom):
+            raise AMLTypeError(f"on_oom must be a callable or None, not {type(on_oom).__name__}")
         if release_threshold is not None:
             release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
         if capacity is not None and not expandable:
@@ -105,6 +142,8 @@ class Pool(Sharing):
             options, device = area._pool_binding(options)
         else:
             device = area.device
+        if limit is not None:
+            limit = _limit_bytes(area, device, granule, limit, None)
         super().__init__(
             backend=area.backend,
             kind=area.kind,
@@ -113,7 +152,6 @@ class Pool(Sharing):
         )
         self._area = area
         self._options = options
-        self._limit = limit
         self._release_threshold = release_threshold
         self._mask = granule - 1
         #: The pool's policy and state (its blocks, slabs, streams and counters) and its
@@ -129,6 +167,9 @@ class Pool(Sharing):
             options=options,
         )
         kernel.options_type = PoolOptions
+        if isinstance(area, MemoryCapacity):  # for the ENOMEM message
+            kernel.free_memory = functools.partial(area.free_memory, device)
+        self.on_oom = on_oom
         self._vm: GrowableMemory[Any] | None = None
         self._reservation: AddressRange | None = None
         self._closing = False
@@ -158,7 +199,65 @@ class Pool(Sharing):
 
     @property
     def limit(self) -> int | None:
-        return self._limit
+        """The most bytes the pool may hold from the area (None: no limit); setting it is
+        :meth:`set_limit` (bytes, or a float fraction)."""
+        limit: int | None = self._kernel.limit
+        return limit
+
+    @limit.setter
+    def limit(self, value: int | float | None) -> None:
+        self.set_limit(value)
+
+    def set_limit(self, limit: int | float | None = _UNSET, *, fraction: float | None = None) -> None:
+        """Change the limit now: ``set_limit(bytes)``, ``set_limit(fraction=f)`` (``f`` in
+        (0, 1]: that share of the device's memory, or of the NUMA nodes' for a host
+        pool: :class:`~aml_core.protocols.MemoryCapacity`; a float ``limit`` is the
+        same), ``set_limit(None)``: no limit. Lowering it below what the pool reserves
+        keeps that memory and refuses growth (after releasing the cache) until the pool
+        is under it. An expandable pool's reservation caps it whatever the limit.
+
+        Errors: AMLTypeError for a limit that is not an int, float or None;
+        AMLValueError for both or neither given, a fraction outside (0, 1], a limit
+        smaller than one granule; AMLNotSupported for a fraction over an area that cannot
+        tell its memory's size."""
+        if limit is _UNSET and fraction is None:
+            raise AMLValueError("set_limit takes a limit in bytes (or None) or fraction=, not neither")
+        if limit is not _UNSET and fraction is not None:
+            raise AMLValueError("set_limit takes a limit in bytes or fraction=, not both")
+        self._check_open()
+        if limit is _UNSET:
+            if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+                raise AMLTypeError(f"fraction must be a float in (0, 1], not {type(fraction).__name__}")
+            value = _limit_bytes(self._area, self.device, self._kernel.granule, None, fraction)
+        elif limit is None:
+            value = None
+        else:
+            value = _limit_bytes(self._area, self.device, self._kernel.granule, limit, None)
+        self._kernel.set_limit(value)
+
+    @property
+    def on_oom(self) -> OnOom | None:
+        """Called as ``on_oom(requested, stats)`` when the pool is out of memory (its limit,
+        or the area's ENOMEM), after it released its cache and before it raises ENOMEM:
+        ``requested`` is the bytes it needs (the request rounded up to the granule),
+        ``stats`` its :class:`PoolStats`. A true result retries once (a block freed
+        meanwhile, else new memory); false raises ENOMEM; an exception of the callback
+        raises ENOMEM from it. It runs in the thread that allocates, with the pool's
+        mutex held: it may free this pool's buffers (munmap, a framework's tensors), not
+        close the pool; an allocation it makes from the pool does not call it again.
+        None: no callback."""
+        callback: OnOom | None = self._kernel.on_oom
+        return callback
+
+    @on_oom.setter
+    def on_oom(self, callback: OnOom | None) -> None:
+        if callback is not None and not callable(callback):
+            raise AMLTypeError(f"on_oom must be a callable or None, not {type(callback).__name__}")
+        self._kernel.on_oom = callback
+
+    def set_on_oom(self, callback: OnOom | None) -> None:
+        """Set :attr:`on_oom` (None removes it)."""
+        self.on_oom = callback
 
     @property
     def release_threshold(self) -> int | None:
@@ -302,35 +401,7 @@ class Pool(Sharing):
     @property
     def pool_stats(self) -> PoolStats:
         with self._kernel:
-            (
-                requested,
-                peak,
-                blocks,
-                reserved,
-                peak_reserved,
-                slabs,
-                allocs,
-                frees,
-                hits,
-                misses,
-                largest,
-            ) = self._kernel.stats()
-        cached = reserved - blocks
-        return PoolStats(
-            bytes_in_use=requested,
-            peak_bytes_in_use=peak,
-            block_bytes=blocks,
-            bytes_reserved=reserved,
-            peak_bytes_reserved=peak_reserved,
-            bytes_cached=cached,
-            slabs=slabs,
-            native_allocations=allocs,
-            native_frees=frees,
-            pool_hits=hits,
-            pool_misses=misses,
-            largest_free_block=largest,
-            fragmentation=1.0 - largest / cached if cached else 0.0,
-        )
+            return pool_stats_of(self._kernel.stats())
 
     def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]:
         """The area's buffer a pooled buffer was carved from (None for an expandable

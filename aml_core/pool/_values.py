@@ -8,7 +8,7 @@ from typing import Any, TypedDict
 
 import attrs
 
-__all__ = ["NO_STREAM", "KiB", "MiB", "PoolOptions", "PoolOptionsDict", "PoolStats"]
+__all__ = ["NO_STREAM", "KiB", "MiB", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool_stats_of"]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -44,6 +44,27 @@ class PoolStats:
         from ..memory import pool_stats_summary  # here: aml_core.memory imports aml_core.pool
 
         return pool_stats_summary(self)
+
+
+def pool_stats_of(counters: tuple[int, ...]) -> PoolStats:
+    """The :class:`PoolStats` of the kernel's counters (``PoolKernel.stats()``)."""
+    requested, peak, blocks, reserved, peak_reserved, slabs, allocs, frees, hits, misses, largest = counters
+    cached = reserved - blocks
+    return PoolStats(
+        bytes_in_use=requested,
+        peak_bytes_in_use=peak,
+        block_bytes=blocks,
+        bytes_reserved=reserved,
+        peak_bytes_reserved=peak_reserved,
+        bytes_cached=cached,
+        slabs=slabs,
+        native_allocations=allocs,
+        native_frees=frees,
+        pool_hits=hits,
+        pool_misses=misses,
+        largest_free_block=largest,
+        fragmentation=1.0 - largest / cached if cached else 0.0,
+    )
 
 
 @attrs.frozen

@@ -30,6 +30,7 @@ from aml_core import Buffer, Pool
 from aml_core.area import Area
 from aml_core.errors import AMLBusyError, AMLError, AMLFailure, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.host import HostArea
+from aml_core.specs import format_size
 from tests.support.pool_ownership import FREEING
 from tests.support.streams import S1, S2, S3, StreamedHost
 
@@ -329,9 +330,10 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
     allocation. Invariants after each step: the pool's statistics agree with the live
     buffers (bytes_in_use is their sum, block_bytes <= bytes_reserved, cached = reserved -
     blocks), no two live buffers (pooled or direct) overlap, every live pooled buffer is
-    writable and reads back what was written; a failure is always an injected one, and
-    changes nothing; after the pool's close the area holds only its direct buffers, and
-    after the area's close nothing."""
+    writable and reads back what was written; the limit changed at run time (removed,
+    lowered to what the pool holds, raised) releases nothing; a failure is always an
+    injected one or the limit's ENOMEM, and changes nothing; after the pool's close the
+    area holds only its direct buffers, and after the area's close nothing."""
 
     STREAMS = (S1, S2, S3)
     OPS = ("event_create", "event_record", "stream_wait_event", "stream_synchronize")
@@ -360,6 +362,11 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
 
     def _injected(self, before: tuple[int, int], exc: AMLError) -> None:
         assert isinstance(exc, (AMLFailure, AMLMemoryError)), exc
+        if isinstance(exc, AMLMemoryError) and "limit of" in str(exc) and self._faults() == before:
+            limit = self.pool.limit  # the limit set by set_limit, not an injection
+            assert limit is not None
+            assert f"limit of {format_size(limit, exact=True)} is reached" in str(exc)
+            return
         assert self._faults() != before, f"a failure nothing injected: {exc!r}"
 
     def _map(self, size: int, stream: int | None) -> Buffer | MultipleResults[Buffer]:
@@ -432,6 +439,17 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
             self.pool.trim()
         except AMLError as exc:
             self._injected(before, exc)
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(how=st.sampled_from(["none", "held", "held + 4 KiB", "1 GiB"]))
+    def set_limit(self, how: str) -> None:
+        """The limit at run time: removed, lowered to what the pool holds (growth refused,
+        nothing released), a block above it, or far above it."""
+        held = self.pool.pool_stats.bytes_reserved
+        limit = {"none": None, "held": max(held, 512), "held + 4 KiB": held + 4096, "1 GiB": 1 << 30}[how]
+        self.pool.set_limit(limit)
+        assert self.pool.limit == limit
+        assert self.pool.pool_stats.bytes_reserved == held
 
     @rule(which=st.sampled_from(["pool", "area"]))
     def close(self, which: str) -> None:

@@ -23,6 +23,7 @@ from aml_core.buffer import Buffer
 from aml_core.dmabuf import DmabufHandle
 from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLNotSupported, AMLValueError
+from aml_core.gpu._device_area import RuntimeMemory
 from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
 from aml_core.specs import Capability, Kind
 
@@ -38,7 +39,7 @@ class _PoolAllocation:
     pool: int
 
 
-class PoolArea(Area):
+class PoolArea(RuntimeMemory, Area):
     """Memory of one HSA pool: ``kind`` DEVICE (a GPU's coarse-grained pool) or HOST (a
     CPU fine-grained pool, accessible to every GPU)."""
 
@@ -62,6 +63,10 @@ class PoolArea(Area):
         self.runtime = runtime
         self.pool = chosen
         self._exports: ExportRegistry = {}
+
+    def _memory_runtime(self) -> HsaRuntime:
+        """The runtime that tells the device's memory (RuntimeMemory: MemoryCapacity)."""
+        return self.runtime
 
     @compiled_mmap
     def mmap(self, size: int, options: NoOptions | NoOptionsDict | None = None) -> Buffer:

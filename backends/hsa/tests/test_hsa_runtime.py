@@ -443,3 +443,20 @@ def test_mmap_past_the_pools_size_is_enomem(hsa: HsaDouble) -> None:
         assert info.value.native.code == C.HSA_STATUS_ERROR_INVALID_ALLOCATION
         assert area.stats.live_mappings == 0
     assert hsa.objects() == {}
+
+
+def test_device_memory_for_pools(hsa: HsaDouble) -> None:
+    """MemoryCapacity: a device area tells its GPU's memory (the runtime's device info and
+    free-memory query), a host-pool area none; a pool's limit as a fraction of it."""
+    rt = aml_hsa.get_runtime()
+    total = rt.device_info(0).total_memory
+    assert total > 0
+    with aml_core.area(kind=Kind.DEVICE, backend="hsa") as device:
+        assert device.total_memory() == total
+        assert device.free_memory() == rt.free_memory(0)
+        with aml_core.pool(device, limit=0.5) as p:
+            assert p.limit == total // 2
+    with aml_core.area(kind=Kind.HOST, backend="hsa") as host:
+        assert (host.total_memory(), host.free_memory()) == (None, None)
+        with aml_core.pool(host) as p, pytest.raises(AMLNotSupported, match="in bytes"):
+            p.set_limit(fraction=0.5)

@@ -40,6 +40,7 @@ from aml_core.buffer import Buffer, DLDeviceType
 from aml_core.dmabuf import DmabufHandle
 from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.gpu._device_area import RuntimeMemory
 from aml_core.gpu.backend import BackendBase
 from aml_core.gpu.ipc import IpcExport, IpcHandle
 from aml_core.gpu.runtime import Group
@@ -103,7 +104,7 @@ class _Settings:
     dmabuf: bool = False
 
 
-class ZeArea(Area):
+class ZeArea(RuntimeMemory, Area):
     """A Level Zero area: build it with :meth:`ZeBackend.device_area` or
     :meth:`ZeBackend.host_area`."""
 
@@ -123,6 +124,10 @@ class ZeArea(Area):
         #: The area's own context (aml_area_ze_*_create: "This area has its own context").
         self.context = runtime.create_context()
         self._bind_calls()
+
+    def _memory_runtime(self) -> ZeRuntime:
+        """The runtime that tells the device's memory (RuntimeMemory: MemoryCapacity)."""
+        return self.runtime
 
     # -- allocation ----------------------------------------------------------------------
     @compiled_mmap
