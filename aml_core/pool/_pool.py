@@ -22,6 +22,7 @@ from ..protocols import (
     StreamOrdering,
 )
 from ..specs import Capability, format_size
+from ._history import Recording
 from ._sharing import Sharing
 from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats
 
@@ -40,7 +41,7 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-class Pool(Sharing):
+class Pool(Recording, Sharing):
     """An area that caches the memory of another area (see :mod:`aml_core.pool`).
     Make one with :func:`~aml_core.pool.pool`."""
 
@@ -397,6 +398,8 @@ class Pool(Sharing):
                 if not self._area.closed and not res.freed:
                     assert self._vm is not None
                     self._vm.address_free(res)
+        if self._log is not None:
+            self.log_to(None)  # the last events written, the file closed
         if error is not None:
             raise error
 
