@@ -311,10 +311,12 @@ class Recording(Area):
         pool's Python path (slower: see docs/kernel.md, "History"). Without stacks the
         events are recorded in C, the hooks' hits too (they have no Python stack)."""
         if enabled:
-            self._history_entries = checks.size(max_entries, "max_entries")
             if stacks not in ("python", None):
                 raise AMLValueError(f'stacks must be "python" or None, not {stacks!r}')
-            self._history_frames = checks.size(max_frames, "max_frames") if stacks else 0
+            entries = checks.size(max_entries, "max_entries")
+            frames = checks.size(max_frames, "max_frames")
+            self._history_entries = entries
+            self._history_frames = frames if stacks else 0
         else:
             self._history_entries = self._history_frames = 0
         self._set_trace()
