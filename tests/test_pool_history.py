@@ -88,7 +88,8 @@ def test_allocations_frees_and_slabs_are_recorded_in_order(pool: Pool) -> None:
     assert sum(e.size for e in h if e.action == "segment_free") == released
     assert {e.thread for e in h} == {threading.get_ident()}
     times = [e.time_ns for e in h]
-    assert times == sorted(times) and times[0] > 1_600_000_000 * 10**9  # the wall clock
+    assert times == sorted(times)
+    assert times[0] > 1_600_000_000 * 10**9
     assert all(e.stream is None and e.frames == () for e in h)
 
 
@@ -133,7 +134,7 @@ def test_python_stacks_name_the_callers_line_and_leave_aml_out(pool: Pool) -> No
     h = pool.snapshot().history
     assert [e.action for e in h] == ["segment_alloc", "alloc", "free", "alloc"]
     for e in h:
-        filename, line, name = e.frames[0]
+        filename, _line, name = e.frames[0]
         assert (filename, name) == (__file__, "test_python_stacks_name_the_callers_line_and_leave_aml_out")
         assert not any("/aml_core/" in f for f, _l, _n in e.frames)
     assert h[1].frames[0][1] < h[2].frames[0][1] < h[3].frames[0][1]
@@ -182,7 +183,8 @@ def test_a_snapshot_shows_every_slab_tiled_by_its_blocks(pool: Pool) -> None:
     assert states[b.ptr] == ("used", 5000)
     assert states[big.ptr] == ("used", 3 * MiB)
     assert [seg.small for seg in s.segments] == [True, False]
-    assert s.device == pool.device and not s.expandable
+    assert s.device == pool.device
+    assert not s.expandable
     pool.trim()  # a's stack merged: the small slab keeps b and one free block after it
     small = pool.snapshot().segments[0]
     assert [blk.state for blk in small.blocks] == ["free", "used", "free"]
@@ -236,7 +238,8 @@ def test_the_dump_is_pytorchs_snapshot_format(pool: Pool, tmp_path: Path) -> Non
             assert b["address"] == addr  # the viewer places blocks by adding their sizes
             addr += b["size"]
             assert b["state"] in ("active_allocated", "inactive")
-            assert type(b["requested_size"]) is int and b["requested_size"] <= b["size"]
+            assert type(b["requested_size"]) is int
+            assert b["requested_size"] <= b["size"]
             for f in b["frames"]:
                 assert (type(f["filename"]), type(f["line"]), type(f["name"])) == (str, int, str)
             if b["state"] == "active_allocated":
@@ -245,12 +248,15 @@ def test_the_dump_is_pytorchs_snapshot_format(pool: Pool, tmp_path: Path) -> Non
             else:
                 free_total += b["size"]
         assert addr == seg["address"] + seg["total_size"]  # segsum asserts the tiling
-        assert seg["allocated_size"] == sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+        assert seg["allocated_size"] == sum(
+            b["size"] for b in seg["blocks"] if b["state"] == "active_allocated"
+        )
         reserved += seg["total_size"]
     assert allocated + free_total == reserved == pool.pool_stats.bytes_reserved
     assert allocated == pool.pool_stats.bytes_in_use
     traces = data["device_traces"]
-    assert len(traces) == dev + 1 and all(t == [] for t in traces[:dev])
+    assert len(traces) == dev + 1
+    assert all(t == [] for t in traces[:dev])
     trace = traces[dev]
     for e in trace:
         assert set(e) == {"action", "addr", "size", "stream", "time_us", "frames"}
@@ -262,7 +268,10 @@ def test_the_dump_is_pytorchs_snapshot_format(pool: Pool, tmp_path: Path) -> Non
     segments, live = _replay(trace)
     assert segments == {s["address"]: s["total_size"] for s in data["segments"]}
     assert live == {
-        b["address"]: b["size"] for s in data["segments"] for b in s["blocks"] if b["state"] == "active_allocated"
+        b["address"]: b["size"]
+        for s in data["segments"]
+        for b in s["blocks"]
+        if b["state"] == "active_allocated"
     }
     for b in keep:
         pool.munmap(b)
@@ -291,7 +300,8 @@ def test_a_csv_log_has_rmms_columns(pool: Pool, tmp_path: Path) -> None:
     ]
     assert {int(r[0]) for r in rows[1:]} == {threading.get_ident()}
     times = [float(r[1]) for r in rows[1:]]
-    assert times == sorted(times) and times[0] > 1.6e9
+    assert times == sorted(times)
+    assert times[0] > 1.6e9
 
 
 def test_a_callback_gets_each_event_and_its_errors_are_warnings(pool: Pool) -> None:
@@ -299,7 +309,8 @@ def test_a_callback_gets_each_event_and_its_errors_are_warnings(pool: Pool) -> N
     pool.log_to(got.append, segments=True)
     buf = pool.mmap(4096)
     assert [r.action for r in got] == ["segment_alloc", "allocate"]  # written right after the call
-    assert got[1].pointer == buf.ptr and got[1].size == 4096
+    assert got[1].pointer == buf.ptr
+    assert got[1].size == 4096
 
     def broken(record: LogRecord) -> None:
         raise RuntimeError("disk full")

@@ -202,7 +202,14 @@ class LogRecord:
     stream: int
 
     def row(self) -> tuple[str, ...]:
-        return (str(self.thread), f"{self.time:.6f}", self.action, hex(self.pointer), str(self.size), hex(self.stream))
+        return (
+            str(self.thread),
+            f"{self.time:.6f}",
+            self.action,
+            hex(self.pointer),
+            str(self.size),
+            hex(self.stream),
+        )
 
 
 _LOG_ACTIONS = {"alloc": "allocate", "free": "free"}
@@ -261,7 +268,7 @@ class AllocationLog:
             self._lock.release()
 
     def _write(self, events: list[KernelEvent]) -> None:
-        for action, addr, size, requested, stream, time_ns, thread, _frames in events:
+        for action, addr, _size, requested, stream, time_ns, thread, _frames in events:
             name = _LOG_ACTIONS.get(action)
             if name is None:
                 if not self._segments:
