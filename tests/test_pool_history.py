@@ -289,7 +289,7 @@ def test_a_csv_log_has_rmms_columns(pool: Pool, tmp_path: Path) -> None:
     pool.munmap(b)
     pool.log_to(None)
     pool.munmap(pool.mmap(1000))  # not logged
-    rows = list(csv.reader(path.open()))
+    rows = list(csv.reader(path.read_text().splitlines()))
     assert tuple(rows[0]) == LOG_COLUMNS == ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
     body = [(r[2], int(r[3], 16), int(r[4]), int(r[5], 16)) for r in rows[1:]]
     assert body == [
@@ -328,7 +328,7 @@ def test_close_writes_the_last_events_and_closes_the_file(host: StreamedHost, tm
     p.log_to(path, segments=True)
     p.mmap(4096)  # freed by close
     p.close()
-    actions = [r[2] for r in csv.reader(path.open())][1:]
+    actions = [r[2] for r in csv.reader(path.read_text().splitlines())][1:]
     assert actions == ["segment_alloc", "allocate", "free", "segment_free"]
     assert p._log is None
 
