@@ -365,3 +365,40 @@ def test_hook_hits_are_recorded_in_c_and_logged_through_python(torch: Any) -> No
         assert [(r.action, r.pointer) for r in got] == [("free", ptr)]
         pool.log_to(None)
         assert hook.errors == []
+
+
+# -- threads --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["record", "log"])
+def test_threads_lose_no_event(pool: Pool, mode: str) -> None:
+    got: list[LogRecord] = []
+    pool.record_history(max_entries=50_000)
+    if mode == "log":
+        pool.log_to(got.append)
+    idents: set[int] = set()
+    start = threading.Barrier(4)
+
+    def work(size: int) -> None:
+        idents.add(threading.get_ident())
+        start.wait()
+        for _ in range(300):
+            pool.munmap(pool.mmap(size))
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in (512, 4096, 20_000, 70_000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    h = pool.snapshot().history
+    blocks = [e for e in h if e.action in ("alloc", "free")]
+    assert len(blocks) == 4 * 300 * 2
+    assert {e.thread for e in blocks} == idents
+    for ident in idents:  # each thread's own events alternate, as it made them
+        mine = [e.action for e in blocks if e.thread == ident]
+        assert mine == ["alloc", "free"] * 300
+    if mode == "log":
+        assert [(r.action, r.pointer, r.thread) for r in got] == [
+            ({"alloc": "allocate", "free": "free"}[e.action], e.address, e.thread) for e in blocks
+        ]
+        pool.log_to(None)
