@@ -49,6 +49,18 @@ cdef struct Block:
     u64 key  # its heap key's second part (its address when it was indexed), while free
 
 
+# One recorded event of the history (record_history, log_to): fixed size, in a ring.
+cdef struct Event:
+    int action  # EV_* in _kernel.pyx
+    u64 addr
+    size_t size  # the block's (or slab's, chunk's) bytes
+    size_t requested  # the bytes asked for (a block's), else size
+    bint has_stream
+    u64 stream
+    long long time_ns  # CLOCK_REALTIME
+    unsigned long thread
+
+
 cdef class PoolKernel(FastPath):
     cdef pthread_mutex_t _mu
     cdef unsigned long _holder
@@ -81,6 +93,14 @@ cdef class PoolKernel(FastPath):
     cdef object _vm
     cdef u64 _res_end
     cdef size_t _vm_granule
+    # the history (record_history): off unless _trace; see "History" in docs/kernel.md
+    cdef int _trace  # T_RECORD, T_PYTHON (stacks or a log: the C hits decline)
+    cdef vector[Event] _ring
+    cdef u64 _recorded  # events appended since the kernel was made (the next one's number)
+    cdef u64 _first  # the first event of the current ring (earlier ones were cleared)
+    cdef object _frames  # {event number: frames} (stacks="python")
+    cdef int _max_frames
+    cdef public object sink  # called after the outermost ``with kernel`` (a log's drain)
     # counters (the statistics)
     cdef readonly long long hits
     cdef readonly long long misses
@@ -129,6 +149,9 @@ cdef class PoolKernel(FastPath):
     cdef void hand_out(self, Block *b, size_t size, bint has_stream, u64 stream) noexcept nogil
     cdef int put_back(self, Block *b, bint has_stream, u64 stream) noexcept nogil
     cdef Block *unlive(self, u64 addr) noexcept nogil
+    cdef void record(self, int action, u64 addr, size_t size, size_t requested, bint has_stream,
+                     u64 stream) noexcept nogil
+    cdef int _attach_frames(self, u64 since) except -1
     cdef BufferBase _take_fast(self, AreaBase area, object n_obj, bint has_stream, u64 stream)
     cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1
     cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil

@@ -5,6 +5,14 @@ from typing import Any
 from ._buffer import AreaBase
 from ._fastpath import FastPath
 
+BLOCK_STATES: tuple[str, ...]
+EVENTS: tuple[str, ...]
+
+#: (action, addr, size, requested, stream, time_ns, thread, frames)
+KernelEvent = tuple[str, int, int, int, int | None, int, int, tuple[tuple[str, int, str], ...] | None]
+#: (ptr, size, heap, [(addr, size, requested, state, stream), ...])
+KernelSegment = tuple[int, int, int, list[tuple[int, int, int, str, int | None]]]
+
 class PoolKernel(FastPath):
     hits: int
     misses: int
@@ -29,6 +37,7 @@ class PoolKernel(FastPath):
     stream_type: Any
     on_oom: Callable[[int, Any], bool] | None
     free_memory: Callable[[], int | None] | None
+    sink: Callable[[], None] | None
     def __init__(
         self,
         area: AreaBase,
@@ -73,3 +82,8 @@ class PoolKernel(FastPath):
     def destroy_event(self) -> None: ...
     def segment_empty(self) -> bool: ...
     def live_blocks(self) -> int: ...
+    def set_history(self, capacity: int, python: bool = False, max_frames: int = 0) -> None: ...
+    @property
+    def recorded(self) -> int: ...
+    def events(self, since: int = 0) -> tuple[int, int, list[KernelEvent]]: ...
+    def segments(self) -> list[KernelSegment]: ...

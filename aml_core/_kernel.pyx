@@ -39,11 +39,13 @@ from libc.stdlib cimport calloc
 from libc.stdlib cimport free as cfree
 from libcpp.map cimport map as cmap
 from libcpp.vector cimport vector
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from ._buffer cimport F_HOST, F_READONLY, AreaBase, BufferBase, forget_inside
 from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull
 from ._fastpath cimport FastPath
 
+import sys
 import warnings
 
 from .errors import AMLError, AMLMemoryError, AMLValueError
@@ -71,6 +73,26 @@ cdef enum:
     B_USED = 1  # held by a buffer or a hook (in _live)
     B_HOST = 2  # on a host-order exact-size stack, not coalesced
     B_STREAM = 3  # on a stream's exact-size stack
+
+#: What ``segments()`` calls each block state (B_*), in their order.
+BLOCK_STATES = ("free", "used", "cached", "stream")
+
+# An event of the history (record_history): EVENTS names them, in their order.
+cdef enum:
+    EV_ALLOC = 0  # a block handed out
+    EV_FREE = 1  # a live block freed
+    EV_SEGMENT_ALLOC = 2  # a slab taken from the area
+    EV_SEGMENT_FREE = 3  # a slab given back
+    EV_SEGMENT_MAP = 4  # a chunk mapped at the end of the expandable segment
+    EV_SEGMENT_UNMAP = 5  # a chunk unmapped from its end
+
+#: The names of the history's events (PyTorch's trace actions, a free being one event).
+EVENTS = ("alloc", "free", "segment_alloc", "segment_free", "segment_map", "segment_unmap")
+
+# _trace: what the history does (0: nothing, one test on the hot path).
+cdef enum:
+    T_RECORD = 1  # append every event to the ring
+    T_PYTHON = 2  # Python wants each event (stacks, a log): the C hits decline
 
 
 @cython.final
@@ -197,6 +219,8 @@ cdef class PoolKernel(FastPath):
             owner._leave()
         elif self._owner_key != NULL:
             forget_inside(self._owner_key)
+        if self.sink is not None and not self.held_here():
+            self.sink()  # the outermost exit: a log drains the history (it never raises)
         return False
 
     @property
@@ -363,6 +387,8 @@ cdef class PoolKernel(FastPath):
         b.stream = stream
         b.requested = size
         self._live[b.addr] = b
+        if self._trace:
+            self.record(EV_ALLOC, b.addr, b.size, size, has_stream, stream)
         self.hits += 1
         self.requested += size
         if self.requested > self.peak_requested:
@@ -372,6 +398,8 @@ cdef class PoolKernel(FastPath):
         """A live block freed (its _live entry and requested bytes gone already): onto its
         stream's stack, or the host stack while the pool keeps stacks. 1: it must be
         returned to its heap by the slow path (release threshold, a closed pool)."""
+        if self._trace:
+            self.record(EV_FREE, b.addr, b.size, b.requested, has_stream, stream)
         if has_stream:
             self.blocks -= b.size
             b.has_stream = True
@@ -399,6 +427,116 @@ cdef class PoolKernel(FastPath):
         self._live.erase(it)
         self.requested -= b.requested
         return b
+
+    # -- the history (record_history) ------------------------------------------------------
+    cdef void record(self, int action, u64 addr, size_t size, size_t requested, bint has_stream,
+                     u64 stream) noexcept nogil:
+        """Append an event to the ring (the mutex held, ``_trace`` set: the ring is not
+        empty), overwriting the oldest once it is full."""
+        cdef timespec ts
+        cdef Event *e = &self._ring[self._recorded % self._ring.size()]
+        clock_gettime(CLOCK_REALTIME, &ts)
+        e.action = action
+        e.addr = addr
+        e.size = size
+        e.requested = requested
+        e.has_stream = has_stream
+        e.stream = stream
+        e.time_ns = ts.tv_sec * 1000000000LL + ts.tv_nsec
+        e.thread = PyThread_get_thread_ident()
+        self._recorded += 1
+
+    cdef int _attach_frames(self, u64 since) except -1:
+        """The Python stack for the events recorded since event ``since`` (stacks on)."""
+        if self._frames is None or self._recorded == since:
+            return 0
+        frames = _python_stack(self._max_frames)
+        cdef u64 i
+        for i in range(since, self._recorded):
+            self._frames[i] = frames
+        cdef u64 cap = self._ring.size()
+        if len(self._frames) > 2 * cap:  # forget the stacks of events the ring dropped
+            oldest = self._recorded - cap
+            self._frames = {k: v for k, v in self._frames.items() if k >= oldest}
+        return 0
+
+    def set_history(self, size_t capacity, bint python=False, int max_frames=0):
+        """Record events into a ring of ``capacity`` (0: stop and forget them); ``python``:
+        every event goes through the slow path (the C hits decline), for a stack
+        (``max_frames`` > 0: that many frames) or a log. A new capacity starts an empty
+        history; the same one keeps it."""
+        self.lock_gil()
+        try:
+            if capacity == 0:
+                self._trace = 0
+                self._ring.clear()
+                self._ring.shrink_to_fit()
+                self._first = self._recorded
+                self._frames = None
+                return
+            if capacity != self._ring.size():
+                self._ring.resize(capacity)
+                self._first = self._recorded
+                self._frames = None
+            if max_frames <= 0:
+                self._frames = None
+            elif self._frames is None:
+                self._frames = {}
+            self._max_frames = max_frames
+            self._trace = T_RECORD | (T_PYTHON if python else 0)
+        finally:
+            self.unlock()
+
+    @property
+    def recorded(self):
+        """How many events were recorded since the kernel was made (the next event's
+        number)."""
+        return self._recorded
+
+    def events(self, u64 since=0):
+        """The recorded events numbered ``since`` or later still in the ring: (the first
+        one's number, how many of those asked for the ring dropped, [(action, addr,
+        size, requested, stream or None, time_ns, thread, frames or None), ...] oldest
+        first)."""
+        cdef Event *e
+        cdef u64 i
+        cdef u64 lo
+        cdef u64 cap
+        self.lock_gil()
+        try:
+            cap = self._ring.size()
+            if cap == 0:
+                return max(since, self._recorded), 0, []
+            lo = max(self._first, since)
+            dropped = 0
+            if self._recorded > cap and self._recorded - cap > lo:
+                dropped = self._recorded - cap - lo
+                lo = self._recorded - cap
+            frames = self._frames
+            out = []
+            for i in range(lo, self._recorded):
+                e = &self._ring[i % cap]
+                out.append((EVENTS[e.action], e.addr, e.size, e.requested,
+                            e.stream if e.has_stream else None, e.time_ns, e.thread,
+                            None if frames is None else frames.get(i)))
+            return lo, dropped, out
+        finally:
+            self.unlock()
+
+    def segments(self):
+        """What the pool holds, walked under the mutex: [(ptr, size, heap, [(addr, size,
+        requested, state, stream or None), ...]), ...], a slab's blocks in address order
+        (they tile it), the slabs in the order they were made, the expandable segment's
+        mapped part last. ``state`` is one of BLOCK_STATES; ``requested`` is 0 unless
+        used."""
+        self.lock_gil()
+        try:
+            out = [_slab_info(self._slabs[i]) for i in range(self._slabs.size())]
+            if self._segment != NULL and self._segment.size:
+                out.append(_slab_info(self._segment))
+            return out
+        finally:
+            self.unlock()
 
     # -- the fast path (FastPath) ----------------------------------------------------------
     cdef int installed(self, AreaBase area) except -1:
@@ -451,7 +589,7 @@ cdef class PoolKernel(FastPath):
         """A hit, made into the area's Buffer; None when the slow path must run. The
         state changes under the mutex; the buffer is made after it is released (an
         allocation may run a finalizer that frees into this kernel)."""
-        if self._shut or self._area._closed or self.held_here():
+        if self._shut or self._area._closed or self.held_here() or self._trace & T_PYTHON:
             return None
         cdef Py_ssize_t n = _as_ssize(n_obj)
         if n <= 0 or n > PY_SSIZE_T_MAX - <Py_ssize_t>self._mask:
@@ -497,7 +635,7 @@ cdef class PoolKernel(FastPath):
         return self._give_fast(buf, True, stream)
 
     cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1:
-        if not self.keep_fast or self.held_here():
+        if not self.keep_fast or self._trace & T_PYTHON or self.held_here():
             return False
         cdef int status = 1
         self.lock_gil()
@@ -525,13 +663,15 @@ cdef class PoolKernel(FastPath):
         # path, this thread's or another's, which may wait for what this thread holds):
         # then the free is deferred. A hook's hit holding it is waited for by spinning
         # (see lock_gil): no thread that holds the GIL can take the mutex meanwhile.
-        return self.keep_fast and not self._gil_holder
+        return self.keep_fast and not self._gil_holder and not self._trace & T_PYTHON
 
     # -- the hooks (aml_core/_hooks.pyx): no GIL, no Python object -------------------------
     cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil:
         """A hit for a framework: 0 and the address in ``out``; 1 when the slow path must
         run (with the GIL: ``alloc``)."""
         if size == 0 or size > <size_t>PY_SSIZE_T_MAX - self._mask or not self.keep_fast:
+            return 1
+        if self._trace & T_PYTHON:  # a stack or a log: the slow path (Python) records it
             return 1
         if self.lock_nogil():
             return 1
@@ -558,7 +698,7 @@ cdef class PoolKernel(FastPath):
         cdef Block *b
         if it == self._live.end():
             status = -1
-        elif not self.keep_fast:
+        elif not self.keep_fast or self._trace & T_PYTHON:
             status = 1
         else:
             b = deref(it).second
@@ -584,6 +724,7 @@ cdef class PoolKernel(FastPath):
         cdef u64 s = stream if has_stream else 0
         cdef Block *b
         self.lock_gil()
+        cdef u64 since = self._recorded
         try:
             b = self.take_cached(n, has_stream, s)
             if b == NULL and has_stream:
@@ -593,6 +734,8 @@ cdef class PoolKernel(FastPath):
             if b == NULL:
                 b = self._take_slow(n)
             self.hand_out(b, size, has_stream, s)
+            if self._trace & T_PYTHON:
+                self._attach_frames(since)
             return b.addr
         finally:
             self.unlock()
@@ -676,6 +819,7 @@ cdef class PoolKernel(FastPath):
         own, or ``stream``, munmap_on's), the host stack, or back to its heap, releasing
         what the release threshold or a closed pool asks."""
         self.lock_gil()
+        cdef u64 since = self._recorded
         try:
             b = self.unlive(addr)
             if b == NULL:
@@ -700,6 +844,8 @@ cdef class PoolKernel(FastPath):
                 self._give(b, closed)
             else:
                 self.slow_munmaps += 1
+            if self._trace & T_PYTHON:
+                self._attach_frames(since)
         finally:
             self.unlock()
 
@@ -869,6 +1015,8 @@ cdef class PoolKernel(FastPath):
         b.size = want
         slab.first = slab.last = b
         self._slabs.push_back(slab)
+        if self._trace:
+            self.record(EV_SEGMENT_ALLOC, slab.ptr, want, want, False, 0)
         self._count_reserved(want)
         self.heap_insert(b)
         return b
@@ -900,6 +1048,8 @@ cdef class PoolKernel(FastPath):
                 break
         self.reserved -= slab.size
         self.native_frees += 1
+        if self._trace:
+            self.record(EV_SEGMENT_FREE, slab.ptr, slab.size, slab.size, False, 0)
         self._free_slab_struct(slab)
         return 0
 
@@ -907,8 +1057,12 @@ cdef class PoolKernel(FastPath):
         """Release cached memory until at most ``keep`` bytes are cached (the caller holds
         the mutex or not: it is taken); returns the bytes released."""
         self.lock_gil()
+        cdef u64 since = self._recorded
         try:
-            return self._trim(keep)
+            released = self._trim(keep)
+            if self._trace & T_PYTHON:
+                self._attach_frames(since)
+            return released
         finally:
             self.unlock()
 
@@ -1016,6 +1170,8 @@ cdef class PoolKernel(FastPath):
             raise
         seg.size += chunk
         self._chunks.push_back(Chunk(end, chunk))
+        if self._trace:
+            self.record(EV_SEGMENT_MAP, end, chunk, chunk, False, 0)
         self._count_reserved(chunk)
         if tail != NULL:
             self.heap_remove(tail)
@@ -1051,6 +1207,8 @@ cdef class PoolKernel(FastPath):
             if not owner_area.closed:
                 self._vm.unmap(ptr, size)
             self._chunks.pop_back()
+            if self._trace:
+                self.record(EV_SEGMENT_UNMAP, ptr, size, size, False, 0)
             self.heap_remove(tail)
             tail.size -= size
             if tail.size:
@@ -1246,3 +1404,29 @@ cdef void _sort_by_size_desc(vector[Slab *] &v) noexcept:
             v[j] = v[j - 1]
             j -= 1
         v[j] = x
+
+
+cdef tuple _slab_info(Slab *s):
+    cdef Block *b = s.first
+    blocks = []
+    while b != NULL:
+        blocks.append((b.addr, b.size, b.requested if b.state == B_USED else 0, BLOCK_STATES[b.state],
+                       b.stream if b.has_stream else None))
+        b = b.next
+    return (s.ptr, s.size, s.heap, blocks)
+
+
+_AML_DIR = __file__.rpartition("/")[0] + "/"
+
+
+def _python_stack(int limit):
+    """The calling Python code's stack, innermost first, at most ``limit`` frames, aml's
+    own frames left out: ((filename, line, function), ...)."""
+    frames = []
+    f = sys._getframe(0)
+    while f is not None and len(frames) < limit:
+        code = f.f_code
+        if not code.co_filename.startswith(_AML_DIR):
+            frames.append((code.co_filename, f.f_lineno, code.co_name))
+        f = f.f_back
+    return tuple(frames)

@@ -97,6 +97,19 @@ Statistics
     (0 when nothing is free): 0 when all cached memory is one block, near 1 when it is
     scattered in small pieces that a large request cannot use.
 
+History
+    :meth:`Pool.record_history` records every allocation and free (address, block and
+    requested bytes, stream, wall-clock time, thread) and every slab taken from or given
+    back to the area in the kernel's ring of the newest ``max_entries`` events, the
+    framework hooks' included; ``stacks="python"`` adds each event's Python stack.
+    :meth:`Pool.snapshot` returns a :class:`Snapshot`: the slabs, their blocks (used,
+    free, cached on a stack, held by a stream) and the history; ``snapshot().dump(path)``
+    writes the pickle PyTorch's ``torch.cuda._memory_viz`` and memory viewer read, and
+    ``python -m aml_core.plot path`` draws it. :meth:`Pool.log_to` writes each
+    allocation and free as a CSV row with RMM's logging adaptor's columns, or passes a
+    :class:`LogRecord` to a callback. All are off by default; what they cost:
+    docs/kernel.md, "History".
+
 Errors
     A pool over a closed area is EINVAL at creation, and so is an ``mmap`` after its
     area was closed (the area's close closes the pool first, then frees the slabs).
@@ -167,11 +180,24 @@ from __future__ import annotations
 from typing import Any
 
 from ..area import Area
+from ._history import HistoryEvent, LogRecord, Snapshot, SnapshotBlock, SnapshotSegment
 from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
 from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
 
-__all__ = ["OnOom", "Pool", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool"]
+__all__ = [
+    "HistoryEvent",
+    "LogRecord",
+    "OnOom",
+    "Pool",
+    "PoolOptions",
+    "PoolOptionsDict",
+    "PoolStats",
+    "Snapshot",
+    "SnapshotBlock",
+    "SnapshotSegment",
+    "pool",
+]
 
 
 def pool(

@@ -25,6 +25,7 @@ from ..protocols import (
     StreamOrdering,
 )
 from ..specs import Capability, format_size
+from ._history import Recording
 from ._sharing import Sharing
 from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats, pool_stats_of
 
@@ -79,7 +80,7 @@ def _limit_bytes(
     return limit
 
 
-class Pool(Sharing):
+class Pool(Recording, Sharing):
     """An area that caches the memory of another area (see :mod:`aml_core.pool`).
     Make one with :func:`~aml_core.pool.pool`."""
 
@@ -468,6 +469,8 @@ class Pool(Sharing):
                 if not self._area.closed and not res.freed:
                     assert self._vm is not None
                     self._vm.address_free(res)
+        if self._log is not None:
+            self.log_to(None)  # the last events written, the file closed
         if error is not None:
             raise error
 

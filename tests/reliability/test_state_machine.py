@@ -30,6 +30,7 @@ from aml_core import Buffer, Pool
 from aml_core.area import Area
 from aml_core.errors import AMLBusyError, AMLError, AMLFailure, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.host import HostArea
+from aml_core.pool import LogRecord
 from aml_core.specs import format_size
 from tests.support.pool_ownership import FREEING
 from tests.support.streams import S1, S2, S3, StreamedHost
@@ -354,6 +355,10 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
         self.pooled_all: list[Buffer] = []
         self.close_failed = False
         self.viewed_at_close = False
+        # the history (record_history, log_to): the state when it was turned on
+        self.history_base: tuple[dict[int, int], dict[int, int]] | None = None
+        self.logged: list[LogRecord] | None = None
+        self.log_from = 0
 
     def _faults(self) -> tuple[int, int]:
         """What the injections consumed so far (a failure must consume one)."""
@@ -451,6 +456,27 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
         assert self.pool.limit == limit
         assert self.pool.pool_stats.bytes_reserved == held
 
+    @rule(mode=st.sampled_from(["off", "record", "stacks", "log"]))
+    def history(self, mode: str) -> None:
+        """Turn the history off, or on afresh in C, with Python stacks, or with a log
+        (every event through the Python path)."""
+        pool = self.pool
+        pool.log_to(None)
+        self.logged = None
+        pool.record_history(False)
+        self.history_base = None
+        if mode == "off":
+            return
+        pool.record_history(max_entries=100_000, stacks="python" if mode == "stacks" else None)
+        snap = pool.snapshot()
+        self.history_base = (
+            {seg.address: seg.size for seg in snap.segments},
+            {b.address: b.size for seg in snap.segments for b in seg.blocks if b.state == "used"},
+        )
+        if mode == "log":
+            self.logged = []
+            pool.log_to(self.logged.append)
+
     @rule(which=st.sampled_from(["pool", "area"]))
     def close(self, which: str) -> None:
         if not self.pool.closed:
@@ -482,6 +508,36 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
             assert stream in self.STREAMS
             assert size % 512 == 0
             assert ptrs
+
+    @invariant()
+    def the_history_replays_to_the_snapshot(self) -> None:
+        """Every block and slab event since the history began, on every path (C hits,
+        the slow path, finalizers, failures undone), turns its state then into now's;
+        a log wrote each allocation and free since it began, in order."""
+        if not self._open() or self.history_base is None:
+            return
+        snap = self.pool.snapshot()
+        segments, live = dict(self.history_base[0]), dict(self.history_base[1])
+        for e in snap.history:
+            if e.action == "segment_alloc":
+                segments[e.address] = e.size
+            elif e.action == "segment_free":
+                assert segments.pop(e.address) == e.size
+            elif e.action == "alloc":
+                assert e.address not in live
+                live[e.address] = e.size
+            else:
+                assert e.action == "free", e
+                assert live.pop(e.address) == e.size
+        assert segments == {seg.address: seg.size for seg in snap.segments}
+        assert live == {b.address: b.size for seg in snap.segments for b in seg.blocks if b.state == "used"}
+        assert snap.lost == 0
+        if self.logged is not None:
+            names = {"alloc": "allocate", "free": "free"}
+            logged = [(e.action, e.address, e.requested) for e in snap.history if e.action in names]
+            assert [(r.action, r.pointer, r.size) for r in self.logged] == [
+                (names[a], addr, n) for a, addr, n in logged
+            ]
 
     @invariant()
     def live_buffers_do_not_overlap_and_are_writable(self) -> None:
