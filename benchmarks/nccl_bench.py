@@ -461,14 +461,25 @@ class AmlMemory:
         return buf
 
     def free_all(self) -> None:
+        """Free every buffer; one an engine still holds (a DLPack export that PyTorch's
+        NCCL work has not dropped yet) is left to the process's exit, and said so."""
+        import gc
+
+        gc.collect()
         while self.live:
             area, buf = self.live.pop()
-            area.munmap(buf)
+            try:
+                area.munmap(buf)
+            except Exception as exc:
+                print(f"left to the exit: {buf!r} ({type(exc).__name__}: {exc})", flush=True)
 
     def close(self) -> None:
         self.free_all()
-        for area in self.areas.values():
-            area.close()
+        for kind, area in self.areas.items():
+            try:
+                area.close()
+            except Exception as exc:
+                print(f"left to the exit: the {kind} area ({type(exc).__name__}: {exc})", flush=True)
 
 
 def timed_samples(

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -192,3 +193,109 @@ def _meta() -> dict[str, object]:
         "python": "3.11",
         "environment": nccl_bench.NO_MULTICAST,
     }
+
+
+class _LoopbackEngine:
+    """A rank of two in one process: the peer's contribution is what it would send. A
+    receive buffer in ``faulty`` gets one wrong element per collective."""
+
+    base = "loopback"
+    versions: ClassVar[dict[str, int]] = {"loopback": 1}
+    faulty: ClassVar[set[int]] = set()
+
+    def __init__(self, rank: int, folder: Path) -> None:
+        self.rank = rank
+        self.closed = False
+
+    def empty(self, count: int) -> np.ndarray:
+        return np.empty(count, dtype=np.float32)
+
+    def view(self, buf: np.ndarray, count: int) -> np.ndarray:
+        return buf.view(np.float32)[:count]
+
+    def collective(self, op: str, send: np.ndarray, recv: np.ndarray, count: int) -> None:
+        peer = nccl_bench.fill_values(np, count, 1 - self.rank)
+        if op == "allreduce":
+            recv[:count] = send + peer
+        else:
+            parts = [send, peer] if self.rank == 0 else [peer, send]
+            recv[:] = np.concatenate(parts)
+        if id(recv.base if recv.base is not None else recv) in self.faulty:
+            recv[0] += 1
+
+    def check(self, op: str, send: np.ndarray, recv: np.ndarray, count: int) -> int:
+        send[...] = nccl_bench.fill_values(np, count, self.rank)
+        recv.fill(-1)
+        self.collective(op, send, recv, count)
+        expected = (
+            nccl_bench.allreduce_expected(np, count, 2)
+            if op == "allreduce"
+            else nccl_bench.allgather_expected(np, count, 2)
+        )
+        return nccl_bench.mismatches(np, recv[:count] if op == "allreduce" else recv, expected)
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _HostMemory:
+    """The aml kinds as host byte arrays; ``vmm`` receive buffers are faulty."""
+
+    made: ClassVar[list[tuple[str, int]]] = []
+
+    def __init__(self, rank: int) -> None:
+        self.live: list[np.ndarray] = []
+        self.closed = False
+
+    def mmap(self, kind: str, nbytes: int) -> np.ndarray:
+        buf = np.zeros(nbytes, dtype=np.uint8)
+        self.made.append((kind, nbytes))
+        if kind == "aml-vmm" and nbytes > nccl_bench.MiB:  # the receive buffers (2 x the size)
+            _LoopbackEngine.faulty.add(id(buf))
+        self.live.append(buf)
+        return buf
+
+    def free_all(self) -> None:
+        self.live.clear()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_rank_checks_every_kind_and_op_and_reports_wrong_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The rank's loop (sizes, ops, kinds, checks before and after the timing, rows) over
+    an engine that runs in one process; one kind's results are wrong and are reported."""
+    monkeypatch.setattr(nccl_bench, "CupyEngine", _LoopbackEngine)
+    monkeypatch.setattr(nccl_bench, "AmlMemory", _HostMemory)
+    monkeypatch.setattr(nccl_bench, "QUICK_SIZES", (nccl_bench.MiB, 2 * nccl_bench.MiB))
+    _HostMemory.made.clear()
+    _LoopbackEngine.faulty.clear()
+    report = nccl_bench.collectives("cupy", 0, tmp_path, quick=True)
+    kinds = ["loopback", *nccl_bench.AML_KINDS]
+    assert report["base"] == "loopback"
+    assert [(r["op"], r["size"], r["kind"]) for r in report["rows"]] == [
+        (op, size, kind) for size in nccl_bench.QUICK_SIZES for op in nccl_bench.OPS for kind in kinds
+    ]
+    for row in report["rows"]:
+        assert row["median_us"] > 0
+        assert row["GBps"] > 0
+        assert row["mismatches"] == (2 if row["kind"] == "aml-vmm" else 0)  # before and after
+    assert len(report["failed_checks"]) == 4
+    assert all("over aml-vmm: 2 wrong elements" in f for f in report["failed_checks"])
+    # a send and a receive buffer (twice the size) of each aml kind, for each size
+    assert sorted(_HostMemory.made) == sorted(
+        (kind, n * size) for kind in nccl_bench.AML_KINDS for size in nccl_bench.QUICK_SIZES for n in (1, 2)
+    )
+    result = {"status": "ok", "ranks": [report, report]}
+    assert not nccl_bench.checks_passed(result)
+    results = {"meta": _meta(), "phases": {"collectives-cupy": result}}
+    nccl_bench.summarize(results)
+    assert all(r["over_base_time"] is not None for r in report["rows"])  # every row has its ratio to the base
+    text = nccl_bench.markdown(results)
+    assert "FAILED" in text
+    assert "**Failed checks**" in text
