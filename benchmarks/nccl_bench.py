@@ -722,8 +722,9 @@ def torch_distributed(
     rank: int, folder: Path, before_init: Callable[[], None] | None = None
 ) -> tuple[Any, Any]:
     """PyTorch with the current device ``rank`` and a NCCL process group of WORLD ranks
-    (a file store in ``folder``); ``before_init`` runs after the device is set, before the
-    group exists (where aml's hook is installed)."""
+    (a file store in ``folder``). ``before_init`` (where aml's hook is installed) runs
+    before PyTorch initialises CUDA: ``torch.cuda.set_device`` does, and PyTorch swaps its
+    allocator only before that."""
     try:
         import torch
         import torch.distributed as dist
@@ -731,9 +732,9 @@ def torch_distributed(
         raise Skip(f"PyTorch is not importable ({exc})") from exc
     if not dist.is_available() or not dist.is_nccl_available():
         raise Skip("this PyTorch has no NCCL backend (torch.distributed.is_nccl_available() is False)")
-    torch.cuda.set_device(rank)
     if before_init is not None:
         before_init()
+    torch.cuda.set_device(rank)
     dist.init_process_group(
         "nccl",
         init_method=f"file://{folder / 'torch-store'}",
@@ -745,7 +746,13 @@ def torch_distributed(
 
 
 def torch_versions(torch: Any) -> dict[str, Any]:
-    nccl = torch.cuda.nccl.version()
+    """PyTorch's version and its NCCL's (or why that is unknown)."""
+    try:
+        import torch.cuda.nccl as torch_nccl
+
+        nccl: Any = torch_nccl.version()
+    except Exception as exc:
+        nccl = f"unknown ({type(exc).__name__}: {exc})"
     return {"torch": torch.__version__, "nccl": ".".join(map(str, nccl)) if isinstance(nccl, tuple) else nccl}
 
 
@@ -823,7 +830,7 @@ def ddp(allocator: str, rank: int, folder: Path, quick: bool) -> dict[str, Any]:
         errors = list(getattr(hook, "errors", []))
         if errors:
             failed.append(f"the aml hook refused {len(errors)} allocation(s): {errors[0]!r}")
-        result["hook"] = f"{hook!r}; pool: {pool.pool_stats()}"
+        result["hook"] = f"{hook!r}; pool: {pool.pool_stats}"
     result["failed_checks"] = failed
     dist.destroy_process_group()
     return result
