@@ -171,9 +171,7 @@ def run_phase(phase: str, out: Path, args: argparse.Namespace) -> dict[str, Any]
     """Start the two ranks of ``phase``, wait for both (killing both when one fails or the
     time is up), and return what they reported."""
     env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
-    env.setdefault("NCCL_DEBUG", "WARN")
-    here = str(Path(__file__).resolve().parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH", "")) if p)
+    env.setdefault("NCCL_DEBUG", "WARN")  # NCCL says why, should it fail
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="aml-nccl-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
