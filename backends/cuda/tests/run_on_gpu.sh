@@ -52,6 +52,14 @@ mkdir -p "$OUT"
     (cd /tmp && $py -m aml_core info)
 } 2>&1 | tee "$OUT/cuda-gpu-env.log"
 rc=0
+# A two-GPU benchmark's status (name, log, status): 77, fewer than 2 GPUs, is no failure.
+two_gpu_status() {
+    if [ "$3" = 77 ]; then
+        echo "$1: fewer than 2 GPUs, nothing measured" | tee -a "$2"
+    elif [ "$3" != 0 ]; then
+        rc=1
+    fi
+}
 if [ "$what" = all ] || [ "$what" = tests ]; then
     (cd /tmp && timeout 330 $py -m pytest "$repo/backends/cuda/tests" -q -rfEs -p no:cacheprovider \
         --timeout=150 --junitxml="$OUT/cuda-gpu-tests.xml" "$@") 2>&1 | tee "$OUT/cuda-gpu-tests.log"
@@ -104,11 +112,7 @@ if [ "$what" = gpu2 ]; then
     (cd /tmp && timeout 300 $py "$repo/benchmarks/gpu2_bench.py" --out "$OUT" "${smoke[@]}") 2>&1 |
         tee "$OUT/gpu2-bench.log"
     bench=${PIPESTATUS[0]}
-    if [ "$bench" = 77 ]; then
-        echo "gpu2_bench: fewer than 2 GPUs, nothing measured" | tee -a "$OUT/gpu2-bench.log"
-    elif [ "$bench" != 0 ]; then
-        rc=1
-    fi
+    two_gpu_status gpu2_bench "$OUT/gpu2-bench.log" "$bench"
 fi
 if [ "$what" = nccl ]; then
     nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
@@ -117,10 +121,6 @@ if [ "$what" = nccl ]; then
     (cd /tmp && timeout 240 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 50 "${quick[@]}") 2>&1 |
         tee "$OUT/nccl-bench.log"
     bench=${PIPESTATUS[0]}
-    if [ "$bench" = 77 ]; then
-        echo "nccl_bench: fewer than 2 GPUs, nothing measured" | tee -a "$OUT/nccl-bench.log"
-    elif [ "$bench" != 0 ]; then
-        rc=1
-    fi
+    two_gpu_status nccl_bench "$OUT/nccl-bench.log" "$bench"
 fi
 exit "$rc"
