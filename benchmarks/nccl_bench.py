@@ -606,13 +606,12 @@ class CupyEngine:
         return cp.ndarray((count,), dtype=cp.float32, memptr=cp.cuda.MemoryPointer(mem, 0))
 
     def collective(self, op: str, send: Any, recv: Any, count: int) -> None:
-        n = self.nccl
+        # ncclFloat32 is 7 and ncclSum 0 in nccl.h: the binding's names where it has them
+        float32, total = getattr(self.nccl, "NCCL_FLOAT32", 7), getattr(self.nccl, "NCCL_SUM", 0)
         if op == "allreduce":
-            self.comm.allReduce(
-                send.data.ptr, recv.data.ptr, count, n.NCCL_FLOAT32, n.NCCL_SUM, self.stream.ptr
-            )
+            self.comm.allReduce(send.data.ptr, recv.data.ptr, count, float32, total, self.stream.ptr)
         else:
-            self.comm.allGather(send.data.ptr, recv.data.ptr, count, n.NCCL_FLOAT32, self.stream.ptr)
+            self.comm.allGather(send.data.ptr, recv.data.ptr, count, float32, self.stream.ptr)
 
     def check(self, op: str, send: Any, recv: Any, count: int) -> int:
         """Fill, run once, count the wrong elements of the result."""
