@@ -251,7 +251,13 @@ def main() -> None:
     # -- 2. IPC open across devices ------------------------------------------------------------------------
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    hexes = [pickle.dumps(first.ipc_export(first.mmap(64 * MiB)).handle).hex() for _ in range(2)]
+    # The exported buffers and their exports stay referenced until every child has run: a buffer
+    # nothing references is freed by the garbage collector (docs/user-guide.md#lifetime-munmap-
+    # close-or-the-garbage-collector), and a handle of freed memory is what made every child's
+    # cudaIpcOpenMemHandle fail with cudaErrorInvalidValue (issue 21).
+    exported = [first.mmap(64 * MiB) for _ in range(2)]
+    exports = [first.ipc_export(buf) for buf in exported]
+    hexes = [pickle.dumps(export.handle).hex() for export in exports]
     ipc: dict[str, Any] = {}
     for importer in dict.fromkeys((d1, d0)):
         got: dict[str, list[dict[str, float]]] = {"aml": [], "raw": []}
@@ -287,6 +293,9 @@ def main() -> None:
         ipc[f"importer on GPU {importer}"] = row
         print("ipc", json.dumps(row), flush=True)
     results["ipc_open"] = ipc
+    for export, buf in zip(exports, exported, strict=True):
+        export.close()
+        first.munmap(buf)
     first.close()
     second.close()
 

@@ -3,7 +3,7 @@
 # benchmark on a GPU machine. Logs and results go to $OUT (default: a new run folder of this
 # checkout, evidence/<date>-<machine>-cuda-<mode>/, named by benchmarks/machine_info.py; add
 # it to evidence/README.md's index when you commit it).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads|nccl] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
 # benchmarks/soak_pool.py, 10**5 pool operations and device memory back to its baseline.)
@@ -21,9 +21,21 @@
 # gpu2-bench.log). On one GPU the two-GPU tests skip with "needs 2 GPUs, this machine has
 # 1", the single-GPU ones run, and the benchmark writes nothing (exit 77, not a failure);
 # GPU2_SMOKE=1 then runs it with --smoke-one-gpu, its files named as a smoke test.)
+# ("nccl": issue 21 on a machine with two GPUs: benchmarks/nccl_bench.py, NCCL all-reduce and
+# all-gather over aml device, pooled and virtual-memory buffers against CuPy's and PyTorch's
+# memory (CuPy's NCCL binding, torch.distributed), and a DDP step on aml's use_with_torch
+# against PyTorch's allocator, one process per GPU; nccl_bench.json/.md, the ranks' logs
+# <phase>-rank<r>.log and its output nccl-bench.log in $OUT; at most 200 s after the
+# install (4 phases of at most 45 s each); NVLink multicast off (NCCL_NVLS_ENABLE=0,
+# TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, exported before anything runs,
+# and in every rank). NCCL_QUICK=1 for a smoke test. On one GPU it writes nothing (exit 77,
+# not a failure).)
 set -uo pipefail
 what=${1:-all}
 shift || true
+if [ "$what" = nccl ]; then # never NVLink multicast: it can take shared machines' GPUs out of service
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+fi
 repo=$(cd "$(dirname "$0")/../../.." && pwd)
 export PYTHONUNBUFFERED=1
 py=${PYTHON:-python3}
@@ -40,6 +52,14 @@ mkdir -p "$OUT"
     (cd /tmp && $py -m aml_core info)
 } 2>&1 | tee "$OUT/cuda-gpu-env.log"
 rc=0
+# A two-GPU benchmark's status (name, log, status): 77, fewer than 2 GPUs, is no failure.
+two_gpu_status() {
+    if [ "$3" = 77 ]; then
+        echo "$1: fewer than 2 GPUs, nothing measured" | tee -a "$2"
+    elif [ "$3" != 0 ]; then
+        rc=1
+    fi
+}
 if [ "$what" = all ] || [ "$what" = tests ]; then
     (cd /tmp && timeout 330 $py -m pytest "$repo/backends/cuda/tests" -q -rfEs -p no:cacheprovider \
         --timeout=150 --junitxml="$OUT/cuda-gpu-tests.xml" "$@") 2>&1 | tee "$OUT/cuda-gpu-tests.log"
@@ -92,10 +112,15 @@ if [ "$what" = gpu2 ]; then
     (cd /tmp && timeout 300 $py "$repo/benchmarks/gpu2_bench.py" --out "$OUT" "${smoke[@]}") 2>&1 |
         tee "$OUT/gpu2-bench.log"
     bench=${PIPESTATUS[0]}
-    if [ "$bench" = 77 ]; then
-        echo "gpu2_bench: fewer than 2 GPUs, nothing measured" | tee -a "$OUT/gpu2-bench.log"
-    elif [ "$bench" != 0 ]; then
-        rc=1
-    fi
+    two_gpu_status gpu2_bench "$OUT/gpu2-bench.log" "$bench"
+fi
+if [ "$what" = nccl ]; then
+    nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
+    quick=()
+    [ "${NCCL_QUICK:-0}" = 1 ] && quick=(--quick)
+    (cd /tmp && timeout 200 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 45 "${quick[@]}") 2>&1 |
+        tee "$OUT/nccl-bench.log"
+    bench=${PIPESTATUS[0]}
+    two_gpu_status nccl_bench "$OUT/nccl-bench.log" "$bench"
 fi
 exit "$rc"

@@ -1506,14 +1506,52 @@ API int zedouble_set_devices(int count, size_t memory)
     return 0;
 }
 
+#ifdef ZEDOUBLE_FORWARD_CUDA
+/* The device whose memory holds `p`: a device allocation, an opened IPC handle or a virtual
+ * memory mapping of the double; -1 for any other address (host, shared, unknown). Lock held. */
+static int forward_device_at(const void *p)
+{
+    const char *c = p;
+    for (struct alloc *a = g_allocs; a; a = a->next)
+        if ((a->kind == L_DEVICE || a->kind == L_IPC_OPEN) && a->device >= 0 && c >= (char *)a->ptr &&
+            c < (char *)a->ptr + a->size)
+            return a->device;
+    for (struct mapping *m = g_mappings; m; m = m->next)
+        if (c >= m->ptr && c < m->ptr + m->size)
+            return m->phys ? m->phys->device : -1;
+    return -1;
+}
+#endif
+
 /* Copy bytes between any two addresses (host, device or shared memory): the tests' way to
- * read and write device memory, which aml-ze (no command lists) does not touch. */
+ * read and write device memory, which aml-ze (no command lists) does not touch.
+ * Forward mode: the double's device memory is cuMem VMM memory whose access it grants to its
+ * own device only (cuMemSetAccess), so a copy to or from device d's memory must run in device
+ * d's primary context: in device 0's (current otherwise), cuMemcpy to device 1's memory
+ * failed (issue 21, "the double could not write 20 bytes" on two GPUs). */
 API int zedouble_memcpy(void *dst, const void *src, size_t n)
 {
 #ifdef ZEDOUBLE_FORWARD_CUDA
     if (g_primary)
         cuCtxSetCurrent(g_primary);
-    return cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n) == CUDA_SUCCESS ? 0 : -1;
+    pthread_mutex_lock(&g_lock);
+    int device = forward_device_at(dst);
+    if (device < 0)
+        device = forward_device_at(src);
+    pthread_mutex_unlock(&g_lock);
+    if (device <= 0) /* device 0's context is current */
+        return cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n) == CUDA_SUCCESS ? 0 : -1;
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuDeviceGet(&dev, device) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return -1;
+    int rc = -1;
+    if (cuCtxPushCurrent(ctx) == CUDA_SUCCESS) {
+        rc = cuMemcpy((CUdeviceptr)dst, (CUdeviceptr)src, n) == CUDA_SUCCESS ? 0 : -1;
+        cuCtxPopCurrent(&ctx);
+    }
+    cuDevicePrimaryCtxRelease(dev);
+    return rc;
 #else
     memcpy(dst, src, n);
     return 0;

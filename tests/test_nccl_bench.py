@@ -1,0 +1,301 @@
+"""benchmarks/nccl_bench.py without GPUs: its arguments, the skip on fewer than two GPUs, the
+data its checks use, and the launcher's handling of a pair of ranks that skip, fail or hang
+(the ranks run for real, as processes; their engines are replaced by packages that cannot be
+imported). Nothing here is timed; the two-GPU run is the GPU machine's."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import ClassVar
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+SCRIPT = BENCH / "nccl_bench.py"
+
+
+def _load() -> ModuleType:
+    """The script as a module, imported as it imports its neighbours (by bare name)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("nccl_bench")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+nccl_bench = _load()
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("OUT", None)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    paths = [str(ROOT), str(ROOT / "backends" / "cuda"), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env.update(extra)
+    return env
+
+
+def test_help_names_the_options_and_the_exit_statuses(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--help"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    for option in ("--out", "--quick", "--phases", "--phase-timeout"):
+        assert option in out.stdout
+    assert "77 fewer than 2 GPUs" in " ".join(out.stdout.split())
+    assert "--child" not in out.stdout  # the ranks' own arguments are not the user's
+
+
+def test_fewer_than_two_gpus_measures_nothing_and_writes_nothing(tmp_path: Path) -> None:
+    """No GPU is visible (CUDA_VISIBLE_DEVICES empty, on any machine): status 77 and the reason."""
+    out_dir = tmp_path / "out"
+    out = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(out_dir)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path, CUDA_VISIBLE_DEVICES=""),
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == nccl_bench.NOT_TWO_GPUS, out.stderr
+    assert "nccl_bench needs 2 GPUs" in out.stderr
+    assert "nothing measured, nothing written" in out.stderr
+    assert out.stdout == ""
+    assert not out_dir.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--phases", "collectives-cupy,nope"], ["--phases", ","], ["--phase-timeout", "soon"]],
+)
+def test_bad_arguments_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        nccl_bench.parse_args(argv)
+    assert info.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_phases_are_chosen_in_order() -> None:
+    assert nccl_bench.parse_args([]).phases == nccl_bench.PHASES
+    assert nccl_bench.parse_args(["--phases", "ddp-aml,ddp-torch"]).phases == ("ddp-aml", "ddp-torch")
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_the_checked_values_are_what_the_collectives_compute(world: int) -> None:
+    """The expected results are the sum and the concatenation of what the ranks send,
+    exactly (small integers in float32), and a wrong element is counted."""
+    count = 3 * nccl_bench.PERIOD + 7
+    sent = [nccl_bench.fill_values(np, count, rank) for rank in range(world)]
+    assert all(s.dtype == np.float32 and s.shape == (count,) for s in sent)
+    assert len({s.tobytes() for s in sent}) == world  # every rank sends something else
+    total = np.sum(np.stack(sent).astype(np.float64), axis=0)
+    reduced = nccl_bench.allreduce_expected(np, count, world)
+    assert np.array_equal(reduced.astype(np.float64), total)
+    gathered = nccl_bench.allgather_expected(np, count, world)
+    assert np.array_equal(gathered, np.concatenate(sent))
+    assert nccl_bench.mismatches(np, reduced, nccl_bench.allreduce_expected(np, count, world)) == 0
+    wrong = reduced.copy()
+    wrong[[0, count // 2, count - 1]] += 1
+    assert nccl_bench.mismatches(np, wrong, reduced) == 3
+
+
+def test_timed_samples_interleave_the_kinds() -> None:
+    calls: list[str] = []
+    syncs: list[int] = []
+    medians = nccl_bench.timed_samples(["a", "b", "c"], calls.append, lambda: syncs.append(1), 2, 3)
+    assert set(medians) == {"a", "b", "c"}
+    assert all(v >= 0 for v in medians.values())
+    assert calls == ["a", "a", "b", "b", "c", "c", "b", "b", "c", "c", "a", "a", "c", "c", "a", "a", "b", "b"]
+    assert len(syncs) == 2 * 3 * 3
+
+
+def _engines(tmp_path: Path, body: str) -> Path:
+    """A folder of packages ``cupy`` and ``torch`` whose import runs ``body``."""
+    folder = tmp_path / "engines"
+    for name in ("cupy", "torch"):
+        (folder / name).mkdir(parents=True)
+        (folder / name / "__init__.py").write_text(body.format(name=name))
+    return folder
+
+
+def _args(timeout: float = 60.0) -> argparse.Namespace:
+    return argparse.Namespace(quick=True, phase_timeout=timeout)
+
+
+@pytest.mark.parametrize("phase", ["collectives-cupy", "ddp-aml"])
+def test_a_phase_without_its_engine_is_skipped_with_the_reason(
+    phase: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engines = _engines(tmp_path, "raise ImportError('{name} is blocked for this test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
+    result = nccl_bench.run_phase(phase, tmp_path, _args())
+    assert result["status"] == "skipped", result
+    engine = "CuPy" if phase.endswith("cupy") else "PyTorch"
+    assert f"{engine} is not importable" in result["reason"]
+    assert result["exit_codes"] == [0, 0]
+    assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    for rank in (0, 1):
+        assert f"rank {rank}: skipped" in (tmp_path / f"{phase}-rank{rank}.log").read_text()
+    text = nccl_bench.markdown({"meta": _meta(), "phases": {phase: result}})
+    assert f"## {phase}" in text
+    assert "Skipped: " + result["reason"] in text
+    assert nccl_bench.checks_passed(result)
+
+
+def test_a_failing_rank_fails_the_phase_with_its_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    engines = _engines(tmp_path, "raise RuntimeError('{name} is broken for this test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
+    result = nccl_bench.run_phase("collectives-cupy", tmp_path, _args())
+    assert result["status"] == "error"
+    assert result["exit_codes"] == [1, 1]
+    assert "RuntimeError: cupy is broken for this test" in result["error"]
+    log = (tmp_path / "collectives-cupy-rank1.log").read_text()
+    assert "Traceback" in log
+    assert "cupy is broken for this test" in log
+    text = nccl_bench.markdown({"meta": _meta(), "phases": {"collectives-cupy": result}})
+    assert "**Failed**" in text
+    assert "collectives-cupy-rank0.log" in text
+
+
+def test_a_rank_that_hangs_is_killed_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engines = _engines(tmp_path, "import time\ntime.sleep(120)\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
+    result = nccl_bench.run_phase("ddp-torch", tmp_path, _args(timeout=3))
+    assert result["status"] == "error"
+    assert result["error"] == "timed out after 3 s"
+    assert result["seconds"] < 60
+    assert all(code is not None and code < 0 for code in result["exit_codes"])  # killed
+    assert all(r["error"] == f"rank {i} wrote no result" for i, r in enumerate(result["ranks"]))
+
+
+def _meta() -> dict[str, object]:
+    return {
+        "date": "today",
+        "gpus": [],
+        "cpu": "cpu",
+        "cores": "2",
+        "python": "3.11",
+        "environment": nccl_bench.NO_MULTICAST,
+    }
+
+
+class _LoopbackEngine:
+    """A rank of two in one process: the peer's contribution is what it would send. A
+    receive buffer in ``faulty`` gets one wrong element per collective."""
+
+    base = "loopback"
+    versions: ClassVar[dict[str, int]] = {"loopback": 1}
+    faulty: ClassVar[list[np.ndarray]] = []  # kept alive: compared by memory
+
+    def __init__(self, rank: int, folder: Path) -> None:
+        self.rank = rank
+        self.closed = False
+
+    def empty(self, count: int) -> np.ndarray:
+        return np.empty(count, dtype=np.float32)
+
+    def view(self, buf: np.ndarray, count: int) -> np.ndarray:
+        return buf.view(np.float32)[:count]
+
+    def collective(self, op: str, send: np.ndarray, recv: np.ndarray, count: int) -> None:
+        peer = nccl_bench.fill_values(np, count, 1 - self.rank)
+        if op == "allreduce":
+            recv[:count] = send + peer
+        else:
+            parts = [send, peer] if self.rank == 0 else [peer, send]
+            recv[:] = np.concatenate(parts)
+        if any(np.shares_memory(recv, buf) for buf in self.faulty):
+            recv[0] += 1
+
+    def check(self, op: str, send: np.ndarray, recv: np.ndarray, count: int) -> int:
+        send[...] = nccl_bench.fill_values(np, count, self.rank)
+        recv.fill(-1)
+        self.collective(op, send, recv, count)
+        expected = (
+            nccl_bench.allreduce_expected(np, count, 2)
+            if op == "allreduce"
+            else nccl_bench.allgather_expected(np, count, 2)
+        )
+        return nccl_bench.mismatches(np, recv[:count] if op == "allreduce" else recv, expected)
+
+    def sync(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class _HostMemory:
+    """The aml kinds as host byte arrays; ``vmm`` receive buffers are faulty."""
+
+    made: ClassVar[list[tuple[str, int]]] = []
+
+    def __init__(self, rank: int) -> None:
+        self.live: list[np.ndarray] = []
+        self.closed = False
+
+    def mmap(self, kind: str, nbytes: int) -> np.ndarray:
+        buf = np.zeros(nbytes, dtype=np.uint8)
+        self.made.append((kind, nbytes))
+        if kind == "aml-vmm" and nbytes > nccl_bench.MiB:  # the receive buffers (2 x the size)
+            _LoopbackEngine.faulty.append(buf)
+        self.live.append(buf)
+        return buf
+
+    def free_all(self) -> None:
+        self.live.clear()
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_rank_checks_every_kind_and_op_and_reports_wrong_results(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The rank's loop (sizes, ops, kinds, checks before and after the timing, rows) over
+    an engine that runs in one process; one kind's results are wrong and are reported."""
+    monkeypatch.setattr(nccl_bench, "CupyEngine", _LoopbackEngine)
+    monkeypatch.setattr(nccl_bench, "AmlMemory", _HostMemory)
+    monkeypatch.setattr(nccl_bench, "QUICK_SIZES", (nccl_bench.MiB, 2 * nccl_bench.MiB))
+    _HostMemory.made.clear()
+    _LoopbackEngine.faulty.clear()
+    report = nccl_bench.collectives("cupy", 0, tmp_path, quick=True)
+    kinds = ["loopback", *nccl_bench.AML_KINDS]
+    assert report["base"] == "loopback"
+    assert [(r["op"], r["size"], r["kind"]) for r in report["rows"]] == [
+        (op, size, kind) for size in nccl_bench.QUICK_SIZES for op in nccl_bench.OPS for kind in kinds
+    ]
+    for row in report["rows"]:
+        assert row["median_us"] > 0
+        assert row["GBps"] > 0
+        assert row["mismatches"] == (2 if row["kind"] == "aml-vmm" else 0)  # before and after
+    assert len(report["failed_checks"]) == 4
+    assert all("over aml-vmm: 2 wrong elements" in f for f in report["failed_checks"])
+    # a send and a receive buffer (twice the size) of each aml kind, for each size
+    assert sorted(_HostMemory.made) == sorted(
+        (kind, n * size) for kind in nccl_bench.AML_KINDS for size in nccl_bench.QUICK_SIZES for n in (1, 2)
+    )
+    result = {"status": "ok", "ranks": [report, report]}
+    assert not nccl_bench.checks_passed(result)
+    results = {"meta": _meta(), "phases": {"collectives-cupy": result}}
+    nccl_bench.summarize(results)
+    assert all(r["over_base_time"] is not None for r in report["rows"])  # every row has its ratio to the base
+    text = nccl_bench.markdown(results)
+    assert "FAILED" in text
+    assert "**Failed checks**" in text
