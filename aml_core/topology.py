@@ -99,13 +99,18 @@ def numa_distances(root: str | None = None) -> dict[int, dict[int, int]]:
 
 def pci_numa_node(bus_id: object, root: str | None = None) -> int | None:
     """The NUMA node of a PCI device (``/sys/bus/pci/devices/<bus id>/numa_node``); None
-    when sysfs does not know the device or gives no node (-1: the firmware says none)."""
+    when sysfs does not know the device. A device whose firmware names no node (-1, as in
+    many virtual machines) is on the only node when the machine has one (what
+    ``nvidia-smi topo -m`` reports), else None."""
     bus = normalize_bus_id(bus_id)
     if bus is None:
         return None
     text = _read(f"{_root(root)}/bus/pci/devices/{bus}/numa_node")
-    if text is None or not re.fullmatch(r"-?\d+", text) or int(text) < 0:
+    if text is None or not re.fullmatch(r"-?\d+", text):
         return None
+    if int(text) < 0:
+        nodes = list(numa_distances(root))
+        return nodes[0] if len(nodes) == 1 else None
     return int(text)
 
 

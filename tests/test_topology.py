@@ -71,6 +71,14 @@ def test_the_numa_node_of_a_pci_device(sysfs: dict[str, str], tmp_path: Path) ->
     assert topology.pci_numa_node("0000:c1:00.0", root) is None  # the firmware says none
 
 
+def test_a_device_without_a_node_on_a_one_node_machine(tmp_path: Path) -> None:
+    """-1 (a virtual machine's firmware) on a machine of one node is that node, as
+    nvidia-smi's NUMA affinity says (seen on the H200 machine)."""
+    numa_nodes(tmp_path, {0: [10]})
+    bus = pci_device(tmp_path, "pci0000:00/0000:00:06.0", -1)
+    assert topology.pci_numa_node(bus, str(tmp_path)) == 0
+
+
 @pytest.mark.parametrize(
     ("x", "y", "link"),
     [

@@ -107,4 +107,7 @@ def test_debian_library_symbols() -> None:
     )
     present = json.loads(proc.stdout)
     assert [n for n in REQUIRED if not present[n]] == []
-    assert [n for n in OPTIONAL if present[n]] == []  # ROCr 5.2: no virtual memory API
+    # ROCr 5.2: no virtual memory API, no dma-buf export. The forwarding double stands in
+    # for this SONAME in a forward run (it is what that file is there): it has them.
+    if os.environ.get("AML_HSA_TEST_DOUBLE") != "forward":
+        assert [n for n in OPTIONAL if present[n]] == []
