@@ -591,7 +591,10 @@ class CupyEngine:
 
         aml_cuda.get_runtime().set_device(rank)
         uid = rendezvous_value(folder, "nccl-unique-id.json", rank, lambda: list(nccl.get_unique_id()))
-        self.comm = nccl.NcclCommunicator(WORLD, tuple(uid), rank)
+        try:  # CuPy 14 gives and takes the id as bytes; older CuPy as a tuple of chars
+            self.comm = nccl.NcclCommunicator(WORLD, bytes(v & 0xFF for v in uid), rank)
+        except TypeError:
+            self.comm = nccl.NcclCommunicator(WORLD, tuple(uid), rank)
         self.stream = cupy.cuda.Stream(non_blocking=True)
         self.versions = {"cupy": cupy.__version__, "nccl": nccl.get_version()}
         if loaded:
@@ -827,7 +830,16 @@ def ddp(allocator: str, rank: int, folder: Path, quick: bool) -> dict[str, Any]:
         errors = list(getattr(hook, "errors", []))
         if errors:
             failed.append(f"the aml hook refused {len(errors)} allocation(s): {errors[0]!r}")
-        result["hook"] = f"{hook!r}; pool: {pool.pool_stats}"
+        states = getattr(hook, "states", {})
+        served = "; ".join(
+            f"device {d}: {st.fast_allocs} allocations and {st.fast_frees} frees served in C without the GIL"
+            for d, st in states.items()
+        )
+        kernel = pool._kernel
+        result["hook"] = (
+            f"{hook!r}; pool: {pool.pool_stats}; {served}; kernel slow-path frees {kernel.slow_munmaps}, "
+            f"stream-held blocks {sum(len(v) for v in kernel.stream_cached().values())}"
+        )
     result["failed_checks"] = failed
     dist.destroy_process_group()
     return result
