@@ -282,17 +282,10 @@ cdef class PoolKernel(FastPath):
         if rest >= self.split_min(slab.heap):
             tail = <Block *>calloc(1, sizeof(Block))
             if tail != NULL:
-                tail.slab = slab
                 tail.addr = b.addr + n
                 tail.size = rest
-                tail.prev = b
-                tail.next = b.next
-                if b.next == NULL:
-                    slab.last = tail
-                else:
-                    b.next.prev = tail
-                b.next = tail
                 b.size = n
+                _link_after(slab, b, tail)
                 self.heap_insert(tail)
             # no memory for the tail's record: the block keeps it (bounded waste)
         b.state = B_USED
@@ -1178,15 +1171,9 @@ cdef class PoolKernel(FastPath):
             tail.size += chunk
         else:
             tail = fresh
-            tail.slab = seg
             tail.addr = end
             tail.size = chunk
-            tail.prev = seg.last
-            if seg.last == NULL:
-                seg.first = tail
-            else:
-                seg.last.next = tail
-            seg.last = tail
+            _link_after(seg, seg.last, tail)
         self.heap_insert(tail)
         return tail
 
@@ -1367,6 +1354,21 @@ def _fs(n):
     from .specs import format_size
 
     return format_size(n, exact=True)
+
+
+cdef inline void _link_after(Slab *slab, Block *prev, Block *b) noexcept nogil:
+    """Put ``b`` in ``slab``'s address-ordered list right after ``prev`` (NULL: first)."""
+    b.slab = slab
+    b.prev = prev
+    b.next = slab.first if prev == NULL else prev.next
+    if b.next == NULL:
+        slab.last = b
+    else:
+        b.next.prev = b
+    if prev == NULL:
+        slab.first = b
+    else:
+        prev.next = b
 
 
 cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:

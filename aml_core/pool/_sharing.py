@@ -37,17 +37,8 @@ class Sharing(Area):
         """Share a pooled device buffer with another process: its slab's IPC handle with
         the block's offset and size (``aml_core.ipc_open`` maps the slab once per process
         and returns a buffer at the block's address)."""
-        area = self._area
-        if not isinstance(area, IpcExporter) or self._vm is not None:
-            raise AMLNotSupported(
-                f"this pool's memory cannot be shared by IPC handle ({type(self._area).__name__}"
-                f"{', expandable' if self._vm is not None else ''})"
-            )
-        with self._lock:
-            self._check_open()
-            buf = self._lookup(buffer, None)
-        slab, offset = self.slab_of(buf)
-        assert slab is not None
+        area, buf, slab, offset = self._slab_to_export(buffer, IpcExporter, "shared by IPC handle")
+        assert isinstance(area, IpcExporter)
         handle = area.ipc_export(slab).handle
         return IpcExport(buf, attrs.evolve(handle, size=buf.size, offset=offset))
 
@@ -56,10 +47,21 @@ class Sharing(Area):
         the area, with the block's offset in the slab added and the block's size; the
         handle keeps the block alive. AMLNotSupported for an expandable pool (its segment
         is no buffer of the area) and over an area without dma-buf export."""
+        area, buf, slab, offset = self._slab_to_export(buffer, DmabufExporter, "exported as a dma-buf")
+        assert isinstance(area, DmabufExporter)
+        whole = area.export_dmabuf(slab)
+        return attrs.evolve(whole, offset=whole.offset + offset, size=buf.size, buffer=buf)
+
+    def _slab_to_export(
+        self, buffer: Buffer | int, protocol: type, how: str
+    ) -> tuple[Area, Buffer, Buffer, int]:
+        """What an export of a pooled block starts from: the area (which must implement
+        ``protocol``; an expandable pool's segment is no buffer of it), the live buffer,
+        its slab and its offset there."""
         area = self._area
-        if not isinstance(area, DmabufExporter) or self._vm is not None:
+        if not isinstance(area, protocol) or self._vm is not None:
             raise AMLNotSupported(
-                f"this pool's memory cannot be exported as a dma-buf ({type(self._area).__name__}"
+                f"this pool's memory cannot be {how} ({type(area).__name__}"
                 f"{', expandable' if self._vm is not None else ''})"
             )
         with self._lock:
@@ -67,8 +69,7 @@ class Sharing(Area):
             buf = self._lookup(buffer, None)
         slab, offset = self.slab_of(buf)
         assert slab is not None
-        whole = area.export_dmabuf(slab)
-        return attrs.evolve(whole, offset=whole.offset + offset, size=buf.size, buffer=buf)
+        return area, buf, slab, offset
 
     def write(self, buffer: Buffer, data: bytes | bytearray | memoryview, offset: int = 0) -> None:
         """Copy host bytes into a pooled buffer: through the area's ``write`` (an area with
