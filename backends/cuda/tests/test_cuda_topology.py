@@ -151,7 +151,9 @@ def _nvidia_smi() -> tuple[dict[str, dict[str, str]], dict[str, str]] | None:
     for line in _run(smi, "--query-gpu=index,pci.bus_id", "--format=csv,noheader").splitlines():
         index, _, bus_id = line.partition(",")
         bus[f"GPU{index.strip()}"] = topology.normalize_bus_id(bus_id.strip())
-    lines = [ln for ln in _run(smi, "topo", "-m").splitlines() if ln.strip()]
+    # nvidia-smi underlines its header with terminal escapes ("\x1b[4mGPU0"): drop them.
+    text = re.sub(r"\x1b\[[0-9;]*m", "", _run(smi, "topo", "-m"))
+    lines = [ln for ln in text.splitlines() if ln.strip()]
     print("nvidia-smi topo -m:\n" + "\n".join(lines))
     cols = [c.strip() for c in lines[0].split("\t")]
     links: dict[str, dict[str, str]] = {}
