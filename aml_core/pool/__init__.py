@@ -183,7 +183,7 @@ from ..area import Area
 from ._history import HistoryEvent, LogRecord, Snapshot, SnapshotBlock, SnapshotSegment
 from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
-from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
+from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats, StreamStats
 
 __all__ = [
     "HistoryEvent",
@@ -196,6 +196,7 @@ __all__ = [
     "Snapshot",
     "SnapshotBlock",
     "SnapshotSegment",
+    "StreamStats",
     "pool",
 ]
 
