@@ -96,6 +96,9 @@ Statistics
     largest free block and ``fragmentation = 1 - largest_free_block / free_bytes``
     (0 when nothing is free): 0 when all cached memory is one block, near 1 when it is
     scattered in small pieces that a large request cannot use.
+    :attr:`Pool.stream_stats` splits the live and cached blocks by stream
+    (:class:`StreamStats`, host order first): what each stream holds and what waits on
+    its free list.
 
 History
     :meth:`Pool.record_history` records every allocation and free (address, block and
