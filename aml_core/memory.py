@@ -116,6 +116,12 @@ def _add_streams(a: _Streams, b: _Streams) -> _Streams:
     return dict(sorted(out.items(), key=lambda item: (item[0] != "host", len(item[0]), item[0])))
 
 
+def _total_streams(groups: dict[tuple[str, str, str], _Streams]) -> _Streams:
+    """The groups' streams added up by stream name."""
+    empty: _Streams = {}
+    return functools.reduce(_add_streams, groups.values(), empty)
+
+
 def _stream_stats(streams: _Streams, prefix: str = "") -> dict[str, int | float]:
     return {
         f"{prefix}stream.{name}.{key}": value
@@ -320,7 +326,7 @@ def memory_stats(area_or_pool: Area | Pool | None = None) -> dict[str, int | flo
     streams = _grouped_streams(areas)
     total = sum(groups.values(), _Figures())
     out = total.as_stats("all.")
-    out.update(_stream_stats(functools.reduce(_add_streams, streams.values(), {}), "all."))
+    out.update(_stream_stats(_total_streams(streams), "all."))
     for group, figures in groups.items():
         prefix = ".".join(group) + "."
         out.update(figures.as_stats(prefix))
@@ -421,7 +427,7 @@ def memory_summary(area_or_pool: Area | Pool | None = None) -> str:
             )
         total = sum(groups.values(), _Figures())
         if len(groups) != 1:  # with one group, its table is the total
-            all_streams = functools.reduce(_add_streams, streams.values(), {})
-            out += _table(f"All: {total.pools} pool(s), {total.areas} area(s)", total, all_streams)
+            title = f"All: {total.pools} pool(s), {total.areas} area(s)"
+            out += _table(title, total, _total_streams(streams))
     out.append(eq)
     return "\n".join(out) + "\n"

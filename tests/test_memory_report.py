@@ -209,7 +209,11 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
         host_order, s1 = by_stream[None], by_stream[S1]
         assert (s1.bytes_in_use, s1.block_bytes, s1.live_blocks) == (1000, _blocks(pool, 1000), 1)
         assert (s1.bytes_cached, s1.cached_blocks) == (_blocks(pool, 4096) + _blocks(pool, 5000), 2)
-        assert (host_order.bytes_in_use, host_order.block_bytes, host_order.live_blocks) == (100, _blocks(pool, 100), 1)
+        assert (host_order.bytes_in_use, host_order.block_bytes, host_order.live_blocks) == (
+            100,
+            _blocks(pool, 100),
+            1,
+        )
         ps = pool.pool_stats
         assert host_order.bytes_cached == ps.bytes_cached - s1.bytes_cached
         stats = check_pool_report(pool)  # the keys and rows say what stream_stats says
@@ -217,7 +221,11 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
         assert stats["stream.host.requested_bytes.current"] == 100
         assert "stream.0x2000.requested_bytes.current" not in stats
         summary = aml_core.memory_summary(pool)
-        assert row(summary, "stream 0x1000") == [format_size(1000), format_size(1024), format_size(s1.bytes_cached)]
+        assert row(summary, "stream 0x1000") == [
+            format_size(1000),
+            format_size(1024),
+            format_size(s1.bytes_cached),
+        ]
         # a request on S2 is served from free memory in host order first: S1 keeps its list
         e = pool.mmap(4096, {"stream": S2})
         by_stream = {s.stream: s for s in pool.stream_stats}
@@ -242,7 +250,11 @@ def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
         assert host.allocs == 1
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, S2]
-        assert (by_stream[S2].bytes_in_use, by_stream[S2].block_bytes, by_stream[S2].bytes_cached) == (4096, 4096, 0)
+        assert (by_stream[S2].bytes_in_use, by_stream[S2].block_bytes, by_stream[S2].bytes_cached) == (
+            4096,
+            4096,
+            0,
+        )
         assert by_stream[None].bytes_cached == 0
         check_pool_report(pool)
         pool.munmap(b)
@@ -259,7 +271,9 @@ def test_the_process_adds_pools_up_by_stream() -> None:
         assert stats["all.stream.0x2000.requested_bytes.current"] == 700
         assert stats["all.stream.host.requested_bytes.current"] == 0
         # one group: its stream keys say what the totals say
-        group = {k.removeprefix("host.host.-."): v for k, v in stats.items() if k.startswith("host.host.-.stream.")}
+        group = {
+            k.removeprefix("host.host.-."): v for k, v in stats.items() if k.startswith("host.host.-.stream.")
+        }
         assert group == {k.removeprefix("all."): v for k, v in stats.items() if k.startswith("all.stream.")}
         cached = p1.pool_stats.bytes_cached + p2.pool_stats.bytes_cached
         assert stats["all.stream.host.cached_bytes.current"] == cached
