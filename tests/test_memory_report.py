@@ -5,6 +5,7 @@ counted once over the process, and the documented keys."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -46,9 +47,14 @@ def test_the_keys_are_the_documented_ones() -> None:
         "pools.current",
         "areas.current",
     )
+    assert_documented(f"`{key}`" for key in STAT_KEYS)
+
+
+def assert_documented(keys: Iterable[str]) -> None:
+    """Each of ``keys`` is in the user guide."""
     guide = (Path(__file__).resolve().parent.parent / "docs" / "user-guide.md").read_text()
-    for key in STAT_KEYS:
-        assert f"`{key}`" in guide, key
+    for key in keys:
+        assert key in guide, key
 
 
 def test_a_host_pool_after_known_mmaps_and_munmaps() -> None:
@@ -294,6 +300,4 @@ def test_the_stream_keys_are_the_documented_ones() -> None:
         "blocks.current",
         "cached_blocks.current",
     )
-    guide = (Path(__file__).resolve().parent.parent / "docs" / "user-guide.md").read_text()
-    for key in STREAM_KEYS:
-        assert f"`stream.<handle>.{key}`" in guide, key
+    assert_documented(f"`stream.<handle>.{key}`" for key in STREAM_KEYS)
