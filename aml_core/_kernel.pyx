@@ -1269,6 +1269,47 @@ cdef class PoolKernel(FastPath):
         finally:
             self.unlock()
 
+    def stream_stats(self):
+        """Live and cached blocks by stream, walked under the mutex: {stream: (requested,
+        block_bytes, cached_bytes, live_blocks, cached_blocks)}. A stream's live blocks
+        are those allocated on it, its cached ones those on its free list; None is host
+        order: live blocks allocated without a stream, and every other cached block (the
+        host stacks and the heaps, ``reserved - blocks`` less the streams' lists). Only
+        streams with a live or a cached block appear; None always does (statistics)."""
+        cdef Block *b
+        cdef size_t i
+        self.lock_gil()
+        try:
+            out = {}
+            live_it = self._live.begin()
+            while live_it != self._live.end():
+                b = deref(live_it).second
+                key = b.stream if b.has_stream else None
+                r, used, cached, n, m = out.get(key, (0, 0, 0, 0, 0))
+                out[key] = (r + b.requested, used + b.size, cached, n + 1, m)
+                inc(live_it)
+            stream_bytes = 0
+            it = self._sfast.begin()
+            while it != self._sfast.end():
+                if not deref(it).second.empty():
+                    key = deref(it).first.first
+                    held = deref(it).second.size()
+                    size = deref(it).first.second * held
+                    stream_bytes += size
+                    r, used, cached, n, m = out.get(key, (0, 0, 0, 0, 0))
+                    out[key] = (r, used, cached + size, n, m + held)
+                inc(it)
+            host_free = self._heap0.size() + self._heap1.size()
+            fast_it = self._fast.begin()
+            while fast_it != self._fast.end():
+                host_free += deref(fast_it).second.size()
+                inc(fast_it)
+            r, used, cached, n, m = out.get(None, (0, 0, 0, 0, 0))
+            out[None] = (r, used, self.reserved - self.blocks - stream_bytes, n, host_free)
+            return out
+        finally:
+            self.unlock()
+
     def close_stacks(self):
         """close() begins: no more stacks, the host stacks coalesced."""
         self.lock_gil()

@@ -22,6 +22,14 @@ Counting every area and pool at once
     current own part instead (its users' peak cannot be told apart from the pool's
     slabs). A single area's or pool's peaks are exact.
 
+Per stream
+    A pool with blocks on streams (live blocks allocated on a stream, or blocks cached
+    on a stream's free list) reports each stream's part too
+    (:attr:`~aml_core.pool.Pool.stream_stats`): bytes in use, block bytes and cached
+    bytes by stream handle, and "host order" for the rest (blocks allocated without a
+    stream, free blocks on no stream's list). Over the process, the pools of a group
+    add up by stream handle. A pool with no block on a stream reports no stream.
+
     Areas and pools are tracked weakly from their creation
     (:data:`aml_core.area.LIVE_AREAS`); a closed one is not reported.
 """
@@ -29,16 +37,17 @@ Counting every area and pool at once
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterable
 
 import attrs
 
 from .area import LIVE_AREAS, Area
 from .errors import AMLTypeError
-from .pool import Pool, PoolStats
+from .pool import Pool, PoolStats, StreamStats
 from .specs import format_size
 
-__all__ = ["STAT_KEYS", "memory_stats", "memory_summary", "pool_stats_summary"]
+__all__ = ["STAT_KEYS", "STREAM_KEYS", "memory_stats", "memory_summary", "pool_stats_summary"]
 
 #: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
 #: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
@@ -63,6 +72,62 @@ STAT_KEYS: tuple[str, ...] = (
     "pools.current",
     "areas.current",
 )
+
+#: The keys of each stream's part in :func:`memory_stats`, prefixed with
+#: ``stream.<0x handle>.`` (``stream.host.`` for host order), after those of
+#: :data:`STAT_KEYS` (docs/user-guide.md, "Memory statistics").
+STREAM_KEYS: tuple[str, ...] = (
+    "requested_bytes.current",
+    "allocated_bytes.current",
+    "cached_bytes.current",
+    "blocks.current",
+    "cached_blocks.current",
+)
+
+#: A stream's figures (in the order of :data:`STREAM_KEYS`), by stream name ("host" for
+#: host order, else its handle in hexadecimal), host order first.
+_Streams = dict[str, tuple[int, ...]]
+
+
+def _streams(area: Area) -> _Streams:
+    """A pool's figures by stream; none when no block of it is on a stream (and for an
+    area)."""
+    if not isinstance(area, Pool):
+        return {}
+    by_stream = area.stream_stats
+    if all(s.stream is None for s in by_stream):
+        return {}
+    return {_stream_name(s): _stream_figures(s) for s in by_stream}
+
+
+def _stream_name(s: StreamStats) -> str:
+    return "host" if s.stream is None else f"0x{s.stream:x}"
+
+
+def _stream_figures(s: StreamStats) -> tuple[int, ...]:
+    return (s.bytes_in_use, s.block_bytes, s.bytes_cached, s.live_blocks, s.cached_blocks)
+
+
+def _add_streams(a: _Streams, b: _Streams) -> _Streams:
+    """Two holders' streams added up by stream name (host order first, then by handle)."""
+    out = dict(a)
+    for name, figures in b.items():
+        out[name] = tuple(x + y for x, y in zip(out.get(name, (0,) * len(figures)), figures, strict=True))
+    return dict(sorted(out.items(), key=lambda item: (item[0] != "host", len(item[0]), item[0])))
+
+
+def _total_streams(groups: dict[tuple[str, str, str], _Streams]) -> _Streams:
+    """The groups' streams added up by stream name."""
+    empty: _Streams = {}
+    return functools.reduce(_add_streams, groups.values(), empty)
+
+
+def _stream_stats(streams: _Streams, prefix: str = "") -> dict[str, int | float]:
+    return {
+        f"{prefix}stream.{name}.{key}": value
+        for name, figures in streams.items()
+        for key, value in zip(STREAM_KEYS, figures, strict=True)
+    }
 
 
 @attrs.frozen
@@ -220,6 +285,16 @@ def _grouped(areas: Iterable[Area]) -> dict[tuple[str, str, str], _Figures]:
     return groups
 
 
+def _grouped_streams(areas: Iterable[Area]) -> dict[tuple[str, str, str], _Streams]:
+    """Each group's pools' figures by stream (the groups with a stream only)."""
+    groups: dict[tuple[str, str, str], _Streams] = {}
+    for area in areas:
+        streams = _streams(area)
+        if streams:
+            groups[_group(area)] = _add_streams(groups.get(_group(area), {}), streams)
+    return groups
+
+
 def _check(area_or_pool: Area | None) -> None:
     if area_or_pool is not None and not isinstance(area_or_pool, Area):
         raise AMLTypeError(
@@ -236,15 +311,26 @@ def memory_stats(area_or_pool: Area | Pool | None = None) -> dict[str, int | flo
     the same keys prefixed with ``"all."`` for the totals and with
     ``"<backend>.<kind>.<device>."`` for each group (``"cuda.device.0."``,
     ``"host.host.-."`` for an area without a device), each holder counting only what it
-    gave out itself (see :mod:`aml_core.memory`)."""
+    gave out itself (see :mod:`aml_core.memory`).
+
+    A pool with blocks on streams adds, after those, the keys of :data:`STREAM_KEYS`
+    for each stream, prefixed with ``"stream.<0x handle>."`` (``"stream.0x7f3a10.
+    cached_bytes.current"``), and for host order with ``"stream.host."``; over the
+    process, each group's and the totals' (``"all.stream.host.blocks.current"``), the
+    pools' added up by stream."""
     _check(area_or_pool)
     if area_or_pool is not None:
-        return _figures(area_or_pool).as_stats()
-    groups = _grouped(live_areas())
+        return _figures(area_or_pool).as_stats() | _stream_stats(_streams(area_or_pool))
+    areas = live_areas()
+    groups = _grouped(areas)
+    streams = _grouped_streams(areas)
     total = sum(groups.values(), _Figures())
     out = total.as_stats("all.")
-    for (backend, kind, device), figures in groups.items():
-        out.update(figures.as_stats(f"{backend}.{kind}.{device}."))
+    out.update(_stream_stats(_total_streams(streams), "all."))
+    for group, figures in groups.items():
+        prefix = ".".join(group) + "."
+        out.update(figures.as_stats(prefix))
+        out.update(_stream_stats(streams.get(group, {}), prefix))
     return out
 
 
@@ -285,12 +371,18 @@ def _rows(f: _Figures) -> list[tuple[str, str, str]]:
     ]
 
 
-def _table(title: str, f: _Figures) -> list[str]:
+def _table(title: str, f: _Figures, streams: _Streams) -> list[str]:
     rule = "|" + "-" * (_WIDTH - 2) + "|"
     out = [rule, f"| {title:<{_WIDTH - 4}} |", rule]
     out.append(f"| {'Metric':<29} | {'Current':>18} | {'Peak / total':>18} |")
     out.append(rule)
     out.extend(f"| {name:<29} | {cur:>18} | {peak:>18} |" for name, cur, peak in _rows(f))
+    if streams:
+        out += [rule, f"| {'Stream':<29} | {'In use':>10} | {'Blocks':>10} | {'Cached':>10} |", rule]
+        for name, (requested, blocks, cached, *_counts) in streams.items():
+            label = "host order" if name == "host" else f"stream {name}"
+            size = format_size
+            out.append(f"| {label:<29} | {size(requested):>10} | {size(blocks):>10} | {size(cached):>10} |")
     return out
 
 
@@ -312,22 +404,30 @@ def memory_summary(area_or_pool: Area | Pool | None = None) -> str:
     ``area_or_pool``: one area or pool; None (the default) summarizes every open area
     and pool of the process: a table per backend, kind and device, and the totals when
     there are several (see
-    :mod:`aml_core.memory` for how layered pools are counted once). Per-stream figures
-    are not reported yet."""
+    :mod:`aml_core.memory` for how layered pools are counted once). A pool with blocks
+    on streams adds a row per stream (``stream 0x...``, and ``host order``): bytes in
+    use, block bytes and bytes cached on that stream's free list; over the process,
+    each group's pools added up by stream."""
     _check(area_or_pool)
     eq = "|" + "=" * (_WIDTH - 2) + "|"
     out = [eq, f"| {'aml memory summary':^{_WIDTH - 4}} |"]
     if area_or_pool is not None:
-        out += _table(_describe(area_or_pool), _figures(area_or_pool))
+        out += _table(_describe(area_or_pool), _figures(area_or_pool), _streams(area_or_pool))
     else:
-        groups = _grouped(live_areas())
-        for (backend, kind, device), figures in groups.items():
+        areas = live_areas()
+        groups = _grouped(areas)
+        streams = _grouped_streams(areas)
+        for group, figures in groups.items():
+            backend, kind, device = group
             where = "" if device == "-" else f", device {device}"
             out += _table(
-                f"{backend} {kind} memory{where}: {figures.pools} pool(s), {figures.areas} area(s)", figures
+                f"{backend} {kind} memory{where}: {figures.pools} pool(s), {figures.areas} area(s)",
+                figures,
+                streams.get(group, {}),
             )
         total = sum(groups.values(), _Figures())
         if len(groups) != 1:  # with one group, its table is the total
-            out += _table(f"All: {total.pools} pool(s), {total.areas} area(s)", total)
+            title = f"All: {total.pools} pool(s), {total.areas} area(s)"
+            out += _table(title, total, _total_streams(streams))
     out.append(eq)
     return "\n".join(out) + "\n"

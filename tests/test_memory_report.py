@@ -5,16 +5,18 @@ counted once over the process, and the documented keys."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 import aml_core
 from aml_core.errors import AMLTypeError, AMLValueError
-from aml_core.memory import STAT_KEYS, pool_stats_summary
+from aml_core.memory import STAT_KEYS, STREAM_KEYS, pool_stats_summary
 from aml_core.specs import format_size
 
 from .support.memory_reports import check_pool_report, fresh_live_areas, row
+from .support.streams import S1, S2, StreamedHost
 
 MiB = 1 << 20
 
@@ -45,9 +47,14 @@ def test_the_keys_are_the_documented_ones() -> None:
         "pools.current",
         "areas.current",
     )
+    assert_documented(f"`{key}`" for key in STAT_KEYS)
+
+
+def assert_documented(keys: Iterable[str]) -> None:
+    """Each of ``keys`` is in the user guide."""
     guide = (Path(__file__).resolve().parent.parent / "docs" / "user-guide.md").read_text()
-    for key in STAT_KEYS:
-        assert f"`{key}`" in guide, key
+    for key in keys:
+        assert key in guide, key
 
 
 def test_a_host_pool_after_known_mmaps_and_munmaps() -> None:
@@ -189,3 +196,108 @@ def test_an_area_s_error_gives_sizes_for_people(tmp_path: Path) -> None:
         pytest.raises(AMLValueError, match=expected),
     ):
         area.mmap(8192, {"fd": f.fileno()})
+
+
+def _blocks(pool: aml_core.Pool, n: int) -> int:
+    """The bytes of the block the pool gives for a request of ``n``: the granule's multiple."""
+    granule = pool._kernel.granule
+    return -(-n // granule) * granule
+
+
+def test_a_pool_on_streams_reports_each_stream() -> None:
+    with StreamedHost() as host, aml_core.pool(host) as pool:
+        a, b, c = pool.mmap(1000, {"stream": S1}), pool.mmap(5000, {"stream": S2}), pool.mmap(100)
+        d = pool.mmap(4096, {"stream": S1})
+        pool.munmap(d)  # onto S1's free list: the stream it was allocated on
+        pool.munmap_on(b, S1)  # freed in S1's order: onto S1's list too, S2 has nothing left
+        by_stream = {s.stream: s for s in pool.stream_stats}
+        assert list(by_stream) == [None, S1]
+        host_order, s1 = by_stream[None], by_stream[S1]
+        assert (s1.bytes_in_use, s1.block_bytes, s1.live_blocks) == (1000, _blocks(pool, 1000), 1)
+        assert (s1.bytes_cached, s1.cached_blocks) == (_blocks(pool, 4096) + _blocks(pool, 5000), 2)
+        assert (host_order.bytes_in_use, host_order.block_bytes, host_order.live_blocks) == (
+            100,
+            _blocks(pool, 100),
+            1,
+        )
+        ps = pool.pool_stats
+        assert host_order.bytes_cached == ps.bytes_cached - s1.bytes_cached
+        stats = check_pool_report(pool)  # the keys and rows say what stream_stats says
+        assert stats["stream.0x1000.cached_bytes.current"] == s1.bytes_cached
+        assert stats["stream.host.requested_bytes.current"] == 100
+        assert "stream.0x2000.requested_bytes.current" not in stats
+        summary = aml_core.memory_summary(pool)
+        assert row(summary, "stream 0x1000") == [
+            format_size(1000),
+            format_size(1024),
+            format_size(s1.bytes_cached),
+        ]
+        # a request on S2 is served from free memory in host order first: S1 keeps its list
+        e = pool.mmap(4096, {"stream": S2})
+        by_stream = {s.stream: s for s in pool.stream_stats}
+        assert (by_stream[S2].bytes_in_use, by_stream[S2].live_blocks) == (4096, 1)
+        assert by_stream[S1] == s1
+        assert by_stream[None].bytes_cached == host_order.bytes_cached - 4096
+        check_pool_report(pool)
+        for buf in (a, c, e):
+            pool.munmap(buf)
+        pool.trim()  # streams reclaimed: their blocks back in host order, then released
+        assert [s.stream for s in pool.stream_stats] == [None]
+        assert not [k for k in aml_core.memory_stats(pool) if k.startswith("stream.")]
+        check_pool_report(pool)
+
+
+def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
+    with StreamedHost() as host, aml_core.pool(host, small_slab=4096, small_max=4096) as pool:
+        pool.munmap(pool.mmap(4096, {"stream": S1}))  # the only free block, on S1's list
+        s1 = {s.stream: s for s in pool.stream_stats}[S1]
+        assert (s1.bytes_in_use, s1.bytes_cached, s1.live_blocks, s1.cached_blocks) == (0, 4096, 0, 1)
+        b = pool.mmap(4096, {"stream": S2})  # S2 waits for S1's event and takes it
+        assert host.allocs == 1
+        by_stream = {s.stream: s for s in pool.stream_stats}
+        assert list(by_stream) == [None, S2]
+        assert (by_stream[S2].bytes_in_use, by_stream[S2].block_bytes, by_stream[S2].bytes_cached) == (
+            4096,
+            4096,
+            0,
+        )
+        assert by_stream[None].bytes_cached == 0
+        check_pool_report(pool)
+        pool.munmap(b)
+
+
+def test_the_process_adds_pools_up_by_stream() -> None:
+    with StreamedHost() as h1, StreamedHost() as h2, aml_core.pool(h1) as p1, aml_core.pool(h2) as p2:
+        kept = [p1.mmap(1000, {"stream": S1}), p2.mmap(3000, {"stream": S1}), p2.mmap(700, {"stream": S2})]
+        plain = aml_core.pool(h1)  # no block on a stream: no stream of its own
+        kept.append(plain.mmap(50))
+        stats = aml_core.memory_stats()
+        assert stats["all.stream.0x1000.requested_bytes.current"] == 4000
+        assert stats["all.stream.0x1000.blocks.current"] == 2
+        assert stats["all.stream.0x2000.requested_bytes.current"] == 700
+        assert stats["all.stream.host.requested_bytes.current"] == 0
+        # one group: its stream keys say what the totals say
+        group = {
+            k.removeprefix("host.host.-."): v for k, v in stats.items() if k.startswith("host.host.-.stream.")
+        }
+        assert group == {k.removeprefix("all."): v for k, v in stats.items() if k.startswith("all.stream.")}
+        cached = p1.pool_stats.bytes_cached + p2.pool_stats.bytes_cached
+        assert stats["all.stream.host.cached_bytes.current"] == cached
+        summary = aml_core.memory_summary()
+        assert row(summary, "stream 0x1000")[0] == format_size(4000)
+        assert row(summary, "host order")[0] == "0 B"
+        kept.pop().free()
+        plain.close()
+        for buf in kept:
+            buf.free()
+
+
+def test_the_stream_keys_are_the_documented_ones() -> None:
+    assert STREAM_KEYS == (
+        "requested_bytes.current",
+        "allocated_bytes.current",
+        "cached_bytes.current",
+        "blocks.current",
+        "cached_blocks.current",
+    )
+    assert_documented(f"`stream.<handle>.{key}`" for key in STREAM_KEYS)

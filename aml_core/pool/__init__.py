@@ -96,6 +96,9 @@ Statistics
     largest free block and ``fragmentation = 1 - largest_free_block / free_bytes``
     (0 when nothing is free): 0 when all cached memory is one block, near 1 when it is
     scattered in small pieces that a large request cannot use.
+    :attr:`Pool.stream_stats` splits the live and cached blocks by stream
+    (:class:`StreamStats`, host order first): what each stream holds and what waits on
+    its free list.
 
 History
     :meth:`Pool.record_history` records every allocation and free (address, block and
@@ -183,7 +186,7 @@ from ..area import Area
 from ._history import HistoryEvent, LogRecord, Snapshot, SnapshotBlock, SnapshotSegment
 from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
-from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats
+from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats, StreamStats
 
 __all__ = [
     "HistoryEvent",
@@ -196,6 +199,7 @@ __all__ = [
     "Snapshot",
     "SnapshotBlock",
     "SnapshotSegment",
+    "StreamStats",
     "pool",
 ]
 

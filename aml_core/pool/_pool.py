@@ -27,7 +27,16 @@ from ..protocols import (
 from ..specs import Capability, format_size
 from ._history import Recording
 from ._sharing import Sharing
-from ._values import NO_STREAM, MiB, PoolOptions, PoolOptionsDict, PoolStats, pool_stats_of
+from ._values import (
+    NO_STREAM,
+    MiB,
+    PoolOptions,
+    PoolOptionsDict,
+    PoolStats,
+    StreamStats,
+    pool_stats_of,
+    stream_stats_of,
+)
 
 __all__ = ["OnOom", "Pool"]
 
@@ -403,6 +412,17 @@ class Pool(Recording, Sharing):
     def pool_stats(self) -> PoolStats:
         with self._kernel:
             return pool_stats_of(self._kernel.stats())
+
+    @property
+    def stream_stats(self) -> tuple[StreamStats, ...]:
+        """The pool's memory by stream, read at one moment: host order first (``stream``
+        None: blocks allocated without a stream, and the free blocks on no stream's
+        list), then each stream that has a live block allocated on it or a block cached
+        on its free list, by handle. Their ``bytes_in_use`` and ``block_bytes`` add up
+        to :attr:`pool_stats`' ``bytes_in_use`` and ``block_bytes``, their
+        ``bytes_cached`` to its ``bytes_cached``."""
+        with self._kernel:
+            return stream_stats_of(self._kernel.stream_stats())
 
     def slab_of(self, buffer: Buffer) -> tuple[Buffer | None, int]:
         """The area's buffer a pooled buffer was carved from (None for an expandable

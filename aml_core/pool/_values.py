@@ -8,7 +8,17 @@ from typing import Any, TypedDict
 
 import attrs
 
-__all__ = ["NO_STREAM", "KiB", "MiB", "PoolOptions", "PoolOptionsDict", "PoolStats", "pool_stats_of"]
+__all__ = [
+    "NO_STREAM",
+    "KiB",
+    "MiB",
+    "PoolOptions",
+    "PoolOptionsDict",
+    "PoolStats",
+    "StreamStats",
+    "pool_stats_of",
+    "stream_stats_of",
+]
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -65,6 +75,33 @@ def pool_stats_of(counters: tuple[int, ...]) -> PoolStats:
         largest_free_block=largest,
         fragmentation=1.0 - largest / cached if cached else 0.0,
     )
+
+
+@attrs.frozen
+class StreamStats:
+    """A pool's memory on one stream (:attr:`~aml_core.pool.Pool.stream_stats`): its live
+    blocks (allocated on that stream) and the blocks cached on its free list (freed on
+    it, waiting for reuse on it or a hand-over). ``stream`` None is host order: blocks
+    allocated without a stream, and every other cached block (the pool's heaps)."""
+
+    #: The stream's handle (an int), None for host order.
+    stream: int | None
+    #: Bytes asked for by the live blocks allocated on it.
+    bytes_in_use: int
+    #: Bytes of those blocks (requests rounded up to the granule).
+    block_bytes: int
+    #: Bytes of the free blocks on its free list (host order: every other free byte).
+    bytes_cached: int
+    #: Live blocks, and cached blocks.
+    live_blocks: int
+    cached_blocks: int
+
+
+def stream_stats_of(by_stream: dict[int | None, tuple[int, int, int, int, int]]) -> tuple[StreamStats, ...]:
+    """The :class:`StreamStats` of the kernel's ``stream_stats()``: host order first,
+    then the streams by handle."""
+    order = sorted(by_stream, key=lambda s: -1 if s is None else s)
+    return tuple(StreamStats(s, *by_stream[s]) for s in order)
 
 
 @attrs.frozen

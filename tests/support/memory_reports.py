@@ -37,7 +37,9 @@ def check_pool_report(pool: Pool) -> dict[str, int | float]:
     """memory_stats and memory_summary of ``pool`` say what its pool_stats and stats say."""
     ps, st = pool.pool_stats, pool.stats
     stats = aml_core.memory_stats(pool)
-    assert list(stats) == list(aml_core.memory.STAT_KEYS)
+    keys = aml_core.memory.STAT_KEYS
+    assert list(stats)[: len(keys)] == list(keys)
+    check_stream_report(pool, stats)
     assert stats["requested_bytes.current"] == ps.bytes_in_use == st.bytes_in_use
     assert stats["requested_bytes.peak"] == ps.peak_bytes_in_use
     assert stats["allocated_bytes.current"] == ps.block_bytes
@@ -66,3 +68,33 @@ def check_pool_report(pool: Pool) -> dict[str, int | float]:
     assert row(summary, "Native allocations / frees")[1] == f"{ps.native_allocations} / {ps.native_frees}"
     assert re.fullmatch(r"\d+\.\d%", row(summary, "Fragmentation")[0])
     return stats
+
+
+def stream_name(stream: int | None) -> str:
+    """The name of a stream in memory_stats' keys."""
+    return "host" if stream is None else f"0x{stream:x}"
+
+
+def check_stream_report(pool: Pool, stats: dict[str, int | float]) -> None:
+    """The per-stream keys and rows of ``pool``'s reports say what its stream_stats
+    says, which adds up to its pool_stats; none when no block is on a stream."""
+    by_stream, ps = pool.stream_stats, pool.pool_stats
+    assert sum(s.bytes_in_use for s in by_stream) == ps.bytes_in_use
+    assert sum(s.block_bytes for s in by_stream) == ps.block_bytes
+    assert sum(s.bytes_cached for s in by_stream) == ps.bytes_cached
+    assert by_stream[0].stream is None
+    summary = aml_core.memory_summary(pool)
+    extra = {k: v for k, v in stats.items() if k not in aml_core.memory.STAT_KEYS}
+    if all(s.stream is None for s in by_stream):
+        assert extra == {}
+        assert "| Stream " not in summary
+        return
+    expected: dict[str, int | float] = {}
+    for s in by_stream:
+        figures = (s.bytes_in_use, s.block_bytes, s.bytes_cached, s.live_blocks, s.cached_blocks)
+        for key, value in zip(aml_core.memory.STREAM_KEYS, figures, strict=True):
+            expected[f"stream.{stream_name(s.stream)}.{key}"] = value
+        label = "host order" if s.stream is None else f"stream 0x{s.stream:x}"
+        size = format_size
+        assert row(summary, label) == [size(s.bytes_in_use), size(s.block_bytes), size(s.bytes_cached)]
+    assert extra == expected

@@ -4,11 +4,14 @@ munmaps, and the process-wide totals that count each byte once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import aml_hip
 import pytest
 from hip_helpers import HipDouble
 
 import aml_core
+from aml_core.gpu import Stream
 from tests.support.memory_reports import check_pool_report, fresh_live_areas, row
 
 MiB = 1 << 20
@@ -59,3 +62,26 @@ def test_an_expandable_pool(hip: HipDouble) -> None:
         assert whole["all.allocated_bytes.current"] + whole["all.cached_bytes.current"] == 4 * MiB
         pool.munmap(a)
         pool.munmap(b)
+
+
+def test_a_device_pool_on_two_streams(hip: HipDouble, streams: Callable[[], Stream]) -> None:
+    s1, s2 = streams(), streams()
+    with aml_hip.create(0, 0) as device, aml_core.pool(device) as pool:
+        a, b = pool.mmap(4096, {"stream": s1}), pool.mmap(8192, {"stream": s2})
+        kept = pool.mmap(1000)
+        pool.munmap_on(b, s1)  # freed in s1's order: onto s1's free list
+        by_stream = {s.stream: s for s in pool.stream_stats}
+        assert list(by_stream) == [None, s1.handle]
+        assert (by_stream[s1.handle].bytes_in_use, by_stream[s1.handle].bytes_cached) == (4096, 8192)
+        assert (by_stream[s1.handle].live_blocks, by_stream[s1.handle].cached_blocks) == (1, 1)
+        assert by_stream[None].bytes_in_use == 1000
+        stats = check_pool_report(pool)  # the stream keys and rows say what stream_stats says
+        assert stats[f"stream.0x{s1.handle:x}.cached_bytes.current"] == 8192
+        whole = aml_core.memory_stats()
+        assert whole[f"hip.device.{device.device}.stream.0x{s1.handle:x}.requested_bytes.current"] == 4096
+        assert row(aml_core.memory_summary(), f"stream 0x{s1.handle:x}")[0] == "4.0 KiB"
+        for buf in (a, kept):
+            pool.munmap(buf)
+        pool.trim()  # s1 synchronized, its blocks back in host order, then released
+        assert [s.stream for s in pool.stream_stats] == [None]
+        check_pool_report(pool)
