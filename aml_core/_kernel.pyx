@@ -448,7 +448,7 @@ cdef class PoolKernel(FastPath):
         for i in range(since, self._recorded):
             self._frames[i] = frames
         cdef u64 cap = self._ring.size()
-        if len(self._frames) > 2 * cap:  # forget the stacks of events the ring dropped
+        if <u64>len(self._frames) > 2 * cap:  # forget the stacks of events the ring dropped
             oldest = self._recorded - cap
             self._frames = {k: v for k, v in self._frames.items() if k >= oldest}
         return 0
