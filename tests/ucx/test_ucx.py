@@ -1,0 +1,44 @@
+"""aml buffers through UCX (``ucxx``) between two processes on the host: aml host and pooled
+buffers sent and received without a copy through the buffer protocol, checked byte for
+byte, against the same exchange of NumPy arrays. Skipped without ucxx (tox's ``ucx``
+environment installs the ``ucxx-cu13`` wheel, which runs without a GPU)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+ucxx = pytest.importorskip("ucxx", reason="ucxx is not installed (tox -e ucx installs it)")
+np = pytest.importorskip("numpy")
+
+import aml_core  # noqa: E402
+from aml_core.host import HostArea  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import ucx_bench  # noqa: E402  (the peer process and the echo: one program for the tests and the benchmark)
+
+
+@pytest.mark.parametrize("size", [4096, 1 << 20, 16 << 20])
+@pytest.mark.parametrize(("ours", "theirs"), [("aml", "aml"), ("aml-pool", "aml-pool"), ("aml", "numpy")])
+def test_aml_buffers_go_through_ucx_to_another_process_and_back(ours: str, theirs: str, size: int) -> None:
+    with HostArea() as area:
+        pool = aml_core.pool(area) if ours == "aml-pool" else None
+        where = pool if pool is not None else area
+        send, receive = where.mmap(size), where.mmap(size)
+        pattern = np.arange(size, dtype=np.uint8) ^ 0x5A
+        np.frombuffer(send, dtype=np.uint8)[:] = pattern
+        peer, port = ucx_bench.start_peer(theirs, size, 3)
+        try:
+            asyncio.run(ucx_bench.echo(port, send, receive, 3))
+        finally:
+            _out, err = peer.communicate(timeout=60)
+        assert peer.returncode == 0, err[-2000:]
+        assert np.array_equal(np.frombuffer(receive, dtype=np.uint8), pattern)
+        where.munmap(send)
+        where.munmap(receive)
+        if pool is not None:
+            pool.close()
