@@ -28,13 +28,12 @@ def count(name: str) -> dict[str, int]:
     helpers, cls = BACKENDS[name]
     sys.path.insert(0, f"backends/{name}/tests")
     try:
-        double = getattr(importlib.import_module(helpers), cls)(
-            importlib.import_module(helpers).build_double()
-        )
+        module = importlib.import_module(helpers)
+        double = getattr(module, cls)(module.build_double())
         table = importlib.import_module(f"{name}_faults")
         patch = pytest.MonkeyPatch()
         double.enter(patch)
-        suite = FaultSuite(table.TABLE, table.__file__)
+        suite = FaultSuite(table.TABLE, str(table.__file__))
         found: collections.Counter[str] = collections.Counter(crashes=0, leaks=0, wrong_errors=0)
         for operation in table.OPERATIONS:
             try:
