@@ -136,7 +136,13 @@ Streams (GPU pools)
     take a block still held by a stream. This needs an area that orders work on streams
     (:class:`~aml_core.protocols.StreamOrderedArea`: a GPU area whose runtime provides the
     ``STREAMS`` and ``STREAM_ORDERED`` groups; AMLNotSupported otherwise); slabs are still
-    allocated with the area's ordinary (synchronous) mmap.
+    allocated with the area's ordinary (synchronous) mmap. A stream handle is checked as
+    every stream argument is (:func:`aml_core.gpu.stream.as_stream_handle`: type and range);
+    whether it names a live stream only the runtime can tell, so the pool takes it as
+    given: the runtime refuses an unknown one on the first stream-ordered call that uses
+    it (the hand-over's event record, the synchronize before growth, trim and close),
+    with its error, and nothing is lost: the block stays on that handle's free list and
+    the area's close frees its slab.
 
 What the area offers
     The pool asks its area for more than mmap and munmap only through the protocols of

@@ -6,6 +6,8 @@ checks after each test that nothing native leaked."""
 from __future__ import annotations
 
 import ctypes
+import gc
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -343,3 +345,58 @@ def test_pool_soak_comes_back_to_the_baseline(hip: HipDouble, tmp_path: Path) ->
     assert result["counts"]["ipc"] > 0
     assert result["counts"]["hostile"] > 0
     assert result["bad_input_refused"] >= 5 * result["counts"]["hostile"]
+
+
+UNKNOWN_STREAM = 0xDEAD0000  # in range (as_stream_handle accepts it), no stream of the runtime
+
+
+def test_an_unknown_stream_handle_is_refused_by_the_first_native_call_that_uses_it(hip: HipDouble) -> None:
+    """Issue 20, item 7: a pool cannot tell whether an in-range handle names a live stream
+    without a native call, so it takes the handle as given (mmap and munmap_on on it need
+    none); the runtime refuses it on the first stream-ordered call that uses it: the
+    hand-over's event record, the synchronize of trim and close. Each raises the
+    runtime's translated error and loses nothing: the block stays on the unknown
+    handle's list, counted cached, and its slab goes back with the area's close."""
+    with aml_hip.stream(non_blocking=True) as good:
+        device = aml_hip.create(0, 0)
+        p = aml_core.pool(device, small_slab=4096, small_max=4096)
+        buf = p.mmap(4096, {"stream": UNKNOWN_STREAM})  # no native call: accepted
+        p.write(buf, b"kept")
+        p.munmap_on(buf, UNKNOWN_STREAM)
+        assert p._kernel.stream_cached() == {(UNKNOWN_STREAM, 4096): [buf.ptr]}
+        with pytest.raises(AMLError, match="hipEventRecord") as info:
+            p.mmap(4096, {"stream": good})  # the hand-over records on the unknown stream
+        assert info.value.native is not None
+        assert info.value.native.name == "hipErrorInvalidHandle"
+        assert p._kernel.stream_cached() == {(UNKNOWN_STREAM, 4096): [buf.ptr]}  # nothing lost
+        assert p.pool_stats.bytes_cached == 4096
+        for reclaim in (p.trim, p.close):
+            with pytest.raises(AMLError, match="hipStreamSynchronize") as info:
+                reclaim()
+            assert info.value.native is not None
+            assert info.value.native.name == "hipErrorInvalidHandle"
+        assert hip.live()["device"] == 1  # the slab, given back to the area
+        device.close()
+    assert not any(hip.live().values())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a pool dropped without close() keeps its hand-over event (hipEventCreateWithFlags): "
+    "the kernel's event is destroyed by close() only (aml_core/_kernel.pyx, issue 20)",
+)
+def test_a_dropped_pool_destroys_its_hand_over_event(hip: HipDouble) -> None:
+    """Found by the HIP state machine's drop rules: close() destroys the event, a
+    collected pool does not."""
+    with aml_hip.stream(non_blocking=True) as s1, aml_hip.stream(non_blocking=True) as s2:
+        device = aml_hip.create(0, 0)
+        p = aml_core.pool(device, small_slab=4096, small_max=4096)
+        p.munmap_on(p.mmap(4096, {"stream": s1}), s1)
+        handed = p.mmap(4096, {"stream": s2})  # s1's block, through the event
+        assert hip.live()["event"] == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            del handed, p, device
+            gc.collect()
+        assert hip.live()["device"] == 0
+        assert hip.live()["event"] == 0

@@ -21,19 +21,20 @@ from hip_helpers import HipDouble
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
+import aml_core
 from aml_core import Buffer
 from aml_core.area import Area
 from aml_core.errors import AMLError
 from aml_core.gpu import VirtualMemory
+from tests.support.dropped_machine import DroppedMachine
 from tests.support.ipc_machine import IpcMachine
 from tests.support.stress import hammer
-from tests.support.vm_machine import VmMachine
 
 pytestmark = pytest.mark.host_double
 INVALID_VALUE, OUT_OF_MEMORY = 1, 2
 
 
-class HipMachine(VmMachine):
+class HipMachine(DroppedMachine):
     """The shared IPC machine (a device area, a peer importing from it) and virtual-memory
     rules, plus a managed area."""
 
@@ -56,6 +57,28 @@ class HipMachine(VmMachine):
 
     def make_vm(self) -> VirtualMemory:
         return aml_hip.BACKEND.virtual_memory(0)
+
+    # -- dropped streams and events (the shared drop rules check what outlives them) ------
+    DROPS = ("stream", "stream, used", "pool, blocks freed on streams")
+
+    def dropped_objects(self, what: str) -> list[Any]:
+        s1 = aml_hip.BACKEND.stream(non_blocking=True)
+        if what == "stream":
+            return [s1]
+        area = aml_hip.create(0, HipFlags.DEFAULT)
+        if what == "stream, used":  # stream-ordered memory queued on it, freed on it
+            buf = area.mmap(4096, {"stream": s1})
+            area.munmap_on(buf, s1)
+            return [s1, area]
+        # a pool holding blocks freed on two streams, each reused on its own stream (a
+        # hand-over's event outlives a dropped pool: test_hip_pool's strict xfail)
+        s2 = aml_hip.BACKEND.stream(non_blocking=True)
+        pool = aml_core.pool(area, small_slab=4096, small_max=4096)
+        a, b = pool.mmap(4096, {"stream": s1}), pool.mmap(4096, {"stream": s2})
+        pool.munmap_on(a, s1)
+        pool.munmap_on(b, s2)
+        kept = pool.mmap(4096, {"stream": s2})  # s2's own block
+        return [s1, s2, area, pool, kept]
 
     # -- managed memory (freed by the shared munmap rule: hipFree) ------------------------
     @rule(target=IpcMachine.buffers, size=st.integers(1, 3 * 4096), fail=st.booleans())

@@ -16,12 +16,12 @@ from hsa_helpers import HsaDouble, build_double
 
 from aml_core.area import Area
 from aml_core.gpu import VirtualMemory
-from tests.support.vm_machine import VmMachine
+from tests.support.dropped_machine import DroppedMachine
 
 pytestmark = pytest.mark.host_double
 
 
-class HsaMachine(VmMachine):
+class HsaMachine(DroppedMachine):
     double_class = HsaDouble
     ALLOC_KIND, IPC_KIND = "pool_alloc", "ipc_attach"
     ALLOC_FUNCTION, FREE_FUNCTION = "hsa_amd_memory_pool_allocate", "hsa_amd_memory_pool_free"

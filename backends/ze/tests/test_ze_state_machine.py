@@ -18,12 +18,12 @@ from ze_helpers import ZeDouble
 
 from aml_core.area import Area
 from aml_core.gpu import VirtualMemory
-from tests.support.vm_machine import VmMachine
+from tests.support.dropped_machine import DroppedMachine
 
 pytestmark = pytest.mark.host_double
 
 
-class ZeMachine(VmMachine):
+class ZeMachine(DroppedMachine):
     double_class = ZeDouble
     ALLOC_KIND, IPC_KIND = "device", "ipc_open"
     ALLOC_FUNCTION, FREE_FUNCTION = "zeMemAllocDevice", "zeMemFree"
