@@ -42,7 +42,7 @@ from libcpp.vector cimport vector
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from ._buffer cimport F_HOST, F_READONLY, AreaBase, BufferBase, forget_inside
-from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull
+from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull, aml_is_finalizing
 from ._fastpath cimport FastPath
 
 import sys
@@ -133,6 +133,14 @@ cdef class PoolKernel(FastPath):
         cdef Block *b
         cdef Block *nxt
         cdef size_t i
+        # A pool dropped without close(): its hand-over event is destroyed here (close()
+        # destroys it otherwise); at interpreter exit the process's end does it.
+        if self.event is not None and self.stream_ops is not None and not aml_is_finalizing():
+            try:
+                self.stream_ops.event_destroy(self.event)
+            except BaseException:
+                pass  # nothing is left to retry it: the runtime keeps the event
+            self.event = None
         for i in range(self._slabs.size()):
             self._free_slab_struct(self._slabs[i])
         self._slabs.clear()

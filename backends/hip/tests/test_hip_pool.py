@@ -380,11 +380,6 @@ def test_an_unknown_stream_handle_is_refused_by_the_first_native_call_that_uses_
     assert not any(hip.live().values())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a pool dropped without close() keeps its hand-over event (hipEventCreateWithFlags): "
-    "the kernel's event is destroyed by close() only (aml_core/_kernel.pyx, issue 20)",
-)
 def test_a_dropped_pool_destroys_its_hand_over_event(hip: HipDouble) -> None:
     """Found by the HIP state machine's drop rules: close() destroys the event, a
     collected pool does not."""
