@@ -10,8 +10,11 @@ them through a thin module that names itself (``aml_cuda.hooks``, ``aml_hip.hook
         return aml_core.gpu.hooks.use_with_cupy(area, pinned=pinned, backend="hip")
 
 ``use_with_cupy(area, backend=...)`` makes ``cupy.cuda.set_allocator`` take device memory
-from ``area`` (a device or managed area of that backend, or an ``aml_core.pool`` over one):
-each CuPy allocation is an ``area.mmap``, wrapped without a copy in
+from ``area`` (a device or managed area of that backend, or an ``aml_core.pool`` over one).
+Over a pool, CuPy's ``PythonFunctionAllocator`` calls the compiled ``cupy_malloc`` /
+``cupy_free`` of aml_core/_hooks.pyx: a cached block is served by the pool's kernel in C
+and CuPy's own memory object is the only one made; the pool's errors are raised to CuPy.
+Over any other area each CuPy allocation is an ``area.mmap``, wrapped without a copy in
 ``cupy.cuda.UnownedMemory`` whose owner keeps the aml buffer alive and unmaps it when CuPy
 drops the memory. ``pinned=`` does the same for ``cupy.cuda.set_pinned_memory_allocator``
 with a host-kind area::
