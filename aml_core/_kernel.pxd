@@ -156,6 +156,7 @@ cdef class PoolKernel(FastPath):
     cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1
     cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil
     cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
+    cdef int give_live(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
     cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL
     cdef int _reclaim_streams(self) except -1
     cdef Block *_take_slow(self, size_t n) except NULL

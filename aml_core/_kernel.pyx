@@ -638,26 +638,28 @@ cdef class PoolKernel(FastPath):
     cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1:
         if not self.keep_fast or self._trace & T_PYTHON or self.held_here():
             return False
-        cdef int status = 1
         self.lock_gil()
-        it = self._live.find(buf._ptr)
-        cdef Block *b
-        if it != self._live.end():
-            b = deref(it).second
-            if self.keep_fast:
-                self._live.erase(it)
-                self.requested -= b.requested
-                if override:
-                    status = self.put_back(b, True, stream)
-                else:
-                    status = self.put_back(b, b.has_stream, b.stream)
-                if status:  # pragma: no cover - keep_fast was read under the mutex
-                    self._live[b.addr] = b
-                    self.requested += b.requested
-                else:
-                    self.fast_munmaps += 1
+        cdef int status = self.give_live(buf._ptr, override, stream)
+        if status == 0:
+            self.fast_munmaps += 1
         self.unlock()
         return status == 0
+
+    cdef int give_live(self, u64 addr, bint has_stream, u64 stream) noexcept nogil:
+        """The free of the live block at ``addr`` in C (the mutex held): onto its stack,
+        its own stream's or, with ``has_stream``, ``stream``'s. 0: done; 1: the slow path
+        must free it (no stacks kept, or the history's Python path); -1: no block is live
+        there. While stacks are kept, put_back always takes the block."""
+        if not self.keep_fast or self._trace & T_PYTHON:
+            return 1
+        cdef Block *b = self.unlive(addr)
+        if b == NULL:
+            return -1
+        if has_stream:
+            self.put_back(b, True, stream)
+        else:
+            self.put_back(b, b.has_stream, b.stream)
+        return 0
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:
         # A finalizer frees in C unless a thread that runs Python holds the mutex (the slow
@@ -690,27 +692,13 @@ cdef class PoolKernel(FastPath):
         return 0
 
     cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil:
-        """A framework's free: 0 done; 1 when the slow path must run (``free``); -1 when
-        the kernel did not hand out ``addr`` (nothing changed)."""
+        """A framework's free (``give_live``'s statuses): 0 done; otherwise the slow path
+        (``free``) must run, which also refuses an address the kernel did not hand out."""
         if self.lock_nogil():
             return 1
-        cdef int status = 0
-        it = self._live.find(addr)
-        cdef Block *b
-        if it == self._live.end():
-            status = -1
-        elif not self.keep_fast or self._trace & T_PYTHON:
-            status = 1
-        else:
-            b = deref(it).second
-            self._live.erase(it)
-            self.requested -= b.requested
-            if self.put_back(b, has_stream or b.has_stream, stream if has_stream else b.stream):
-                self._live[b.addr] = b  # pragma: no cover - keep_fast was read under the mutex
-                self.requested += b.requested
-                status = 1
-            else:
-                self.hook_munmaps += 1
+        cdef int status = self.give_live(addr, has_stream, stream)
+        if status == 0:
+            self.hook_munmaps += 1
         self.unlock()
         return status
 
