@@ -126,9 +126,9 @@ cdef void _hook_free(HookState st, void *ptr, int device, bint has_stream, u64 s
 
 
 # -- PyTorch ------------------------------------------------------------------------------
-cdef PyObject *_torch[MAX_DEVICES]  # borrowed: _torch_states keeps them
+cdef PyObject *_torch[MAX_DEVICES]  # immortal (set_torch): never freed
 cdef PyObject *_torch_default = NULL  # the state of devices without their own
-_torch_states = {}
+_torch_report = None  # report(what, device, size): a call no state serves
 
 
 cdef void *torch_malloc(Py_ssize_t size, int device, void *stream) noexcept nogil:
@@ -163,9 +163,8 @@ cdef inline PyObject *_torch_state(int device) noexcept nogil:
 
 cdef void _torch_refuse(str what, int device, Py_ssize_t size) noexcept:
     try:
-        report = _torch_states.get("report")
-        if report is not None:
-            report(what, device, size)
+        if _torch_report is not None:
+            _torch_report(what, device, size)
     except BaseException:
         pass
 
@@ -183,13 +182,10 @@ def set_torch(states, default, report):
             raise ValueError(f"device {device!r} needs a HookState and an index in 0..{MAX_DEVICES - 1}")
     if default is not None and not isinstance(default, HookState):
         raise TypeError("default must be a HookState or None")
-    _torch_states.clear()
-    _torch_states.update({("device", d): st for d, st in states.items()})
-    _torch_states["default"] = default
-    _torch_states["report"] = report
     for st in list(states.values()) + ([default] if default is not None else []):
         Py_INCREF(st)  # immortal: see the docstring
-    global _torch_default
+    global _torch_default, _torch_report
+    _torch_report = report
     for i in range(MAX_DEVICES):
         _torch[i] = NULL
     for device, st in states.items():
