@@ -304,14 +304,8 @@ class Pool(Recording, Sharing):
         return super()._coerce_options(options)
 
     def _allocate(self, size: int, options: Any) -> Buffer:
-        if self._area.closed:
-            self._area._check_open()
-        stream = options.stream
-        if stream is not None:
-            stream = self._stream_handle(stream)
+        addr = self._take(size, options.stream)
         kernel = self._kernel
-        with kernel:
-            addr = kernel.alloc(size, stream)
         try:
             device_ptr, flags, dl_device, device, _slab, _offset, _n = kernel.block(addr)
             return self._new_buffer(
@@ -346,15 +340,20 @@ class Pool(Recording, Sharing):
         self._area._dlpack_prepare(buffer, stream)
 
     # -- the framework hooks' slow path (aml_core/_hooks.pyx: a hit never gets here) ------
-    def _hook_alloc(self, size: int, stream: int | None) -> int:
-        """A block for a framework hook (no Buffer): its address; the pool's errors."""
-        self._check_open()
+    def _take(self, size: int, stream: Any) -> int:
+        """The kernel's slow path for a checked ``size`` in ``stream``'s order (None: host
+        order): the address of a live block; the pool's errors (a closed area below
+        raises as its own mmap would)."""
         if self._area.closed:
             self._area._check_open()
-        size = checks.size(size)
         handle = None if stream is None else self._stream_handle(stream)
         with self._kernel:
             return int(self._kernel.alloc(size, handle))
+
+    def _hook_alloc(self, size: int, stream: int | None) -> int:
+        """A block for a framework hook (no Buffer): its address; the pool's errors."""
+        self._check_open()
+        return self._take(checks.size(size), stream)
 
     def _hook_free(self, ptr: int, stream: int | None) -> None:
         """A framework hook's free of a block it took (also after close()); EINVAL for a
