@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import enum
 import warnings
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ._buffer import BufferBase
 from .errors import AMLBusyError, AMLError, AMLValueError
-from .protocols import CudaArrayInterfaceArea
 from .specs import Kind, format_size
 
 if TYPE_CHECKING:
@@ -164,11 +164,20 @@ class Buffer(BufferBase):
         managed, pinned and mapped memory. Absent (AttributeError) elsewhere."""
         if self.freed:
             raise AMLValueError("this aml buffer was freed")
-        area = self.area
-        cai = area._cuda_array_interface(self) if isinstance(area, CudaArrayInterfaceArea) else None
+        cai = area_cuda_array_interface(self.area, self)
         if cai is None:
             raise AttributeError("__cuda_array_interface__")
         return cai
+
+
+def area_cuda_array_interface(area: object, buffer: Buffer) -> dict[str, Any] | None:
+    """The interface an area (a :class:`~aml_core.protocols.CudaArrayInterfaceArea`) gives
+    ``buffer``, or None where the area has none. A method lookup, not ``isinstance`` against
+    the runtime-checkable protocol: that costs microseconds, and consumers probe every buffer
+    they are given (ucxx does, per message, with ``getattr(obj, "__cuda_array_interface__",
+    None)``), so host buffers must answer "absent" cheaply."""
+    method: Callable[[Buffer], dict[str, Any] | None] | None = getattr(area, "_cuda_array_interface", None)
+    return method(buffer) if method is not None else None
 
 
 _N = TypeVar("_N")

@@ -13,9 +13,13 @@ script with ``subprocess``, each pair bounded by ``--phase-timeout``:
    ``all_reduce`` in place, ``all_gather_into_tensor``), PyTorch's tensors as the base and
    the aml buffers seen as tensors without a copy (``__cuda_array_interface__``);
 3. ``ddp-torch`` and 4. ``ddp-aml``: a data-parallel training step (``DistributedDataParallel``
-   over a stack of ``Linear`` layers, SGD) on PyTorch's caching allocator, then with both
+   over a stack of ``Linear`` layers, SGD) on PyTorch's caching allocator, and with both
    processes allocating through ``aml_cuda.use_with_torch(aml_core.pool(aml_cuda.create(rank)))``:
-   median steps per second, the ranks' parameters checked equal.
+   median steps per second, the ranks' parameters checked equal. An allocator is chosen once
+   per process, so the two alternate as pairs of processes, ``--ddp-rounds`` of each (default
+   3; the order flips each round: torch first, then aml first, ...): the ratio is the median
+   of aml's rounds over the median of PyTorch's, and each round's pair is reported too (one
+   pair of runs differed by 8% either way on the same code).
 
 NVLink multicast stays off in every process (``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``: in each rank's environment
@@ -75,7 +79,7 @@ QUICK_SAMPLES = (2, 3)
 WARM = 3
 #: The data-parallel step: LAYERS x Linear(HIDDEN, HIDDEN) with ReLU, BATCH rows per rank.
 HIDDEN, LAYERS, BATCH = 2048, 4, 64
-DDP_WARM, DDP_STEPS, DDP_SAMPLES = 10, 25, 7
+DDP_WARM, DDP_STEPS, DDP_SAMPLES, DDP_ROUNDS = 10, 25, 9, 3
 #: Collectives within this fraction of the base, steps/s at least the base (issue 21's targets).
 COLLECTIVE_TARGET, DDP_TARGET = 0.02, 1.0
 
@@ -125,6 +129,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--phase-timeout", type=float, default=65.0, help="seconds a pair of ranks may run (default 65)"
     )
+    parser.add_argument(
+        "--ddp-rounds",
+        type=int,
+        default=DDP_ROUNDS,
+        help=f"runs of each DDP phase, alternating (default {DDP_ROUNDS}; --quick: 1)",
+    )
     # A rank (started by the launcher, not by hand).
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
@@ -135,7 +145,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown or not phases:
         parser.error(f"unknown phase(s) {unknown or args.phases!r}; choose from {', '.join(PHASES)}")
     args.phases = phases
+    if args.ddp_rounds < 1:
+        parser.error("--ddp-rounds must be at least 1")
+    if args.quick:
+        args.ddp_rounds = 1
     return args
+
+
+def schedule(phases: tuple[str, ...], ddp_rounds: int) -> list[tuple[str, str]]:
+    """(phase, label) in the order they run: the collectives once, the DDP phases
+    ``ddp_rounds`` times each, alternating and flipping which goes first each round; the
+    label (``ddp-torch-2``) names the round's results and logs."""
+    runs = [(p, p) for p in phases if not p.startswith("ddp")]
+    ddps = [p for p in phases if p.startswith("ddp")]
+    for r in range(ddp_rounds):
+        for phase in ddps if r % 2 == 0 else ddps[::-1]:
+            runs.append((phase, phase if ddp_rounds == 1 else f"{phase}-{r + 1}"))
+    return runs
 
 
 def gpu_count() -> tuple[int, str, dict[str, Any]]:
@@ -167,9 +193,9 @@ def gpu_count() -> tuple[int, str, dict[str, Any]]:
     return len(devices), "", info
 
 
-def run_phase(phase: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_phase(phase: str, label: str, out: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Start the two ranks of ``phase``, wait for both (killing both when one fails or the
-    time is up), and return what they reported."""
+    time is up), and return what they reported; their logs are ``<label>-rank<r>.log``."""
     env = dict(os.environ, **NO_MULTICAST, PYTHONUNBUFFERED="1")
     env.setdefault("NCCL_DEBUG", "WARN")  # NCCL says why, should it fail
     started = time.monotonic()
@@ -179,7 +205,7 @@ def run_phase(phase: str, out: Path, args: argparse.Namespace) -> dict[str, Any]
         for rank in range(WORLD):
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", phase, "--rank", str(rank)]
             cmd += ["--rendezvous", tmp] + (["--quick"] if args.quick else [])
-            log = (out / f"{phase}-rank{rank}.log").open("wb")
+            log = (out / f"{label}-rank{rank}.log").open("wb")
             logs.append(log)
             procs.append(
                 subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -196,6 +222,7 @@ def run_phase(phase: str, out: Path, args: argparse.Namespace) -> dict[str, Any]
                 reports.append({"status": "error", "error": f"rank {rank} wrote no result"})
     result: dict[str, Any] = {
         "phase": phase,
+        "label": label,
         "seconds": round(time.monotonic() - started, 1),
         "exit_codes": [p.returncode for p in procs],
         "ranks": reports,
@@ -266,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(meta), flush=True)
     results: dict[str, Any] = {"meta": meta, "phases": {}}
     status = 0
-    for phase in args.phases:
-        print(f"== {phase}", flush=True)
-        result = run_phase(phase, out, args)
-        results["phases"][phase] = result
+    for phase, label in schedule(args.phases, args.ddp_rounds):
+        print(f"== {label}", flush=True)
+        result = run_phase(phase, label, out, args)
+        results["phases"][label] = result
         print(json.dumps({k: v for k, v in result.items() if k != "ranks"}), flush=True)
         if result["status"] == "error" or not checks_passed(result):
             status = 1
@@ -303,16 +330,23 @@ def summarize(results: dict[str, Any]) -> None:
             ref = base.get((row["op"], row["size"]))
             row["over_base_time"] = row["median_us"] / ref if ref else None
             row["within_target"] = None if not ref else row["median_us"] <= ref * (1 + COLLECTIVE_TARGET)
-    torch_run, aml_run = phases.get("ddp-torch"), phases.get("ddp-aml")
-    if torch_run and aml_run and torch_run["status"] == aml_run["status"] == "ok":
-        base_rate = torch_run["ranks"][0]["steps_per_s"]
-        aml_rate = aml_run["ranks"][0]["steps_per_s"]
+    runs = {
+        name: [r for r in phases.values() if r.get("phase") == f"ddp-{name}" and r["status"] == "ok"]
+        for name in ("torch", "aml")
+    }
+    if runs["torch"] and runs["aml"]:
+        rates = {name: [r["ranks"][0]["steps_per_s"] for r in got] for name, got in runs.items()}
+        base_rate, aml_rate = statistics.median(rates["torch"]), statistics.median(rates["aml"])
+        checksums = {r["ranks"][0]["checksum"] for got in runs.values() for r in got}
         results["ddp"] = {
             "torch_steps_per_s": base_rate,
             "aml_steps_per_s": aml_rate,
             "aml_over_torch": aml_rate / base_rate,
+            "rounds": {name: [r["label"] for r in got] for name, got in runs.items()},
+            "round_rates": rates,
+            "round_ratios": [a / t for a, t in zip(rates["aml"], rates["torch"], strict=False)],
             "meets_target": aml_rate >= base_rate * DDP_TARGET,
-            "same_parameters": torch_run["ranks"][0]["checksum"] == aml_run["ranks"][0]["checksum"],
+            "same_parameters": len(checksums) == 1,
         }
 
 
@@ -379,10 +413,13 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "## Data-parallel step: aml's hook against PyTorch's allocator",
             "",
-            f"aml {ddp['aml_steps_per_s']:.1f} steps/s, PyTorch {ddp['torch_steps_per_s']:.1f} steps/s: "
+            f"aml {ddp['aml_steps_per_s']:.1f} steps/s, PyTorch {ddp['torch_steps_per_s']:.1f} steps/s "
+            f"(medians of {len(ddp['round_rates']['aml'])} and {len(ddp['round_rates']['torch'])} runs, "
+            "alternating): "
             f"{ddp['aml_over_torch']:.3f}x (target >= {DDP_TARGET:.1f}x: "
-            f"{'met' if ddp['meets_target'] else 'NOT met'}); the same final parameters in both runs: "
-            f"{ddp['same_parameters']}.",
+            f"{'met' if ddp['meets_target'] else 'NOT met'}); each round's aml / PyTorch: "
+            + ", ".join(f"{x:.3f}" for x in ddp["round_ratios"])
+            + f"; the same final parameters in every run: {ddp['same_parameters']}.",
             "",
         ]
     return "\n".join(lines) + "\n"

@@ -1,14 +1,24 @@
-"""aml buffers through UCX (``ucxx``) between two processes on the host, against NumPy
-arrays of the same size: an echo (send, receive back) of aml host buffers, pooled aml
-buffers and NumPy arrays, interleaved, median round trip per size.
+"""aml buffers through UCX (``ucxx``) between two processes, against NumPy arrays (host) or
+CuPy arrays (device, two GPUs) of the same size: an echo (send, receive back), the kinds
+interleaved, median round trip per size.
 
-    python benchmarks/ucx_bench.py --out DIR        # JSON and markdown; about a minute
+    python benchmarks/ucx_bench.py --out DIR            # host: aml, pooled aml, NumPy; about a minute
+    python benchmarks/ucx_bench.py --device --out DIR   # two GPUs: aml-cuda, pooled, CuPy
     python benchmarks/ucx_bench.py --peer KIND SIZE COUNT   # the other process (the tests use it)
 
 The peer listens, prints its port (one JSON line), then for each of COUNT messages
-receives SIZE bytes into a buffer of KIND (``aml``, ``aml-pool``, ``numpy``) and sends them
-back; after the last it waits for a one-byte "done" (closing earlier would reset a send
-still in flight) and exits. Needs ucxx (``pip install ucxx-cu13``: it runs without a GPU).
+receives SIZE bytes into a buffer of KIND and sends them back; after the last it waits for
+a one-byte "done" (closing earlier would reset a send still in flight) and exits.
+
+Host kinds: ``numpy``, ``aml`` (a HostArea's buffer), ``aml-pool`` (a pool's over one).
+Device kinds: ``cupy``, ``aml-cuda`` (``aml_cuda.create(0)``), ``aml-cuda-pool``. With
+``--device`` the two processes see the two GPUs in opposite order (``CUDA_VISIBLE_DEVICES``
+``0,1`` here, ``1,0`` in the peer, as dask-cuda's workers do), so each uses "its" device 0
+and UCX moves the bytes GPU to GPU (its ``cuda_ipc`` transport, over NVLink where there is
+one); ``--proto-info`` has UCX print the protocol it chose for each size. Fewer than two
+GPUs: exit 77, nothing measured.
+
+Needs ucxx (``pip install ucxx-cu13``: the host mode runs without a GPU).
 """
 
 from __future__ import annotations
@@ -30,26 +40,76 @@ import numpy as np
 import aml_core
 from aml_core.host import HostArea
 
-KINDS = ("numpy", "aml", "aml-pool")
+HOST_KINDS = ("numpy", "aml", "aml-pool")
+DEVICE_KINDS = ("cupy", "aml-cuda", "aml-cuda-pool")
+KINDS = HOST_KINDS  # the host mode's (the tests')
 SIZES = (4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+#: Which GPUs each process sees in the device mode: both, in opposite order.
+VISIBLE = {"main": "0,1", "peer": "1,0"}
+
+
+def is_device(kind: str) -> bool:
+    return kind in DEVICE_KINDS
 
 
 def make(kind: str, size: int) -> tuple[Any, list[Any]]:
-    """A buffer of ``kind`` and what to close after it (nothing for NumPy)."""
+    """A buffer of ``kind`` and what to close after it (nothing for NumPy and CuPy)."""
     if kind == "numpy":
         return np.zeros(size, dtype=np.uint8), []
-    area = HostArea()
-    if kind == "aml-pool":
+    if kind == "cupy":
+        import cupy
+
+        return cupy.zeros(size, dtype=cupy.uint8), []
+    if kind in ("aml-cuda", "aml-cuda-pool"):
+        import aml_cuda
+
+        area: Any = aml_cuda.create(0)
+    elif kind in ("aml", "aml-pool"):
+        area = HostArea()
+    else:
+        raise SystemExit(f"unknown kind {kind!r}: one of {', '.join(HOST_KINDS + DEVICE_KINDS)}")
+    if kind.endswith("-pool"):
         pool = aml_core.pool(area)
         return pool.mmap(size), [pool, area]
-    if kind == "aml":
-        return area.mmap(size), [area]
-    raise SystemExit(f"unknown kind {kind!r}: one of {', '.join(KINDS)}")
+    return area.mmap(size), [area]
+
+
+def fill(buf: Any, kind: str, value: int) -> None:
+    """Write a pattern (byte i is ``(i % 251) ^ value``) over ``buf``, on the device for
+    device kinds, finished when this returns."""
+    if is_device(kind):
+        import cupy
+
+        view = cupy.asarray(buf)  # through __cuda_array_interface__ for aml buffers
+        view[:] = (cupy.arange(view.size) % 251).astype(cupy.uint8) ^ value
+        cupy.cuda.runtime.deviceSynchronize()
+    else:
+        view = np.frombuffer(buf, dtype=np.uint8)
+        view[:] = (np.arange(view.size) % 251).astype(np.uint8) ^ value
+
+
+def host_copy(buf: Any, kind: str) -> np.ndarray[Any, Any]:
+    """The bytes of ``buf`` as a NumPy array (copied from the device for device kinds)."""
+    if is_device(kind):
+        import cupy
+
+        return cupy.asnumpy(cupy.asarray(buf))
+    return np.frombuffer(buf, dtype=np.uint8)
+
+
+def current_device() -> None:
+    """Make device 0 (as this process sees it) current before UCX starts: ucxx needs a CUDA
+    context to register device memory."""
+    from cuda.core import Device
+
+    Device(0).set_current()
 
 
 async def serve(kind: str, size: int, count: int) -> None:
     import ucxx
 
+    if is_device(kind):
+        current_device()
     done = asyncio.Event()
 
     async def handler(ep: Any) -> None:
@@ -73,6 +133,8 @@ async def serve(kind: str, size: int, count: int) -> None:
 def start_peer(kind: str, size: int, count: int) -> tuple[subprocess.Popen[str], int]:
     """The other process (this script with ``--peer``) and the port it listens on."""
     env = {**os.environ, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+    if is_device(kind):
+        env["CUDA_VISIBLE_DEVICES"] = VISIBLE["peer"]
     peer = subprocess.Popen(
         [sys.executable, __file__, "--peer", kind, str(size), str(count)],
         env=env,
@@ -103,19 +165,23 @@ async def echo(port: int, send: Any, receive: Any, count: int, times: list[float
     await ep.close()
 
 
-def measure(kind: str, size: int, count: int) -> float:
+def measure(kind: str, size: int, count: int, show_peer: bool = False) -> float:
     """The median round trip (µs) of ``count`` echoes of a ``kind`` buffer of ``size`` bytes,
     both processes using that kind, after the first (warm-up) round trip."""
     send, owners = make(kind, size)
     receive, more = make(kind, size)
-    np.frombuffer(send, dtype=np.uint8)[:] = 7
+    fill(send, kind, 7)
     peer, port = start_peer(kind, size, count + 1)
     times: list[float] = []
     try:
         asyncio.run(echo(port, send, receive, count + 1, times))
     finally:
-        peer.communicate(timeout=120)
-    if not np.array_equal(np.frombuffer(receive, dtype=np.uint8), np.frombuffer(send, dtype=np.uint8)):
+        out, err = peer.communicate(timeout=120)
+    if peer.returncode != 0:
+        raise RuntimeError(f"{kind} {size}: the peer exited {peer.returncode}: {err[-2000:]}")
+    if show_peer:
+        print(f"-- the peer's output ({kind}, {size} B):\n{out}{err}", flush=True)
+    if not np.array_equal(host_copy(receive, kind), host_copy(send, kind)):
         raise RuntimeError(f"{kind} {size}: the bytes came back changed")
     del send, receive
     for owner in owners + more:
@@ -123,47 +189,121 @@ def measure(kind: str, size: int, count: int) -> float:
     return statistics.median(times[1:]) * 1e6
 
 
+def gpu_count() -> int:
+    """How many GPUs this process sees (CUDA_VISIBLE_DEVICES applied; 0 without CUDA)."""
+    try:
+        import cupy
+
+        return int(cupy.cuda.runtime.getDeviceCount())
+    except Exception:  # no CuPy, no driver, no device: none to use
+        return 0
+
+
+def plot(rows: list[dict[str, Any]], kinds: tuple[str, ...], out: Path, title: str) -> str | None:
+    """ucx_bench.png: each aml kind's time over the reference's, per size (None without
+    matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for kind in kinds[1:]:
+        mine = [r for r in rows if r["kind"] == kind]
+        ax.plot([r["size"] for r in mine], [r["ratio"] for r in mine], marker="o", label=kind)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.axhspan(0.95, 1.05, color="green", alpha=0.1, label="within 5%")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("bytes per message")
+    ax.set_ylabel(f"round trip / {kinds[0]}'s")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    path = out / "ucx_bench.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path.name
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="folder for ucx_bench.json and ucx_bench.md (default: print only)")
+    parser.add_argument("--out", help="folder for ucx_bench.json, .md and .png (default: print only)")
+    parser.add_argument("--device", action="store_true", help="GPU to GPU against CuPy's arrays (two GPUs)")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per size (default 3)")
     parser.add_argument("--count", type=int, default=50, help="round trips per measurement (default 50)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes")
+    parser.add_argument("--proto-info", action="store_true", help="UCX prints its protocols (UCX_PROTO_INFO)")
     parser.add_argument("--peer", nargs=3, metavar=("KIND", "SIZE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer:
         asyncio.run(serve(args.peer[0], int(args.peer[1]), int(args.peer[2])))
         return 0
+    if args.proto_info:
+        os.environ["UCX_PROTO_INFO"] = "y"
+    kinds = DEVICE_KINDS if args.device else HOST_KINDS
+    if args.device:
+        os.environ["CUDA_VISIBLE_DEVICES"] = VISIBLE["main"]
+        if gpu_count() < 2:
+            print("ucx_bench --device: needs 2 GPUs, this machine has fewer; nothing measured", flush=True)
+            return 77
+        current_device()
     import ucxx
 
     rows = []
-    for size in SIZES:
-        got: dict[str, list[float]] = {k: [] for k in KINDS}
+    for size in args.sizes:
+        got: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(args.rounds):
-            for kind in KINDS[r % 3 :] + KINDS[: r % 3]:  # the order rotates each round
-                got[kind].append(measure(kind, size, args.count))
-        base = statistics.median(got["numpy"])
-        for kind in KINDS:
+            for kind in kinds[r % 3 :] + kinds[: r % 3]:  # the order rotates each round
+                got[kind].append(measure(kind, size, args.count, show_peer=args.proto_info and r == 0))
+        base = statistics.median(got[kinds[0]])
+        for kind in kinds:
             us = statistics.median(got[kind])
-            rows.append({"size": size, "kind": kind, "us": us, "ratio": us / base, "samples": got[kind]})
-            print(f"{size:>10} {kind:>9} {us:10.1f} µs  x{us / base:.3f}", flush=True)
+            spread = [t / b for t, b in zip(got[kind], got[kinds[0]], strict=True)]
+            rows.append(
+                {
+                    "size": size,
+                    "kind": kind,
+                    "us": us,
+                    "ratio": us / base,
+                    "round_ratios": spread,
+                    "gb_per_s": 2 * size / us / 1e3,
+                    "samples": got[kind],
+                }
+            )
+            print(f"{size:>10} {kind:>13} {us:10.1f} µs  x{us / base:.3f}", flush=True)
+    where = (
+        "two GPUs, one per process, GPU to GPU (UCX's choice of transport; `--proto-info` shows it)"
+        if args.device
+        else "host memory"
+    )
+    title = "aml buffers through UCX, " + ("GPU to GPU" if args.device else "host memory")
     lines = [
-        f"# aml buffers through UCX between two processes on the host ({datetime.date.today()})",
+        f"# aml buffers through UCX between two processes: {where} ({datetime.date.today()})",
         "",
         f"ucxx {ucxx.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs. Echo round trip "
         f"(send, receive back), median of {args.count} per measurement, median of {args.rounds} "
-        "interleaved rounds; both processes use the same kind. Ratio: time over NumPy's (target: "
-        "within 5%).",
+        f"interleaved rounds; both processes use the same kind. Ratio: time over {kinds[0]}'s (target: "
+        "within 5%); its spread is the lowest and highest of the rounds' ratios. GB/s: both directions' "
+        "bytes over the round trip.",
         "",
-        "| size | kind | µs per round trip | x NumPy |",
-        "|---:|---|---:|---:|",
-        *(f"| {r['size']} | {r['kind']} | {r['us']:.1f} | {r['ratio']:.3f} |" for r in rows),
+        f"| size | kind | µs per round trip | GB/s | x {kinds[0]} | rounds' spread |",
+        "|---:|---|---:|---:|---:|---|",
+        *(
+            f"| {r['size']} | {r['kind']} | {r['us']:.1f} | {r['gb_per_s']:.2f} | {r['ratio']:.3f} | "
+            f"{min(r['round_ratios']):.3f} to {max(r['round_ratios']):.3f} |"
+            for r in rows
+        ),
     ]
     print("\n".join(lines))
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "ucx_bench.json").write_text(json.dumps({"rows": rows, "ucxx": ucxx.__version__}, indent=1))
-        (out / "ucx_bench.md").write_text("\n".join(lines) + "\n")
+        result = {"mode": "device" if args.device else "host", "rows": rows, "ucxx": ucxx.__version__}
+        (out / "ucx_bench.json").write_text(json.dumps(result, indent=1))
+        png = plot(rows, kinds, out, title)
+        (out / "ucx_bench.md").write_text("\n".join(lines) + (f"\n\n![ratios]({png})\n" if png else "\n"))
     return 0
 
 

@@ -94,6 +94,62 @@ def test_phases_are_chosen_in_order() -> None:
     assert nccl_bench.parse_args(["--phases", "ddp-aml,ddp-torch"]).phases == ("ddp-aml", "ddp-torch")
 
 
+def test_the_ddp_phases_alternate_rounds_and_flip_their_order() -> None:
+    phases = nccl_bench.PHASES
+    assert nccl_bench.schedule(phases, 1) == [(p, p) for p in phases]
+    assert nccl_bench.schedule(phases, 3) == [
+        ("collectives-cupy", "collectives-cupy"),
+        ("collectives-torch", "collectives-torch"),
+        ("ddp-torch", "ddp-torch-1"),
+        ("ddp-aml", "ddp-aml-1"),
+        ("ddp-aml", "ddp-aml-2"),
+        ("ddp-torch", "ddp-torch-2"),
+        ("ddp-torch", "ddp-torch-3"),
+        ("ddp-aml", "ddp-aml-3"),
+    ]
+    assert nccl_bench.parse_args(["--quick"]).ddp_rounds == 1
+
+
+def _ddp_run(phase: str, label: str, rate: float, checksum: float = 1.5) -> dict[str, object]:
+    rank = {
+        "status": "ok",
+        "steps_per_s": rate,
+        "checksum": checksum,
+        "samples": 9,
+        "steps": 25,
+        "ranks_in_sync": True,
+        "allocator": phase,
+    }
+    return {"phase": phase, "label": label, "status": "ok", "ranks": [rank, rank]}
+
+
+def test_the_ddp_ratio_is_of_the_medians_over_the_rounds() -> None:
+    phases = {
+        "ddp-torch-1": _ddp_run("ddp-torch", "ddp-torch-1", 100.0),
+        "ddp-aml-1": _ddp_run("ddp-aml", "ddp-aml-1", 92.0),
+        "ddp-aml-2": _ddp_run("ddp-aml", "ddp-aml-2", 110.0),
+        "ddp-torch-2": _ddp_run("ddp-torch", "ddp-torch-2", 95.0),
+        "ddp-torch-3": _ddp_run("ddp-torch", "ddp-torch-3", 105.0),
+        "ddp-aml-3": _ddp_run("ddp-aml", "ddp-aml-3", 101.0),
+    }
+    results: dict[str, object] = {"meta": _meta(), "phases": phases}
+    nccl_bench.summarize(results)
+    ddp = results["ddp"]
+    assert isinstance(ddp, dict)
+    assert ddp["torch_steps_per_s"] == 100.0
+    assert ddp["aml_steps_per_s"] == 101.0
+    assert ddp["aml_over_torch"] == pytest.approx(1.01)
+    assert ddp["meets_target"]
+    assert ddp["same_parameters"]
+    assert ddp["round_ratios"] == pytest.approx([0.92, 110 / 95, 101 / 105])
+    text = nccl_bench.markdown(results)
+    assert "1.010x (target >= 1.0x: met)" in text
+    assert "0.920, 1.158, 0.962" in text
+    phases["ddp-aml-3"] = _ddp_run("ddp-aml", "ddp-aml-3", 101.0, checksum=2.5)
+    nccl_bench.summarize(results)
+    assert not results["ddp"]["same_parameters"]  # type: ignore[index]
+
+
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_the_checked_values_are_what_the_collectives_compute(world: int) -> None:
     """The expected results are the sum and the concatenation of what the ranks send,
@@ -142,7 +198,7 @@ def test_a_phase_without_its_engine_is_skipped_with_the_reason(
 ) -> None:
     engines = _engines(tmp_path, "raise ImportError('{name} is blocked for this test')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
-    result = nccl_bench.run_phase(phase, tmp_path, _args())
+    result = nccl_bench.run_phase(phase, phase, tmp_path, _args())
     assert result["status"] == "skipped", result
     engine = "CuPy" if phase.endswith("cupy") else "PyTorch"
     assert f"{engine} is not importable" in result["reason"]
@@ -161,7 +217,7 @@ def test_a_failing_rank_fails_the_phase_with_its_traceback(
 ) -> None:
     engines = _engines(tmp_path, "raise RuntimeError('{name} is broken for this test')\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
-    result = nccl_bench.run_phase("collectives-cupy", tmp_path, _args())
+    result = nccl_bench.run_phase("collectives-cupy", "collectives-cupy", tmp_path, _args())
     assert result["status"] == "error"
     assert result["exit_codes"] == [1, 1]
     assert "RuntimeError: cupy is broken for this test" in result["error"]
@@ -176,7 +232,7 @@ def test_a_failing_rank_fails_the_phase_with_its_traceback(
 def test_a_rank_that_hangs_is_killed_at_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engines = _engines(tmp_path, "import time\ntime.sleep(120)\n")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
-    result = nccl_bench.run_phase("ddp-torch", tmp_path, _args(timeout=3))
+    result = nccl_bench.run_phase("ddp-torch", "ddp-torch", tmp_path, _args(timeout=3))
     assert result["status"] == "error"
     assert result["error"] == "timed out after 3 s"
     assert result["seconds"] < 60

@@ -13,11 +13,10 @@ from typing import Any
 from .. import checks
 from .._buffer import PoolKernel
 from ..area import Area, compiled_mmap
-from ..buffer import Buffer
+from ..buffer import Buffer, area_cuda_array_interface
 from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..protocols import (
     AddressRange,
-    CudaArrayInterfaceArea,
     GrowableMemory,
     MemoryCapacity,
     PoolBinding,
@@ -333,8 +332,7 @@ class Pool(Recording, Sharing):
             self._kernel.free(buffer.ptr, stream)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
-        area = self._area  # a CudaArrayInterfaceArea only where the area below is one
-        return area._cuda_array_interface(buffer) if isinstance(area, CudaArrayInterfaceArea) else None
+        return area_cuda_array_interface(self._area, buffer)  # None unless the area below has one
 
     def _dlpack_prepare(self, buffer: Buffer, stream: Any) -> None:
         self._area._dlpack_prepare(buffer, stream)

@@ -6,6 +6,8 @@ environment installs the ``ucxx-cu13`` wheel, which runs without a GPU)."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -42,3 +44,23 @@ def test_aml_buffers_go_through_ucx_to_another_process_and_back(ours: str, their
         where.munmap(receive)
         if pool is not None:
             pool.close()
+
+
+def test_aml_cuda_buffers_go_gpu_to_gpu_through_ucx(tmp_path: Path) -> None:
+    """Two GPUs, one process on each: aml device and pooled buffers and CuPy arrays echoed
+    GPU to GPU (UCX picks its CUDA transports), each size's bytes checked by the benchmark.
+    Run as a process of its own: it must choose the visible GPUs before CUDA starts."""
+    pytest.importorskip("cupy", reason="the device echo checks the bytes with CuPy")
+    pytest.importorskip("aml_cuda", reason="aml-cuda is not installed")
+    sizes = [4096, 1 << 20, 16 << 20]
+    cmd = [sys.executable, str(ROOT / "benchmarks/ucx_bench.py"), "--device", "--rounds", "1", "--count", "3"]
+    cmd += ["--out", str(tmp_path), "--sizes", *map(str, sizes)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    if done.returncode == 77:
+        pytest.skip(done.stdout.strip() or "fewer than 2 GPUs")
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    rows = json.loads((tmp_path / "ucx_bench.json").read_text())["rows"]
+    assert sorted((r["kind"], r["size"]) for r in rows) == sorted(
+        (kind, size) for kind in ucx_bench.DEVICE_KINDS for size in sizes
+    )
+    assert all(r["us"] > 0 for r in rows)

@@ -3,10 +3,12 @@
 # benchmark on a GPU machine. Logs and results go to $OUT (default: a new run folder of this
 # checkout, evidence/<date>-<machine>-cuda-<mode>/, named by benchmarks/machine_info.py; add
 # it to evidence/README.md's index when you commit it).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads|nccl] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads|nccl|ucx] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
-# benchmarks/soak_pool.py, 10**5 pool operations and device memory back to its baseline.)
+# benchmarks/soak_pool.py, 10**5 pool operations, and benchmarks/soak_cuda.py, 10**5 area
+# operations (streams, IPC, virtual memory, hostile input), device memory back to its
+# baseline after each: at most about 5 minutes.)
 # ("workloads": benchmarks/torch_workloads.py and benchmarks/cupy_workloads.py, PyTorch and
 # CuPy on aml's hooks against their own allocators and RMM's, one process per pair; their
 # JSON, markdown, PNGs and children's logs go to $OUT, their output to
@@ -24,12 +26,22 @@
 # ("nccl": issue 21 on a machine with two GPUs: benchmarks/nccl_bench.py, NCCL all-reduce and
 # all-gather over aml device, pooled and virtual-memory buffers against CuPy's and PyTorch's
 # memory (CuPy's NCCL binding, torch.distributed), and a DDP step on aml's use_with_torch
-# against PyTorch's allocator, one process per GPU; nccl_bench.json/.md, the ranks' logs
-# <phase>-rank<r>.log and its output nccl-bench.log in $OUT; at most 200 s after the
-# install (4 phases of at most 45 s each); NVLink multicast off (NCCL_NVLS_ENABLE=0,
+# against PyTorch's allocator (3 alternating runs of each), one process per GPU;
+# nccl_bench.json/.md, the ranks' logs <run>-rank<r>.log and its output nccl-bench.log in
+# $OUT; at most 330 s after the install (8 runs of at most 40 s each); NVLink multicast off (NCCL_NVLS_ENABLE=0,
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, exported before anything runs,
 # and in every rank). NCCL_QUICK=1 for a smoke test. On one GPU it writes nothing (exit 77,
 # not a failure).)
+# ("ucx": issue 21's UCX part: tests/ucx (host buffers between two processes, and aml-cuda
+# buffers GPU to GPU on two GPUs) and benchmarks/ucx_bench.py in both modes, host
+# (ucx-host/: aml and pooled buffers against NumPy) and device (ucx-device/: aml-cuda and
+# pooled against CuPy, with UCX's protocol choices in ucx-device.log); ucx-tests.log. ucxx
+# comes from this checkout's .whl/: the RMM wheels above and ucx-site.tgz, the ucxx-cu13
+# 0.52.0, libucxx-cu13 0.52.0 and libucx-cu13 1.21.0 wheels installed with
+# `pip install --no-deps --target site --python-version 3.12 --only-binary=:all:` and packed
+# (`tar czf .whl/ucx-site.tgz -C site .`) without their static libraries, headers and test
+# programs: the wheels as they are (48 MB) do not fit the device tool's 64 MiB with the tree.
+# One GPU: the device parts skip or write nothing (exit 77, not a failure).)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -74,6 +86,7 @@ if [ "$what" = alloc ]; then
 fi
 if [ "$what" = soak ]; then
     (cd /tmp && timeout 300 $py "$repo/benchmarks/soak_pool.py" --out "$OUT") || rc=1
+    (cd /tmp && timeout 300 $py "$repo/benchmarks/soak_cuda.py" --out "$OUT") || rc=1
 fi
 if [ "$what" = workloads ]; then
     if ! $py -c 'import rmm' >/dev/null 2>&1 && compgen -G "$repo/.whl/rmm_cu13-*.whl" >/dev/null; then
@@ -118,9 +131,31 @@ if [ "$what" = nccl ]; then
     nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
     quick=()
     [ "${NCCL_QUICK:-0}" = 1 ] && quick=(--quick)
-    (cd /tmp && timeout 200 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 45 "${quick[@]}") 2>&1 |
+    (cd /tmp && timeout 330 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 40 "${quick[@]}") 2>&1 |
         tee "$OUT/nccl-bench.log"
     bench=${PIPESTATUS[0]}
     two_gpu_status nccl_bench "$OUT/nccl-bench.log" "$bench"
+fi
+if [ "$what" = ucx ]; then
+    if ! (cd /tmp && $py -c 'import ucxx' >/dev/null 2>&1); then
+        [ -f "$repo/.whl/ucx-site.tgz" ] || { echo "ucx: no ucxx here and no .whl/ucx-site.tgz" | tee "$OUT/ucx-tests.log"; exit 1; }
+        mkdir -p /tmp/site
+        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
+        tar xzf "$repo/.whl/ucx-site.tgz" -C /tmp/site
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+    export UCX_WARN_UNUSED_ENV_VARS=n
+    (cd /tmp && $py -c 'import ucxx; print("ucxx", ucxx.__version__)' 2>&1 | tail -1) | tee -a "$OUT/cuda-gpu-env.log"
+    (cd /tmp && timeout 300 $py -m pytest "$repo/tests/ucx" -v -rA -p no:cacheprovider --timeout=150 \
+        --junitxml="$OUT/ucx-tests.xml" "$@") 2>&1 | tee "$OUT/ucx-tests.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    (cd /tmp && timeout 150 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host") 2>&1 |
+        tee "$OUT/ucx-host.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    (cd /tmp && timeout 200 $py "$repo/benchmarks/ucx_bench.py" --device --proto-info --out "$OUT/ucx-device") 2>&1 |
+        tee "$OUT/ucx-device.log"
+    bench=${PIPESTATUS[0]}
+    two_gpu_status "ucx_bench --device" "$OUT/ucx-device.log" "$bench"
 fi
 exit "$rc"
