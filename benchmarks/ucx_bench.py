@@ -6,9 +6,10 @@ interleaved, median round trip per size.
     python benchmarks/ucx_bench.py --device --out DIR   # two GPUs: aml-cuda, pooled, CuPy
     python benchmarks/ucx_bench.py --peer KIND SIZE COUNT   # the other process (the tests use it)
 
-The peer listens, prints its port (one JSON line), then for each of COUNT messages
-receives SIZE bytes into a buffer of KIND and sends them back; after the last it waits for
-a one-byte "done" (closing earlier would reset a send still in flight) and exits.
+The peer listens, prints its port (a line ``ucx_bench peer listens on port N``), then for
+each of COUNT messages receives SIZE bytes into a buffer of KIND and sends them back; after
+the last it waits for a one-byte "done" (closing earlier would reset a send still in
+flight) and exits.
 
 Host kinds: ``numpy``, ``aml`` (a HostArea's buffer), ``aml-pool`` (a pool's over one).
 Device kinds: ``cupy``, ``aml-cuda`` (``aml_cuda.create(0)``), ``aml-cuda-pool``. With
@@ -31,6 +32,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,8 @@ HOST_KINDS = ("numpy", "aml", "aml-pool")
 DEVICE_KINDS = ("cupy", "aml-cuda", "aml-cuda-pool")
 KINDS = HOST_KINDS  # the host mode's (the tests')
 SIZES = (4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+#: The peer's line that gives its port (UCX may print to stdout too, before it).
+PORT_MARK = "ucx_bench peer listens on port "
 #: Which GPUs each process sees in the device mode: both, in opposite order.
 VISIBLE = {"main": "0,1", "peer": "1,0"}
 
@@ -125,29 +129,57 @@ async def serve(kind: str, size: int, count: int) -> None:
         done.set()
 
     listener = ucxx.create_listener(handler)
-    print(json.dumps({"port": listener.port}), flush=True)
+    print(f"{PORT_MARK}{listener.port}", flush=True)
     await done.wait()
     listener.close()
 
 
-def start_peer(kind: str, size: int, count: int) -> tuple[subprocess.Popen[str], int]:
-    """The other process (this script with ``--peer``) and the port it listens on."""
-    env = {**os.environ, "UCX_WARN_UNUSED_ENV_VARS": "n"}
-    if is_device(kind):
-        env["CUDA_VISIBLE_DEVICES"] = VISIBLE["peer"]
-    peer = subprocess.Popen(
-        [sys.executable, __file__, "--peer", kind, str(size), str(count)],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert peer.stdout is not None
-    line = peer.stdout.readline()
-    if not line:
-        err = peer.stderr.read() if peer.stderr else ""
-        raise RuntimeError(f"the peer printed no port: {err[-2000:]}")
-    return peer, int(json.loads(line)["port"])
+class Peer:
+    """The other process (this script with ``--peer``): its port, and everything it prints
+    (stdout and stderr, one stream: UCX's log and UCX_PROTO_INFO's tables among it), read
+    by a thread as it comes so a full pipe never stalls it."""
+
+    def __init__(self, kind: str, size: int, count: int) -> None:
+        env = {**os.environ, "UCX_WARN_UNUSED_ENV_VARS": "n"}
+        if is_device(kind):
+            env["CUDA_VISIBLE_DEVICES"] = VISIBLE["peer"]
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--peer", kind, str(size), str(count)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.lines: list[str] = []
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PORT_MARK):
+                self.port = int(line[len(PORT_MARK) :])
+                break
+            self.lines.append(line)
+        else:
+            self.proc.wait()
+            code = self.proc.returncode
+            raise RuntimeError(f"the peer printed no port (exit {code}): {self.output[-3000:]}")
+        self._reader = threading.Thread(target=self.lines.extend, args=(self.proc.stdout,), daemon=True)
+        self._reader.start()
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+    def finish(self, timeout: float) -> str:
+        """Wait for the peer to exit (it does after the "done" byte); what it printed. A
+        failed peer is an error that quotes it."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(timeout=10)
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"the peer exited {self.proc.returncode}: {self.output[-3000:]}")
+        return self.output
 
 
 async def echo(port: int, send: Any, receive: Any, count: int, times: list[float] | None = None) -> None:
@@ -171,22 +203,26 @@ def measure(kind: str, size: int, count: int, show_peer: bool = False) -> float:
     send, owners = make(kind, size)
     receive, more = make(kind, size)
     fill(send, kind, 7)
-    peer, port = start_peer(kind, size, count + 1)
+    peer = Peer(kind, size, count + 1)
     times: list[float] = []
     try:
-        asyncio.run(echo(port, send, receive, count + 1, times))
+        asyncio.run(echo(peer.port, send, receive, count + 1, times))
     finally:
-        out, err = peer.communicate(timeout=120)
-    if peer.returncode != 0:
-        raise RuntimeError(f"{kind} {size}: the peer exited {peer.returncode}: {err[-2000:]}")
-    if show_peer:
-        print(f"-- the peer's output ({kind}, {size} B):\n{out}{err}", flush=True)
+        said = peer.finish(timeout=120)
+    if show_peer or "warn" in said.lower() or "error" in said.lower():
+        print(f"-- the peer's output ({kind}, {size} B):\n{said}", flush=True)
     if not np.array_equal(host_copy(receive, kind), host_copy(send, kind)):
         raise RuntimeError(f"{kind} {size}: the bytes came back changed")
     del send, receive
     for owner in owners + more:
         owner.close()
     return statistics.median(times[1:]) * 1e6
+
+
+def round_trips(size: int) -> int:
+    """Round trips per measurement: enough that one lasts tens of milliseconds on a host
+    (a measurement is one peer process; short ones measure the scheduler)."""
+    return max(10, min(1000, int(400 * ((64 << 10) / size) ** 0.5)))
 
 
 def gpu_count() -> int:
@@ -231,8 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="folder for ucx_bench.json, .md and .png (default: print only)")
     parser.add_argument("--device", action="store_true", help="GPU to GPU against CuPy's arrays (two GPUs)")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per size (default 3)")
-    parser.add_argument("--count", type=int, default=50, help="round trips per measurement (default 50)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5)")
+    parser.add_argument(
+        "--count", type=int, help="round trips per measurement (default by size: 1000 at 4 KiB, 12 at 64 MiB)"
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes")
     parser.add_argument("--proto-info", action="store_true", help="UCX prints its protocols (UCX_PROTO_INFO)")
     parser.add_argument("--peer", nargs=3, metavar=("KIND", "SIZE", "COUNT"), help=argparse.SUPPRESS)
@@ -256,7 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         got: dict[str, list[float]] = {k: [] for k in kinds}
         for r in range(args.rounds):
             for kind in kinds[r % 3 :] + kinds[: r % 3]:  # the order rotates each round
-                got[kind].append(measure(kind, size, args.count, show_peer=args.proto_info and r == 0))
+                count = args.count or round_trips(size)
+                got[kind].append(measure(kind, size, count, show_peer=args.proto_info and r == 0))
         base = statistics.median(got[kinds[0]])
         for kind in kinds:
             us = statistics.median(got[kind])
@@ -283,7 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         f"# aml buffers through UCX between two processes: {where} ({datetime.date.today()})",
         "",
         f"ucxx {ucxx.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs. Echo round trip "
-        f"(send, receive back), median of {args.count} per measurement, median of {args.rounds} "
+        f"(send, receive back), median of {args.count or 'from 1000 (4 KiB) to 12 (64 MiB)'} round trips "
+        f"per measurement, median of {args.rounds} "
         f"interleaved rounds; both processes use the same kind. Ratio: time over {kinds[0]}'s (target: "
         "within 5%); its spread is the lowest and highest of the rounds' ratios. GB/s: both directions' "
         "bytes over the round trip.",

@@ -33,12 +33,11 @@ def test_aml_buffers_go_through_ucx_to_another_process_and_back(ours: str, their
         send, receive = where.mmap(size), where.mmap(size)
         pattern = np.arange(size, dtype=np.uint8) ^ 0x5A
         np.frombuffer(send, dtype=np.uint8)[:] = pattern
-        peer, port = ucx_bench.start_peer(theirs, size, 3)
+        peer = ucx_bench.Peer(theirs, size, 3)
         try:
-            asyncio.run(ucx_bench.echo(port, send, receive, 3))
+            asyncio.run(ucx_bench.echo(peer.port, send, receive, 3))
         finally:
-            _out, err = peer.communicate(timeout=60)
-        assert peer.returncode == 0, err[-2000:]
+            peer.finish(timeout=60)  # raises, quoting the peer, unless it exited 0
         assert np.array_equal(np.frombuffer(receive, dtype=np.uint8), pattern)
         where.munmap(send)
         where.munmap(receive)

@@ -150,10 +150,11 @@ if [ "$what" = ucx ]; then
     (cd /tmp && timeout 300 $py -m pytest "$repo/tests/ucx" -v -rA -p no:cacheprovider --timeout=150 \
         --junitxml="$OUT/ucx-tests.xml" "$@") 2>&1 | tee "$OUT/ucx-tests.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 150 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host") 2>&1 |
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host") 2>&1 |
         tee "$OUT/ucx-host.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 200 $py "$repo/benchmarks/ucx_bench.py" --device --proto-info --out "$OUT/ucx-device") 2>&1 |
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --device --rounds 3 --proto-info \
+        --out "$OUT/ucx-device") 2>&1 |
         tee "$OUT/ucx-device.log"
     bench=${PIPESTATUS[0]}
     two_gpu_status "ucx_bench --device" "$OUT/ucx-device.log" "$bench"
