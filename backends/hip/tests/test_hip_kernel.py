@@ -318,3 +318,31 @@ def test_expandable_segment_failures_leave_it_usable(hip: HipDouble) -> None:
             p.munmap(a)
     finally:
         vm.close()
+
+
+def test_expandable_limit_keeps_enomem_when_the_unmap_fails_too(hip: HipDouble) -> None:
+    """Issue 20 (double faults): past its limit an expandable pool unmaps its free end
+    before it gives up; when that hipMemUnmap fails too, the error is still the limit's
+    ENOMEM (the first failure), the unmap's a note on it (it used to replace it), and the
+    chunk stays the pool's, mapped and counted, so trim or close unmaps it again."""
+    vm = aml_hip.virtual_memory(0)
+    try:
+        with aml_core.pool(vm, expandable=True, limit=8 * MiB) as p:
+            a = p.mmap(MiB)  # a 2 MiB chunk
+            p.munmap(p.mmap(5 * MiB))  # 4 MiB more, then a free end of 5 MiB
+            assert p.pool_stats.bytes_reserved == 6 * MiB
+            hip.inject("hipMemUnmap", UNKNOWN)
+            with pytest.raises(AMLMemoryError, match=r"limit of 8\.0 MiB") as info:
+                p.mmap(8 * MiB)  # 10 MiB even with the free end unmapped: ENOMEM
+            assert info.value.native is None  # the pool's own refusal, not the driver's
+            notes = getattr(info.value, "__notes__", [])
+            assert any("releasing the pool's cached memory failed" in n and "hipMemUnmap" in n for n in notes)
+            assert p.pool_stats.bytes_reserved == 6 * MiB  # the chunk is still the pool's
+            assert hip.live()["vmm_mapping"] == 2
+            b = p.mmap(5 * MiB)  # still served from the free end
+            assert b.ptr == a.ptr + MiB
+            p.munmap(b)
+            assert p.trim() == 4 * MiB  # the retry unmaps it
+            p.munmap(a)
+    finally:
+        vm.close()
