@@ -346,3 +346,22 @@ def test_expandable_limit_keeps_enomem_when_the_unmap_fails_too(hip: HipDouble) 
             p.munmap(a)
     finally:
         vm.close()
+
+
+def test_expandable_close_again_unmaps_what_a_failed_unmap_kept(hip: HipDouble) -> None:
+    """A close whose hipMemUnmap fails raises it and keeps the chunk (and so the
+    reservation) the pool's: close again unmaps it and frees the reservation (the second
+    close used to do nothing for the segment: only the area's close freed it)."""
+    with aml_hip.virtual_memory(0) as vm:
+        p = aml_core.pool(vm, expandable=True, capacity=64 * MiB)
+        p.munmap(p.mmap(MiB))
+        hip.inject("hipMemUnmap", UNKNOWN)
+        with pytest.raises(AMLFailure, match="hipMemUnmap"):
+            p.close()
+        assert p.closed
+        assert p.pool_stats.bytes_reserved == 2 * MiB
+        assert (hip.live()["vmm_mapping"], hip.live()["vmm_reservation"]) == (1, 1)
+        p.close()
+        assert p.pool_stats.bytes_reserved == 0
+        assert (hip.live()["vmm_mapping"], hip.live()["vmm_reservation"]) == (0, 0)
+        p.close()  # nothing left
