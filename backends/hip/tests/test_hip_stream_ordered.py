@@ -18,7 +18,7 @@ from typing import Any
 import aml_hip
 import pytest
 from aml_hip.abi import hip_version
-from hip_helpers import HipDouble
+from hip_helpers import UNKNOWN_STREAM, HipDouble
 
 import aml_core
 from aml_core.errors import (
@@ -205,9 +205,6 @@ def test_an_unknown_stream_handle_is_refused_by_the_runtime(hip: HipDouble, area
     with pytest.raises(AMLValueError):
         area.mmap(4096, {"stream": 0xBAD0})
     assert area.stats.live_mappings == 0
-
-
-UNKNOWN_STREAM = 0xDEAD0000  # in range (as_stream_handle accepts it), no stream of the runtime
 
 
 @pytest.mark.parametrize("flags", [0, aml_hip.HipFlags.ALLOC_UNIFIED, aml_hip.HipFlags.ALLOC_HOST], ids=repr)
