@@ -3,9 +3,10 @@
 opened, written, read and closed in a long-lived second process, tampered handles) plus a
 managed area with an optional injected native failure, a pool's stream hand-over with an
 optional failure of each of its event calls, and the shared virtual-memory and drop rules
-(:mod:`tests.support.vm_machine`, :mod:`tests.support.dropped_machine`); invariants are the areas' stats against the model and
-both processes' double live counters against the objects aml tracks. At the
-end everything is closed (retried past failures) and the counters are zero.
+(:mod:`tests.support.vm_machine`, :mod:`tests.support.dropped_machine`); invariants are
+the areas' stats against the model and both processes' double live counters against the
+objects aml tracks. At the end everything is closed (retried past failures) and the
+counters are zero.
 
 Also the stress check: 16 threads on one HIP area for a bounded number of operations, the
 stats consistent at the end and nothing left in the double."""
@@ -112,7 +113,7 @@ class HipMachine(DroppedMachine):
             try:
                 b = pool.mmap(4096, {"stream": s2})
             except AMLError as exc:
-                assert fail is not None, exc
+                assert fail is not None, exc  # noqa: PT017
                 assert exc.native is not None  # noqa: PT017
                 assert exc.native.function == fail  # noqa: PT017
                 assert pool._kernel.stream_cached() == {(s1.handle, 4096): [addr]}  # nothing lost
