@@ -1125,16 +1125,20 @@ cdef class PoolKernel(FastPath):
         cdef size_t g = self._vm_granule
         cdef size_t need = _round_up(n - have, g)
         cdef size_t chunk = max(need, self._small_slab)
+        failed = None
         if self._limited:
             if self.reserved + chunk > self._limit:
                 chunk = need
             if self.reserved + chunk > self._limit:
-                self._trim_segment(0)
+                # The free end unmapped (as the slabs' path releases its cache): an unmap
+                # that fails is a note on the limit's ENOMEM, never the error; its chunk
+                # stays mapped and the pool's, for trim or close to unmap again.
+                failed = _release_cache(self)
                 tail = seg.last if seg.last != NULL and seg.last.state == B_FREE else NULL
                 have = tail.size if tail != NULL else 0
                 chunk = _round_up(n - have, g)
             if self.reserved + chunk > self._limit:
-                raise self._oom_error(f"the pool's limit of {_fs(self._limit)} is reached", n)
+                raise self._oom_error(f"the pool's limit of {_fs(self._limit)} is reached", n, None, failed)
         cdef u64 end = seg.ptr + seg.size
         if end + chunk > self._res_end:
             # A limit above the reservation is accepted: the reservation caps the pool.

@@ -205,15 +205,31 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
     def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
         """Free a mapping in ``stream``'s order: a stream-ordered buffer with
         cudaFreeAsync/hipFreeAsync on ``stream`` (plain munmap frees it on the stream it
-        was allocated on); any other buffer at once, as munmap does."""
+        was allocated on); any other buffer once ``stream`` is synchronized (its work on
+        the buffer done), then at once, as munmap does.
+
+        Either way a native call uses the handle, so a handle the runtime does not know
+        is refused by it (hipFreeAsync's or the synchronize's translated error) and the
+        buffer stays live and tracked (:func:`~aml_core.gpu.stream.as_stream_handle`
+        has already refused a wrong type or a value out of range)."""
         handle = as_stream_handle(stream)
         # Inside the area: a GC-driven free run meanwhile must not take this stream.
         with self._inside_area:
+            native = self._lookup(buffer, size).native
+            if not (isinstance(native, GpuAllocation) and native.stream_ordered):
+                self._stream_synchronize(handle)
             self._free_stream.value = handle
             try:
                 self.munmap(buffer, size)
             finally:
                 self._free_stream.value = None
+
+    def _stream_synchronize(self, handle: int) -> None:
+        """Wait for ``handle``'s work (a buffer munmap_on frees at once), where the runtime
+        has streams: without them no stream can have work on it (nothing to wait for, and
+        no call that could tell a handle it does not know)."""
+        if self.runtime.why_missing(Group.STREAMS) is None:
+            self.runtime.require(Group.STREAMS).stream_synchronize(handle)
 
     def _stream_ops(self) -> StreamOrderedOps:
         ops = self._stream_ordered
@@ -334,7 +350,7 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         if self._exports:
             close_exports(self._exports, buffer.ptr)
         mode = native.mode
-        if mode is AllocMode.DEVICE and native.keep is not None:  # stream-ordered
+        if native.stream_ordered:
             stream = getattr(self._free_stream, "value", None)
             self._stream_ops()._free_async(buffer.ptr, native.keep.stream if stream is None else stream)
         elif mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:

@@ -69,6 +69,12 @@ class GpuAllocation:
     alloc_size: int
     keep: Any = None
 
+    @property
+    def stream_ordered(self) -> bool:
+        """Allocated in a stream's order (device memory whose ``keep`` names the stream):
+        freed with cudaFreeAsync/hipFreeAsync."""
+        return self.mode is AllocMode.DEVICE and self.keep is not None
+
 
 def host_memory(ptr: object, size: int) -> tuple[int, Any]:
     """The address of the caller's host memory and what must stay alive while mapped."""

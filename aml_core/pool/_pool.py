@@ -439,9 +439,10 @@ class Pool(Recording, Sharing):
         """Free every live buffer, then return every slab to the area (which stays
         open; the area's own close() calls this first). Buffers still viewed are freed
         when their last view is gone, and their slabs with them. Idempotent; a second
-        close retries destroying the pool's stream event if the first could not, and the
+        close retries destroying the pool's stream event if the first could not, the
         frees of buffers freed after close that failed (kept live; the slabs a failed free
-        in close kept are the area's to free)."""
+        in close kept are the area's to free), and an expandable pool's unmaps that failed
+        (the chunks stay the pool's; its reservation is freed once none is left)."""
         kernel = self._kernel
         with self._lock:
             closed = self.closed
@@ -452,6 +453,12 @@ class Pool(Recording, Sharing):
             except AMLError as exc:
                 error = exc
             with kernel:
+                if self._reservation is not None:  # an unmap that failed: the chunk stayed
+                    try:
+                        kernel.trim(0)
+                    except AMLError as exc:
+                        error = error or exc
+                    self._free_reservation()
                 try:
                     kernel.destroy_event()
                 except AMLError as exc:
@@ -481,15 +488,20 @@ class Pool(Recording, Sharing):
                 kernel.destroy_event()
             except AMLError as exc:
                 error = error or exc
-            if kernel.segment_empty() and self._reservation is not None:
-                res, self._reservation = self._reservation, None
-                if not self._area.closed and not res.freed:
-                    assert self._vm is not None
-                    self._vm.address_free(res)
+            self._free_reservation()
         if self._log is not None:
             self.log_to(None)  # the last events written, the file closed
         if error is not None:
             raise error
+
+    def _free_reservation(self) -> None:
+        """Free an expandable pool's reservation once no chunk is mapped in it (close;
+        close again after an unmap failed, the kernel mutex held)."""
+        if self._kernel.segment_empty() and self._reservation is not None:
+            res, self._reservation = self._reservation, None
+            if not self._area.closed and not res.freed:
+                assert self._vm is not None
+                self._vm.address_free(res)
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{self._stats()[2]} live"

@@ -176,13 +176,14 @@ def _streams(made: Made, n: int) -> list[Any]:
 
 def op_stream_ordered(made: Made) -> None:
     """hipMallocAsync / hipFreeAsync through a device area, on the allocating stream and
-    on another one."""
+    on another one; a plain buffer freed on a stream (hipStreamSynchronize, then hipFree)."""
     s1, s2 = _streams(made, 2)
     area = _area(made, 0)
     buf = area.mmap(8192, {"stream": s1})
     area.munmap(buf)
     buf = area.mmap(4096, {"stream": s1})
     area.munmap_on(buf, s2)
+    area.munmap_on(area.mmap(4096), s2)
     area.close()
     s2.close()
     s1.close()

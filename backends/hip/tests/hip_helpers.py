@@ -47,6 +47,8 @@ LIVE_KINDS = (
     "event",
     "peer",
 )
+#: A stream handle in range (as_stream_handle accepts it) that names no stream of the double.
+UNKNOWN_STREAM = 0xDEAD0000
 #: Environment variables of the double that must not leak in from the caller.
 DOUBLE_ENV = ("HIPDOUBLE_VERSION", "HIPDOUBLE_FAULTS", "HIPDOUBLE_DEVICES", "HIPDOUBLE_DEVICE_MEMORY")
 

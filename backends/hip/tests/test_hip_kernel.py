@@ -318,3 +318,50 @@ def test_expandable_segment_failures_leave_it_usable(hip: HipDouble) -> None:
             p.munmap(a)
     finally:
         vm.close()
+
+
+def test_expandable_limit_keeps_enomem_when_the_unmap_fails_too(hip: HipDouble) -> None:
+    """Issue 20 (double faults): past its limit an expandable pool unmaps its free end
+    before it gives up; when that hipMemUnmap fails too, the error is still the limit's
+    ENOMEM (the first failure), the unmap's a note on it (it used to replace it), and the
+    chunk stays the pool's, mapped and counted, so trim or close unmaps it again."""
+    vm = aml_hip.virtual_memory(0)
+    try:
+        with aml_core.pool(vm, expandable=True, limit=8 * MiB) as p:
+            a = p.mmap(MiB)  # a 2 MiB chunk
+            p.munmap(p.mmap(5 * MiB))  # 4 MiB more, then a free end of 5 MiB
+            assert p.pool_stats.bytes_reserved == 6 * MiB
+            hip.inject("hipMemUnmap", UNKNOWN)
+            with pytest.raises(AMLMemoryError, match=r"limit of 8\.0 MiB") as info:
+                p.mmap(8 * MiB)  # 10 MiB even with the free end unmapped: ENOMEM
+            assert info.value.native is None  # the pool's own refusal, not the driver's
+            notes = getattr(info.value, "__notes__", [])
+            assert any("releasing the pool's cached memory failed" in n and "hipMemUnmap" in n for n in notes)
+            assert p.pool_stats.bytes_reserved == 6 * MiB  # the chunk is still the pool's
+            assert hip.live()["vmm_mapping"] == 2
+            b = p.mmap(5 * MiB)  # still served from the free end
+            assert b.ptr == a.ptr + MiB
+            p.munmap(b)
+            assert p.trim() == 4 * MiB  # the retry unmaps it
+            p.munmap(a)
+    finally:
+        vm.close()
+
+
+def test_expandable_close_again_unmaps_what_a_failed_unmap_kept(hip: HipDouble) -> None:
+    """A close whose hipMemUnmap fails raises it and keeps the chunk (and so the
+    reservation) the pool's: close again unmaps it and frees the reservation (the second
+    close used to do nothing for the segment: only the area's close freed it)."""
+    with aml_hip.virtual_memory(0) as vm:
+        p = aml_core.pool(vm, expandable=True, capacity=64 * MiB)
+        p.munmap(p.mmap(MiB))
+        hip.inject("hipMemUnmap", UNKNOWN)
+        with pytest.raises(AMLFailure, match="hipMemUnmap"):
+            p.close()
+        assert p.closed
+        assert p.pool_stats.bytes_reserved == 2 * MiB
+        assert (hip.live()["vmm_mapping"], hip.live()["vmm_reservation"]) == (1, 1)
+        p.close()
+        assert p.pool_stats.bytes_reserved == 0
+        assert (hip.live()["vmm_mapping"], hip.live()["vmm_reservation"]) == (0, 0)
+        p.close()  # nothing left

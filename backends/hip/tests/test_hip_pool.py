@@ -14,7 +14,7 @@ from typing import Any
 
 import aml_hip
 import pytest
-from hip_helpers import HipDouble
+from hip_helpers import UNKNOWN_STREAM, HipDouble
 
 import aml_core
 from aml_core import Pool
@@ -345,9 +345,6 @@ def test_pool_soak_comes_back_to_the_baseline(hip: HipDouble, tmp_path: Path) ->
     assert result["counts"]["ipc"] > 0
     assert result["counts"]["hostile"] > 0
     assert result["bad_input_refused"] >= 5 * result["counts"]["hostile"]
-
-
-UNKNOWN_STREAM = 0xDEAD0000  # in range (as_stream_handle accepts it), no stream of the runtime
 
 
 def test_an_unknown_stream_handle_is_refused_by_the_first_native_call_that_uses_it(hip: HipDouble) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import aml_hip
 import pytest
 from aml_hip.abi import hip_version
-from hip_helpers import HipDouble
+from hip_helpers import UNKNOWN_STREAM, HipDouble
 
 import aml_core
 from aml_core.errors import (
@@ -205,6 +205,44 @@ def test_an_unknown_stream_handle_is_refused_by_the_runtime(hip: HipDouble, area
     with pytest.raises(AMLValueError):
         area.mmap(4096, {"stream": 0xBAD0})
     assert area.stats.live_mappings == 0
+
+
+@pytest.mark.parametrize("flags", [0, aml_hip.HipFlags.ALLOC_UNIFIED, aml_hip.HipFlags.ALLOC_HOST], ids=repr)
+def test_munmap_on_an_unknown_stream_is_refused_for_every_buffer(
+    hip: HipDouble, streams: Callable[[], Stream], flags: int
+) -> None:
+    """Issue 20, item 7: a buffer freed at once (hipFree, hipHostFree) by ``munmap_on``
+    waits for the stream first, and the runtime refuses a handle it does not know there,
+    as hipFreeAsync does for a stream-ordered buffer (it used to be freed, the stream never
+    looked at). Refused, the buffer stays live and tracked; a known stream frees it."""
+    s = streams()
+    with aml_hip.create(0, flags) as area:
+        buf = area.mmap(4096)
+        area.write(buf, b"kept")
+        with pytest.raises(AMLError, match="hipStreamSynchronize") as info:
+            area.munmap_on(buf, UNKNOWN_STREAM)
+        assert info.value.native is not None
+        assert info.value.native.name == "hipErrorInvalidHandle"
+        assert not buf.freed
+        assert area.stats.live_mappings == 1
+        assert area.read(buf, 4) == b"kept"
+        synchronized = hip.calls("hipStreamSynchronize")
+        area.munmap_on(buf, s)  # s's work on it done first, then freed at once
+        assert hip.calls("hipStreamSynchronize") == synchronized + 1
+        assert hip.last("hipStreamSynchronize") == (s.handle,)
+        assert buf.freed
+        assert area.stats.live_mappings == 0
+    if flags == 0:  # a stream-ordered buffer: hipFreeAsync refuses the handle
+        with aml_hip.create(0, 0) as area:
+            buf = area.mmap(4096, {"stream": s})
+            with pytest.raises(AMLValueError, match="hipFreeAsync"):
+                area.munmap_on(buf, UNKNOWN_STREAM)
+            assert not buf.freed
+            assert area.stats.live_mappings == 1
+            area.munmap_on(buf, s)
+            assert buf.freed
+    aml_hip.get_runtime().synchronize()
+    assert {k: v for k, v in hip.live().items() if v} == {"stream": 1}  # s, the fixture's
 
 
 def test_stream_ordered_is_device_memory_only(hip: HipDouble) -> None:
