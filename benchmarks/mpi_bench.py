@@ -325,8 +325,9 @@ def render(r: dict[str, Any]) -> str:
 
 
 def plot(r: dict[str, Any], out: Path) -> str:
-    """mpi_bench.png: each kind's ratio to NumPy per size, one panel per operation, the
-    rounds' spread as error bars; or why there is none."""
+    """mpi_bench.png: per operation (columns), each kind's µs per size (top) and its ratio
+    to NumPy's with the rounds' spread as bars (bottom; the axis fits the medians, so a
+    round hit by the scheduler shows as a bar leaving the panel); or why there is none."""
     try:
         import matplotlib
 
@@ -334,25 +335,30 @@ def plot(r: dict[str, Any], out: Path) -> str:
         import matplotlib.pyplot as plt
     except Exception as exc:
         return f"no plot: matplotlib is not usable ({exc})"
-    fig, axes = plt.subplots(1, len(OPS), figsize=(11, 4.5), sharey=True)
-    for ax, name in zip(axes, OPS, strict=True):
-        for kind in r["kinds"]:
+    fig, axes = plt.subplots(2, len(OPS), figsize=(11, 7.5), sharex=True)
+    for column, name in enumerate(OPS):
+        top, bottom = axes[0][column], axes[1][column]
+        medians = [row["ratio"] for row in r["rows"] if row["op"] == name]
+        for i, kind in enumerate(r["kinds"]):
             rows = [row for row in r["rows"] if row["op"] == name and row["kind"] == kind]
-            x = [row["size"] for row in rows]
+            x = [row["size"] * 1.06**i for row in rows]  # kinds side by side
+            top.plot(x, [row["us"] for row in rows], marker="o", label=kind)
             y = [row["ratio"] for row in rows]
-            err = [
-                [row["ratio"] - row["ratio_min"] for row in rows],
-                [row["ratio_max"] - row["ratio"] for row in rows],
-            ]
-            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, label=kind)
-        ax.axhline(1.05, color="k", linestyle="--", linewidth=0.8, label="target (1.05)")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(list(SIZES), [human(n) for n in SIZES], fontsize=8)
-        ax.set_xlabel("size")
-        ax.set_title(name)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].set_ylabel("time / NumPy's (median of rounds)")
-    axes[-1].legend(fontsize=8)
+            low = [row["ratio"] - row["ratio_min"] for row in rows]
+            high = [row["ratio_max"] - row["ratio"] for row in rows]
+            bottom.errorbar(x, y, yerr=[low, high], marker="o", capsize=3, label=kind)
+        bottom.axhline(1.05, color="k", linestyle="--", linewidth=0.8, label="target (1.05)")
+        bottom.set_ylim(min(0.85, min(medians) - 0.05), max(1.15, max(medians) + 0.1))
+        top.set_yscale("log")
+        top.set_title(name)
+        top.set_ylabel("µs (median of rounds)")
+        bottom.set_ylabel("time / NumPy's")
+        bottom.set_xscale("log", base=2)
+        bottom.set_xticks(list(SIZES), [human(n) for n in SIZES], fontsize=8, rotation=30)
+        bottom.set_xlabel("size")
+        for ax in (top, bottom):
+            ax.grid(True, which="both", alpha=0.3)
+    axes[1][-1].legend(fontsize=8)
     fig.suptitle(f"aml buffers through MPI, {r['ranks']} ranks ({r['machine']['cores']} CPUs)")
     fig.tight_layout()
     fig.savefig(out / "mpi_bench.png", dpi=110)
