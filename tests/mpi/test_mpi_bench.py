@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,24 +14,14 @@ import pytest
 
 pytest.importorskip("mpi4py", reason="mpi4py is not installed (tox -e mpi installs it)")
 
-from .support import launcher
+from .support import ROOT, launcher, run_from_root
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(launcher() is None, reason="no mpiexec beside this Python or on PATH")
 
 
 def test_the_quick_benchmark_times_every_kind_and_size(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "mpi_bench.py"), "--out", str(tmp_path), "--quick"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    bench = ROOT / "benchmarks" / "mpi_bench.py"
+    run_from_root([sys.executable, str(bench), "--out", str(tmp_path), "--quick"])
     result = json.loads((tmp_path / "mpi_bench.json").read_text())
     assert result["ranks"] == 2
     assert result["data_ok"] is True
