@@ -15,7 +15,7 @@ import pytest
 
 import aml_core
 from aml_core import _os
-from aml_core.errors import AMLDomainError, AMLError, AMLFailure, AMLMemoryError, AMLValueError
+from aml_core.errors import AMLDomainError, AMLError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
 from aml_core.host import HostArea, Policy, allowed_nodes, online_nodes
 
 NODES = sorted(allowed_nodes())
@@ -182,6 +182,77 @@ def test_transparent_huge_page_advice_and_alignment() -> None:
         assert all(b.ptr % (1 << 21) == 0 for b in bufs)
         buf = area.mmap(100, {"alignment": 1 << 16})
         assert buf.ptr % (1 << 16) == 0
+
+
+THP = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def _advised(ptr: int) -> bool:
+    """Whether the mapping holding ``ptr`` carries MADV_HUGEPAGE (``hg`` in its VmFlags)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split(maxsplit=1)[0]
+            if "-" in head and not head.endswith(":"):
+                low, high = (int(x, 16) for x in head.split("-"))
+                inside = low <= ptr < high
+            elif inside and head == "VmFlags:":
+                return "hg" in line.split()
+    raise AssertionError(f"0x{ptr:x} is in no mapping")
+
+
+@pytest.mark.skipif(not THP, reason="this kernel has no transparent huge pages")
+def test_large_mappings_are_advised_huge_pages_by_default_as_numpy_does() -> None:
+    """ "auto": 4 MiB and more get MADV_HUGEPAGE (NumPy's rule for its arrays), smaller
+    mappings do not, on the fast path (no policy) and the option path (a policy, options)."""
+    from aml_core.host.area import THP_AUTO_MIN
+
+    assert THP_AUTO_MIN == 4 << 20
+    with HostArea() as area, HostArea(Policy.BIND, [min(allowed_nodes())]) as bound:
+        assert area.transparent_huge_pages == "auto"
+        for where in (area, bound):
+            big, small = where.mmap(THP_AUTO_MIN), where.mmap(THP_AUTO_MIN - PAGE)
+            with_options = where.mmap(8 << 20, {"alignment": 1 << 16})
+            assert _advised(big.ptr)
+            assert _advised(with_options.ptr)
+            assert not _advised(small.ptr)
+            memoryview(big)[-1] = 1  # the advice changes nothing of the bytes
+            assert memoryview(big)[-1] == 1
+            for buf in (big, small, with_options):
+                where.munmap(buf)
+
+
+@pytest.mark.skipif(not THP, reason="this kernel has no transparent huge pages")
+def test_huge_page_advice_off_on_and_where_auto_does_not_apply() -> None:
+    """False never advises; True advises every mapping; "auto" leaves file mappings and an
+    ipc area's memfds alone (and raises nothing for them)."""
+    with HostArea(transparent_huge_pages=False) as never, HostArea(transparent_huge_pages=True) as always:
+        big = never.mmap(8 << 20)
+        assert not _advised(big.ptr)
+        never.munmap(big)
+        page = always.mmap(PAGE)
+        assert _advised(page.ptr)
+        always.munmap(page)
+    fd = os.memfd_create("aml-thp-test")
+    try:
+        os.ftruncate(fd, 8 << 20)
+        with HostArea() as area, HostArea(ipc=True) as ipc:
+            mapped = area.mmap(8 << 20, {"fd": fd})
+            assert not _advised(mapped.ptr)
+            area.munmap(mapped)
+            shared = ipc.mmap(8 << 20)
+            assert not _advised(shared.ptr)
+            ipc.munmap(shared)
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"), [("yes", AMLValueError), (1, AMLTypeError), (None, AMLTypeError)]
+)
+def test_transparent_huge_pages_takes_a_bool_or_auto(value: object, error: type[Exception]) -> None:
+    with pytest.raises(error, match="transparent_huge_pages"):
+        HostArea(transparent_huge_pages=value)  # type: ignore[arg-type]
 
 
 def test_read_only_mapping() -> None:
