@@ -224,8 +224,8 @@ def test_large_mappings_are_advised_huge_pages_by_default_as_numpy_does() -> Non
 
 @pytest.mark.skipif(not THP, reason="this kernel has no transparent huge pages")
 def test_huge_page_advice_off_on_and_where_auto_does_not_apply() -> None:
-    """False never advises; True advises every mapping; "auto" leaves file mappings and an
-    ipc area's memfds alone (and raises nothing for them)."""
+    """False never advises; True advises every mapping; "auto" leaves file mappings, an
+    ipc area's memfds and MAP_NORESERVE reservations alone (and raises nothing for them)."""
     with HostArea(transparent_huge_pages=False) as never, HostArea(transparent_huge_pages=True) as always:
         big = never.mmap(8 << 20)
         assert not _advised(big.ptr)
@@ -240,6 +240,9 @@ def test_huge_page_advice_off_on_and_where_auto_does_not_apply() -> None:
             mapped = area.mmap(8 << 20, {"fd": fd})
             assert not _advised(mapped.ptr)
             area.munmap(mapped)
+            sparse = area.mmap(8 << 20, {"flags": 0x4000})  # MAP_NORESERVE, <sys/mman.h>
+            assert not _advised(sparse.ptr)
+            area.munmap(sparse)
             shared = ipc.mmap(8 << 20)
             assert not _advised(shared.ptr)
             ipc.munmap(shared)

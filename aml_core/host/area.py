@@ -58,6 +58,7 @@ _EXTRA_FLAGS = {
     "MAP_POPULATE": getattr(_mmap, "MAP_POPULATE", 0x8000),
     "MAP_LOCKED": 0x2000,
 }
+_NORESERVE = _EXTRA_FLAGS["MAP_NORESERVE"]
 _EXTRA_MASK = 0
 for _bit in _EXTRA_FLAGS.values():
     _EXTRA_MASK |= _bit
@@ -227,7 +228,8 @@ class HostArea(Area):
         size or a size in bytes (MAP_HUGETLB); ``transparent_huge_pages``: True:
         ``madvise(MADV_HUGEPAGE)`` each mapping (a refusal is an error); ``"auto"`` (the
         default): advise the anonymous mappings of at least :data:`THP_AUTO_MIN` bytes
-        (4 MiB), as NumPy does its arrays, and ignore a refusal (it is advice); False:
+        (4 MiB), as NumPy does its arrays, but not MAP_NORESERVE ones (sparse: a touched
+        byte would commit a huge page), and ignore a refusal (it is advice); False:
         never advise (AML's plain mmap); ``alignment``: a power of two the
         mappings' addresses are aligned to (0: the page size). Wrong values raise
         :class:`~aml_core.errors.AMLValueError`/:class:`~aml_core.errors.AMLTypeError`,
@@ -340,7 +342,9 @@ class HostArea(Area):
                     _os.madvise(ptr, length, MADV_HUGEPAGE)
                 except OSError as exc:
                     raise numa.os_error(exc, "transparent huge pages are not available") from None
-            elif length >= THP_AUTO_MIN and self._thp_auto and fd < 0:
+            elif length >= THP_AUTO_MIN and self._thp_auto and fd < 0 and not extra & _NORESERVE:
+                # (a MAP_NORESERVE mapping is a sparse reservation: a touched byte would
+                # commit a whole huge page)
                 _advise_huge_pages(ptr, length)
         except BaseException:
             _os.munmap(ptr, length)

@@ -3,7 +3,7 @@
 # benchmark on a GPU machine. Logs and results go to $OUT (default: a new run folder of this
 # checkout, evidence/<date>-<machine>-cuda-<mode>/, named by benchmarks/machine_info.py; add
 # it to evidence/README.md's index when you commit it).
-# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads|nccl|ucx] [pytest args...]
+# Usage, from anywhere: bash backends/cuda/tests/run_on_gpu.sh [tests|bench|all|alloc|soak|gpu2|workloads|nccl|ucx|mpi] [pytest args...]
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
 # benchmarks/soak_pool.py, 10**5 pool operations, and benchmarks/soak_cuda.py, 10**5 area
@@ -42,6 +42,10 @@
 # (`tar czf .whl/ucx-site.tgz -C site .`) without their static libraries, headers and test
 # programs: the wheels as they are (48 MB) do not fit the device tool's 64 MiB with the tree.
 # One GPU: the device parts skip or write nothing (exit 77, not a failure).)
+# ("mpi": tests/mpi (real ranks over the MPI mpi4py was built with: point to point,
+# allreduce, RMA, DLPack, host IPC, the benchmark's quick run; the CUDA-aware test skips
+# unless the MPI is) and benchmarks/mpi_bench.py (mpi/: ping-pong and in-place allreduce of
+# aml host, pooled and NUMA-bound buffers against NumPy arrays); mpi-tests.log, mpi-bench.log.)
 set -uo pipefail
 what=${1:-all}
 shift || true
@@ -158,5 +162,13 @@ if [ "$what" = ucx ]; then
         tee "$OUT/ucx-device.log"
     bench=${PIPESTATUS[0]}
     two_gpu_status "ucx_bench --device" "$OUT/ucx-device.log" "$bench"
+fi
+if [ "$what" = mpi ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    (cd /tmp && timeout 240 $py -m pytest "$repo/tests/mpi" -v -rA -p no:cacheprovider --timeout=150 \
+        --junitxml="$OUT/mpi-tests.xml" "$@") 2>&1 | tee "$OUT/mpi-tests.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    (cd /tmp && timeout 200 $py "$repo/benchmarks/mpi_bench.py" --out "$OUT/mpi") 2>&1 | tee "$OUT/mpi-bench.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit "$rc"
