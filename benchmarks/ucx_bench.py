@@ -4,12 +4,12 @@ interleaved, median round trip per size.
 
     python benchmarks/ucx_bench.py --out DIR            # host: aml, pooled aml, NumPy; about a minute
     python benchmarks/ucx_bench.py --device --out DIR   # two GPUs: aml-cuda, pooled, CuPy
-    python benchmarks/ucx_bench.py --peer KIND SIZE COUNT   # the other process (the tests use it)
+    python benchmarks/ucx_bench.py --peer KIND   # the other process (the tests use it)
 
-The peer listens, prints its port (a line ``ucx_bench peer listens on port N``), then for
-each of COUNT messages receives SIZE bytes into a buffer of KIND and sends them back; after
-the last it waits for a one-byte "done" (closing earlier would reset a send still in
-flight) and exits.
+One peer process per kind serves the whole run over one endpoint (:class:`Session`): it
+listens, prints its port (a line ``ucx_bench peer listens on port N``), then for each header
+(size, count) receives COUNT messages of SIZE bytes into a KIND buffer of its own and sends
+each back; a header of size 0 ends it (closing earlier would reset a send in flight).
 
 Host kinds: ``numpy``, ``aml`` (a HostArea's buffer), ``aml-pool`` (a pool's over one).
 Device kinds: ``cupy``, ``aml-cuda`` (``aml_cuda.create(0)``), ``aml-cuda-pool``. With
@@ -109,7 +109,10 @@ def current_device() -> None:
     Device(0).set_current()
 
 
-async def serve(kind: str, size: int, count: int) -> None:
+async def serve(kind: str) -> None:
+    """The peer: one connection; for each header (size, count) it receives ``count``
+    messages of ``size`` bytes into a ``kind`` buffer of its own (one per size, kept) and
+    sends each back; a header of size 0 ends it."""
     import ucxx
 
     if is_device(kind):
@@ -117,14 +120,24 @@ async def serve(kind: str, size: int, count: int) -> None:
     done = asyncio.Event()
 
     async def handler(ep: Any) -> None:
-        buf, owners = make(kind, size)
-        for _ in range(count):
-            await ep.recv(buf)
-            await ep.send(buf)
-        await ep.recv(np.empty(1, dtype=np.uint8))  # the other side has all it asked for
-        del buf
-        for owner in owners:
-            owner.close()
+        header = np.empty(2, dtype=np.int64)
+        buffers: dict[int, tuple[Any, list[Any]]] = {}
+        while True:
+            await ep.recv(header)
+            size, count = int(header[0]), int(header[1])
+            if size == 0:  # the other side has all it asked for: closing now resets nothing
+                break
+            if size not in buffers:
+                buffers[size] = make(kind, size)
+            buf = buffers[size][0]
+            for _ in range(count):
+                await ep.recv(buf)
+                await ep.send(buf)
+        for buf, owners in buffers.values():
+            del buf
+            for owner in owners:
+                owner.close()
+        buffers.clear()
         await ep.close()
         done.set()
 
@@ -135,16 +148,16 @@ async def serve(kind: str, size: int, count: int) -> None:
 
 
 class Peer:
-    """The other process (this script with ``--peer``): its port, and everything it prints
-    (stdout and stderr, one stream: UCX's log and UCX_PROTO_INFO's tables among it), read
-    by a thread as it comes so a full pipe never stalls it."""
+    """The other process (this script with ``--peer KIND``): its port, and everything it
+    prints (stdout and stderr, one stream: UCX's log and UCX_PROTO_INFO's tables among it),
+    read by a thread as it comes so a full pipe never stalls it."""
 
-    def __init__(self, kind: str, size: int, count: int) -> None:
+    def __init__(self, kind: str) -> None:
         env = {**os.environ, "UCX_WARN_UNUSED_ENV_VARS": "n"}
         if is_device(kind):
             env["CUDA_VISIBLE_DEVICES"] = VISIBLE["peer"]
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--peer", kind, str(size), str(count)],
+            [sys.executable, __file__, "--peer", kind],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -169,8 +182,8 @@ class Peer:
         return "".join(self.lines)
 
     def finish(self, timeout: float) -> str:
-        """Wait for the peer to exit (it does after the "done" byte); what it printed. A
-        failed peer is an error that quotes it."""
+        """Wait for the peer to exit (it does after the closing header); what it printed.
+        A failed peer is an error that quotes it."""
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -182,47 +195,97 @@ class Peer:
         return self.output
 
 
-async def echo(port: int, send: Any, receive: Any, count: int, times: list[float] | None = None) -> None:
-    """``count`` round trips of ``send`` (received back into ``receive``), then "done"."""
-    import ucxx
+class Session:
+    """A peer process of one kind and this process's endpoint to it, kept for every size
+    and round (as an application keeps its endpoints: UCX's caches stay warm, and no
+    measurement pays a process start)."""
 
-    ep = await ucxx.create_endpoint(ucxx.get_address(), port)
-    for _ in range(count):
-        t = time.perf_counter()
-        await ep.send(send)
-        await ep.recv(receive)
-        if times is not None:
-            times.append(time.perf_counter() - t)
-    await ep.send(np.zeros(1, dtype=np.uint8))  # done: the peer may close
-    await ep.close()
+    def __init__(self, peer: Peer, ep: Any) -> None:
+        self.peer, self.ep = peer, ep
 
+    @classmethod
+    async def open(cls, kind: str) -> Session:
+        import ucxx
 
-def measure(kind: str, size: int, count: int, show_peer: bool = False) -> float:
-    """The median round trip (µs) of ``count`` echoes of a ``kind`` buffer of ``size`` bytes,
-    both processes using that kind, after the first (warm-up) round trip."""
-    send, owners = make(kind, size)
-    receive, more = make(kind, size)
-    fill(send, kind, 7)
-    peer = Peer(kind, size, count + 1)
-    times: list[float] = []
-    try:
-        asyncio.run(echo(peer.port, send, receive, count + 1, times))
-    finally:
-        said = peer.finish(timeout=120)
-    if show_peer or "warn" in said.lower() or "error" in said.lower():
-        print(f"-- the peer's output ({kind}, {size} B):\n{said}", flush=True)
-    if not np.array_equal(host_copy(receive, kind), host_copy(send, kind)):
-        raise RuntimeError(f"{kind} {size}: the bytes came back changed")
-    del send, receive
-    for owner in owners + more:
-        owner.close()
-    return statistics.median(times[1:]) * 1e6
+        peer = Peer(kind)
+        try:
+            ep = await ucxx.create_endpoint(ucxx.get_address(), peer.port)
+        except BaseException:
+            peer.proc.kill()
+            peer.finish(timeout=30)
+            raise
+        return cls(peer, ep)
+
+    async def echo(self, send: Any, receive: Any, count: int, times: list[float] | None = None) -> None:
+        """``count`` round trips of ``send`` (received back into ``receive``), each timed
+        into ``times``."""
+        size = int(getattr(send, "nbytes", 0) or send.size)  # NumPy's and CuPy's nbytes, aml's size
+        await self.ep.send(np.array([size, count], dtype=np.int64))
+        for _ in range(count):
+            t = time.perf_counter()
+            await self.ep.send(send)
+            await self.ep.recv(receive)
+            if times is not None:
+                times.append(time.perf_counter() - t)
+
+    async def close(self, timeout: float = 120) -> str:
+        """End the peer (a header of size 0) and wait for it: what it printed."""
+        try:
+            await self.ep.send(np.zeros(2, dtype=np.int64))
+            await self.ep.close()
+        finally:
+            said = self.peer.finish(timeout)
+        return said
 
 
 def round_trips(size: int) -> int:
     """Round trips per measurement: enough that one lasts tens of milliseconds on a host
-    (a measurement is one peer process; short ones measure the scheduler)."""
+    (shorter ones measure the scheduler)."""
     return max(10, min(1000, int(400 * ((64 << 10) / size) ** 0.5)))
+
+
+Timings = dict[int, dict[str, list[float]]]
+
+
+async def run(kinds: tuple[str, ...], sizes: list[int], rounds: int, count: int | None) -> Timings:
+    """Median round trip (µs) of every kind, size and round. Each round opens one session
+    per kind in turn (the order rotating each round) and measures every size over it, one
+    warm-up round trip first: one peer process at a time, as idle UCX workers poll and take
+    the CPUs of a small machine. Each kind and size's bytes are checked in the first round."""
+    got: Timings = {size: {k: [] for k in kinds} for size in sizes}
+    pairs: dict[tuple[str, int], tuple[Any, Any]] = {}
+    owners: list[Any] = []
+    try:
+        for r in range(rounds):
+            for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
+                session = await Session.open(kind)
+                try:
+                    for size in sizes:
+                        if (kind, size) not in pairs:
+                            send, a = make(kind, size)
+                            receive, b = make(kind, size)
+                            owners += a + b
+                            fill(send, kind, 7)
+                            pairs[kind, size] = (send, receive)
+                        send, receive = pairs[kind, size]
+                        await session.echo(send, receive, 1)  # warm-up: registration, caches
+                        if r == 0:
+                            fill(receive, kind, 0)
+                        times: list[float] = []
+                        await session.echo(send, receive, count or round_trips(size), times)
+                        if r == 0 and not np.array_equal(host_copy(receive, kind), host_copy(send, kind)):
+                            raise RuntimeError(f"{kind} {size}: the bytes came back changed")
+                        got[size][kind].append(statistics.median(times) * 1e6)
+                finally:
+                    said = await session.close()
+                noteworthy = "warn" in said.lower() or "error" in said.lower()
+                if noteworthy or (os.environ.get("UCX_PROTO_INFO") and r == 0):
+                    print(f"-- the {kind} peer's output:\n{said}", flush=True)
+    finally:
+        pairs.clear()
+        for owner in reversed(owners):
+            owner.close()
+    return got
 
 
 def gpu_count() -> int:
@@ -273,10 +336,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes")
     parser.add_argument("--proto-info", action="store_true", help="UCX prints its protocols (UCX_PROTO_INFO)")
-    parser.add_argument("--peer", nargs=3, metavar=("KIND", "SIZE", "COUNT"), help=argparse.SUPPRESS)
+    parser.add_argument("--peer", metavar="KIND", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.peer:
-        asyncio.run(serve(args.peer[0], int(args.peer[1]), int(args.peer[2])))
+        asyncio.run(serve(args.peer))
         return 0
     if args.proto_info:
         os.environ["UCX_PROTO_INFO"] = "y"
@@ -289,17 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         current_device()
     import ucxx
 
+    got = asyncio.run(run(kinds, args.sizes, args.rounds, args.count))
     rows = []
     for size in args.sizes:
-        got: dict[str, list[float]] = {k: [] for k in kinds}
-        for r in range(args.rounds):
-            for kind in kinds[r % 3 :] + kinds[: r % 3]:  # the order rotates each round
-                count = args.count or round_trips(size)
-                got[kind].append(measure(kind, size, count, show_peer=args.proto_info and r == 0))
-        base = statistics.median(got[kinds[0]])
+        base = statistics.median(got[size][kinds[0]])
         for kind in kinds:
-            us = statistics.median(got[kind])
-            spread = [t / b for t, b in zip(got[kind], got[kinds[0]], strict=True)]
+            samples = got[size][kind]
+            us = statistics.median(samples)
+            spread = [t / b for t, b in zip(samples, got[size][kinds[0]], strict=True)]
             rows.append(
                 {
                     "size": size,
@@ -308,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
                     "ratio": us / base,
                     "round_ratios": spread,
                     "gb_per_s": 2 * size / us / 1e3,
-                    "samples": got[kind],
+                    "samples": samples,
                 }
             )
             print(f"{size:>10} {kind:>13} {us:10.1f} µs  x{us / base:.3f}", flush=True)
@@ -322,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# aml buffers through UCX between two processes: {where} ({datetime.date.today()})",
         "",
         f"ucxx {ucxx.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs. Echo round trip "
-        f"(send, receive back), median of {args.count or 'from 1000 (4 KiB) to 12 (64 MiB)'} round trips "
-        f"per measurement, median of {args.rounds} "
+        f"(send, receive back) over one endpoint per kind kept for the run, median of "
+        f"{args.count or 'from 1000 (4 KiB) to 12 (64 MiB)'} round trips per measurement, "
+        f"median of {args.rounds} "
         f"interleaved rounds; both processes use the same kind. Ratio: time over {kinds[0]}'s (target: "
         "within 5%); its spread is the lowest and highest of the rounds' ratios. GB/s: both directions' "
         "bytes over the round trip.",

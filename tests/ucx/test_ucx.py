@@ -33,11 +33,15 @@ def test_aml_buffers_go_through_ucx_to_another_process_and_back(ours: str, their
         send, receive = where.mmap(size), where.mmap(size)
         pattern = np.arange(size, dtype=np.uint8) ^ 0x5A
         np.frombuffer(send, dtype=np.uint8)[:] = pattern
-        peer = ucx_bench.Peer(theirs, size, 3)
-        try:
-            asyncio.run(ucx_bench.echo(peer.port, send, receive, 3))
-        finally:
-            peer.finish(timeout=60)  # raises, quoting the peer, unless it exited 0
+
+        async def exchange() -> None:
+            session = await ucx_bench.Session.open(theirs)
+            try:
+                await session.echo(send, receive, 3)
+            finally:
+                await session.close(timeout=60)  # raises, quoting the peer, unless it exited 0
+
+        asyncio.run(exchange())
         assert np.array_equal(np.frombuffer(receive, dtype=np.uint8), pattern)
         where.munmap(send)
         where.munmap(receive)

@@ -157,7 +157,7 @@ if [ "$what" = ucx ]; then
     (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host") 2>&1 |
         tee "$OUT/ucx-host.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --device --rounds 3 --proto-info \
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --device --proto-info \
         --out "$OUT/ucx-device") 2>&1 |
         tee "$OUT/ucx-device.log"
     bench=${PIPESTATUS[0]}
