@@ -5,7 +5,9 @@ transparent_huge_pages=..., alignment=...)`` is AML's Linux area: every mmap is 
 anonymous private (or shared) mapping, or a file mapping when ``options.fd`` is given, or
 with ``ipc=True`` a shared mapping of a memfd of its own that ``ipc_export`` shares with
 other processes (:mod:`aml_core.host.ipc`), bound to the node set with ``mbind`` when a
-policy other than DEFAULT is set. Buffers are host memory: they speak
+policy other than DEFAULT is set; anonymous mappings of 4 MiB and more are advised
+``MADV_HUGEPAGE`` unless ``transparent_huge_pages=False`` (NumPy's rule for its arrays).
+Buffers are host memory: they speak
 the buffer protocol and DLPack (``kDLCPU``), so ``memoryview(buf)``,
 ``numpy.frombuffer(buf, ...)`` and ``numpy.from_dlpack(buf)`` see the same bytes.
 
