@@ -317,11 +317,7 @@ cdef class PoolKernel(FastPath):
 
     cdef void absorb(self, Slab *slab, Block *left, Block *right) noexcept nogil:
         left.size += right.size
-        left.next = right.next
-        if right.next == NULL:
-            slab.last = left
-        else:
-            right.next.prev = left
+        _unlink(slab, right)
         cfree(right)
 
     cdef void flush(self) noexcept nogil:
@@ -1201,11 +1197,7 @@ cdef class PoolKernel(FastPath):
             if tail.size:
                 self.heap_insert(tail)
             else:
-                seg.last = tail.prev
-                if tail.prev == NULL:
-                    seg.first = NULL
-                else:
-                    tail.prev.next = NULL
+                _unlink(seg, tail)
                 cfree(tail)
             seg.size -= size
             self.reserved -= size
@@ -1410,6 +1402,18 @@ cdef inline void _link_after(Slab *slab, Block *prev, Block *b) noexcept nogil:
         slab.first = b
     else:
         prev.next = b
+
+
+cdef inline void _unlink(Slab *slab, Block *b) noexcept nogil:
+    """Take ``b`` out of ``slab``'s address-ordered list (``_link_after``'s inverse)."""
+    if b.prev == NULL:
+        slab.first = b.next
+    else:
+        b.prev.next = b.next
+    if b.next == NULL:
+        slab.last = b.prev
+    else:
+        b.next.prev = b.prev
 
 
 cdef inline size_t _round_up(size_t n, size_t to) noexcept nogil:
