@@ -42,6 +42,7 @@ from timing import human
 import aml_core
 from aml_core.errors import AMLError
 from aml_core.host import HostArea, Policy, allowed_nodes
+from aml_core.host.plugin import transparent_huge_pages as thp_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 KINDS = ("numpy", "aml", "aml-pool", "aml-numa")
@@ -60,10 +61,7 @@ def transparent_huge_pages() -> dict[str, Any]:
     """The kernel's THP mode and whether NumPy madvises its large arrays (>= 4 MiB) to
     huge pages (its default on Linux; ``NUMPY_MADVISE_HUGEPAGE=0`` turns it off): what
     decides the page size behind each kind's large buffers."""
-    try:
-        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text().split("[")[1].split("]")[0]
-    except (OSError, IndexError):
-        mode = "unknown"
+    mode = thp_mode() or "unknown"
     numpy_madvise = None
     for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
         try:
