@@ -44,7 +44,6 @@ from aml_core.host import HostArea
 
 HOST_KINDS = ("numpy", "aml", "aml-pool")
 DEVICE_KINDS = ("cupy", "aml-cuda", "aml-cuda-pool")
-KINDS = HOST_KINDS  # the host mode's (the tests')
 SIZES = (4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
 #: The peer's line that gives its port (UCX may print to stdout too, before it).
 PORT_MARK = "ucx_bench peer listens on port "
