@@ -68,6 +68,12 @@ mkdir -p "$OUT"
     (cd /tmp && $py -m aml_core info)
 } 2>&1 | tee "$OUT/cuda-gpu-env.log"
 rc=0
+# RMM's wheels from .whl/ (rmm-cu13, librmm-cu13, rapids-logger) into /tmp/site, on PYTHONPATH.
+rmm_wheels() {
+    $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+}
 # A two-GPU benchmark's status (name, log, status): 77, fewer than 2 GPUs, is no failure.
 two_gpu_status() {
     if [ "$3" = 77 ]; then
@@ -94,9 +100,7 @@ if [ "$what" = soak ]; then
 fi
 if [ "$what" = workloads ]; then
     if ! $py -c 'import rmm' >/dev/null 2>&1 && compgen -G "$repo/.whl/rmm_cu13-*.whl" >/dev/null; then
-        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-            "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+        rmm_wheels
     fi
     (cd /tmp && $py -c 'import rmm; print("rmm", rmm.__version__)' 2>&1 | tail -1) | tee -a "$OUT/cuda-gpu-env.log"
     quick=()
@@ -143,11 +147,8 @@ fi
 if [ "$what" = ucx ]; then
     if ! (cd /tmp && $py -c 'import ucxx' >/dev/null 2>&1); then
         [ -f "$repo/.whl/ucx-site.tgz" ] || { echo "ucx: no ucxx here and no .whl/ucx-site.tgz" | tee "$OUT/ucx-tests.log"; exit 1; }
-        mkdir -p /tmp/site
-        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-            "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
+        rmm_wheels # ucxx's libraries load RMM's
         tar xzf "$repo/.whl/ucx-site.tgz" -C /tmp/site
-        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
     export UCX_WARN_UNUSED_ENV_VARS=n
     (cd /tmp && $py -c 'import ucxx; print("ucxx", ucxx.__version__)' 2>&1 | tail -1) | tee -a "$OUT/cuda-gpu-env.log"
