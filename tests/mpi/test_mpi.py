@@ -31,6 +31,15 @@ def mpirun(ranks: int, *program: str) -> dict[str, Any]:
     return result
 
 
+def check_or_skip(ranks: int, name: str) -> None:
+    """Run the check ``name`` of tests.mpi.ranks on ``ranks`` ranks: it passes, or the test
+    is skipped with the reason the ranks gave (what this MPI or machine cannot do)."""
+    result = mpirun(ranks, "-m", "tests.mpi.ranks", name)
+    if name in result["skipped"]:
+        pytest.skip(result["skipped"][name])
+    assert result == {"ranks": ranks, "passed": [name], "skipped": {}}
+
+
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_host_buffers_between_ranks(ranks: int) -> None:
     """Send/Recv, Sendrecv, Isend/Irecv of host, pooled and read-only aml buffers; an
@@ -44,10 +53,7 @@ def test_host_buffers_between_ranks(ranks: int) -> None:
 def test_an_rma_window_over_a_numa_bound_buffer(ranks: int) -> None:
     """Put, Accumulate and Get through a window over an aml buffer bound to a node, its
     pages checked there; skipped where the MPI makes no window over NumPy memory either."""
-    result = mpirun(ranks, "-m", "tests.mpi.ranks", "rma")
-    if "rma" in result["skipped"]:
-        pytest.skip(result["skipped"]["rma"])
-    assert result == {"ranks": ranks, "passed": ["rma"], "skipped": {}}
+    check_or_skip(ranks, "rma")
 
 
 def test_the_guides_mpi_example_runs() -> None:
@@ -55,9 +61,7 @@ def test_the_guides_mpi_example_runs() -> None:
     text = (ROOT / "docs" / "beyond-one-node.md").read_text()
     example = re.search(r"## MPI\n.*?```python\n(.*?)```", text, re.S)
     assert example is not None, "the guide's MPI example was not found"
-    windows = mpirun(2, "-m", "tests.mpi.ranks", "windows")  # the example makes one
-    if "windows" in windows["skipped"]:
-        pytest.skip(windows["skipped"]["windows"])
+    check_or_skip(2, "windows")  # the example makes one
     assert mpirun(2, "-c", example.group(1)) == {}
 
 
@@ -66,10 +70,7 @@ def test_device_buffers_between_ranks() -> None:
     aware, why = cuda_aware()
     if not aware:
         pytest.skip(f"this MPI is not CUDA-aware ({why})")
-    result = mpirun(2, "-m", "tests.mpi.ranks", "device")
-    if "device" in result["skipped"]:
-        pytest.skip(result["skipped"]["device"])
-    assert result["passed"] == ["device"]
+    check_or_skip(2, "device")
 
 
 @pytest.mark.parametrize("ranks", [2, 4])
