@@ -229,7 +229,7 @@ def summarize(
     return rows
 
 
-def run_ranks(quick: bool, wanted: list[str]) -> dict[str, Any] | None:
+def run_ranks(quick: bool, wanted: list[str], rounds: int | None = None) -> dict[str, Any] | None:
     """Every rank's part; rank 0's results (None on the others)."""
     from mpi4py import MPI
 
@@ -242,7 +242,7 @@ def run_ranks(quick: bool, wanted: list[str]) -> dict[str, Any] | None:
     have = comm.allreduce(kinds.numa is not None, op=MPI.LAND)
     skipped = {k: v for reasons in comm.gather(kinds.skipped) or [] for k, v in reasons.items()}
     run = [k for k in wanted if k != "aml-numa" or have]
-    rounds = 3 if quick else 5
+    rounds = rounds or (3 if quick else 5)
     rows: list[dict[str, Any]] = []
     for size in SIZES:
         bufs = {kind: kinds.make(kind, size) for kind in run}
@@ -393,6 +393,8 @@ def launch(args: argparse.Namespace, out: Path) -> int:
         return 2
     command = [*mpiexec, "-n", str(args.ranks), sys.executable, __file__, "--rank", "--out", str(out)]
     command += ["--kinds", ",".join(args.kinds)]
+    if args.rounds:
+        command += ["--rounds", str(args.rounds)]
     if args.quick:
         command.append("--quick")
     return subprocess.run(command, check=False).returncode
@@ -406,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--ranks", type=int, default=2, help="MPI ranks (default 2)")
     parser.add_argument(
+        "--rounds", type=int, help="interleaved rounds per size and operation (default 5; 3 with --quick)"
+    )
+    parser.add_argument(
         "--kinds",
         type=lambda text: text.split(","),
         default=list(KINDS),
@@ -413,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rank", action="store_true", help="run as one rank (what mpiexec starts)")
     args = parser.parse_args(argv)
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (got {args.rounds})")
     unknown = set(args.kinds) - set(KINDS + EXTRA_KINDS)
     if unknown or args.kinds[:1] != ["numpy"]:
         parser.error(
@@ -422,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.rank:
         return launch(args, out)
     try:
-        result = run_ranks(args.quick, args.kinds)
+        result = run_ranks(args.quick, args.kinds, args.rounds)
         if result is not None:
             write(result, out)
     except BaseException:

@@ -74,7 +74,7 @@ OPS = ("allreduce", "allgather")
 #: Elements repeat with this period: every value is a small integer, exact in float32 sums.
 PERIOD = 251
 #: (operations per sample, samples) by size; warm-up: WARM operations of each kind and op.
-SAMPLES = {MiB: (20, 15), 64 * MiB: (5, 12), 256 * MiB: (3, 10)}
+SAMPLES = {MiB: (100, 31), 64 * MiB: (5, 12), 256 * MiB: (3, 10)}
 QUICK_SAMPLES = (2, 3)
 WARM = 3
 #: The data-parallel step: LAYERS x Linear(HIDDEN, HIDDEN) with ReLU, BATCH rows per rank.

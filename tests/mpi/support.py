@@ -45,9 +45,9 @@ def launcher() -> list[str] | None:
     return args
 
 
-def run_from_root(command: list[str]) -> subprocess.CompletedProcess[str]:
+def run_from_root(command: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
     """``command`` run from the repository's root with the source tree on its PYTHONPATH
-    (as every rank imports it), its output captured; it must exit 0."""
+    (as every rank imports it), its output captured; with ``check``, it must exit 0."""
     proc = subprocess.run(
         command,
         capture_output=True,
@@ -57,7 +57,7 @@ def run_from_root(command: list[str]) -> subprocess.CompletedProcess[str]:
         timeout=300,
         check=False,
     )
-    assert proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    assert not check or proc.returncode == 0, f"rc {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
 

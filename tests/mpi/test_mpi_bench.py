@@ -1,7 +1,7 @@
 """benchmarks/mpi_bench.py end to end in its ``--quick`` mode: it starts itself under
-``mpiexec -n 2``, the ranks ping-pong and allreduce NumPy arrays and aml buffers, and rank
-0 writes every kind at every size, with the bytes checked. Skipped without mpi4py and an
-``mpiexec``, as the other MPI tests."""
+``mpiexec -n 2``, the ranks (two rounds: ``--rounds`` reaches them) ping-pong and allreduce
+NumPy arrays and aml buffers, and rank 0 writes every kind at every size, with the bytes
+checked. Skipped without mpi4py and an ``mpiexec``, as the other MPI tests."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ pytestmark = pytest.mark.skipif(launcher() is None, reason="no mpiexec beside th
 
 def test_the_quick_benchmark_times_every_kind_and_size(tmp_path: Path) -> None:
     bench = ROOT / "benchmarks" / "mpi_bench.py"
-    run_from_root([sys.executable, str(bench), "--out", str(tmp_path), "--quick"])
+    run_from_root([sys.executable, str(bench), "--out", str(tmp_path), "--quick", "--rounds", "2"])
     result = json.loads((tmp_path / "mpi_bench.json").read_text())
     assert result["ranks"] == 2
     assert result["data_ok"] is True
+    assert result["rounds"] == 2
     kinds = result["kinds"]
     assert kinds[:3] == ["numpy", "aml", "aml-pool"]
     assert "aml-numa" in kinds or "aml-numa" in result["skipped"]
@@ -43,3 +44,10 @@ def test_the_quick_benchmark_times_every_kind_and_size(tmp_path: Path) -> None:
         assert row["ratio_min"] <= row["ratio_max"]
     assert (tmp_path / "mpi_bench.md").read_text().count("| 64 MiB |") == 2 * len(kinds)
     assert (tmp_path / "mpi_bench.png").is_file() or result["plot"].startswith("no plot")
+
+
+def test_rounds_below_one_are_refused() -> None:
+    bench = ROOT / "benchmarks" / "mpi_bench.py"
+    got = run_from_root([sys.executable, str(bench), "--rounds", "0"], check=False)
+    assert got.returncode == 2
+    assert "--rounds must be at least 1" in got.stderr
