@@ -74,7 +74,7 @@ OPS = ("allreduce", "allgather")
 #: Elements repeat with this period: every value is a small integer, exact in float32 sums.
 PERIOD = 251
 #: (operations per sample, samples) by size; warm-up: WARM operations of each kind and op.
-SAMPLES = {MiB: (100, 31), 64 * MiB: (5, 12), 256 * MiB: (3, 10)}
+SAMPLES = {MiB: (100, 101), 64 * MiB: (5, 21), 256 * MiB: (3, 15)}
 QUICK_SAMPLES = (2, 3)
 WARM = 3
 #: The data-parallel step: LAYERS x Linear(HIDDEN, HIDDEN) with ReLU, BATCH rows per rank.
@@ -325,11 +325,16 @@ def summarize(results: dict[str, Any]) -> None:
         if not result or result["status"] != "ok":
             continue
         rows = result["ranks"][0]["rows"]
-        base = {(r["op"], r["size"]): r["median_us"] for r in rows if r["kind"] == result["ranks"][0]["base"]}
+        base = {(r["op"], r["size"]): r for r in rows if r["kind"] == result["ranks"][0]["base"]}
         for row in rows:
             ref = base.get((row["op"], row["size"]))
-            row["over_base_time"] = row["median_us"] / ref if ref else None
-            row["within_target"] = None if not ref else row["median_us"] <= ref * (1 + COLLECTIVE_TARGET)
+            if ref is None or not ref["median_us"]:
+                row["over_base_time"] = row["within_target"] = row["paired_ratios"] = None
+                continue
+            row["over_base_time"] = row["median_us"] / ref["median_us"]
+            row["within_target"] = row["median_us"] <= ref["median_us"] * (1 + COLLECTIVE_TARGET)
+            if row.get("samples_us") and ref.get("samples_us"):
+                row["paired_ratios"] = paired_ratios(row["samples_us"], ref["samples_us"])
     runs = {
         name: [r for r in phases.values() if r.get("phase") == f"ddp-{name}" and r["status"] == "ok"]
         for name in ("torch", "aml")
@@ -384,16 +389,20 @@ def markdown(results: dict[str, Any]) -> str:
         if phase.startswith("collectives"):
             lines += [
                 f"Median µs per operation (rank 0); base: {rank0['base']}; "
-                f"target: within {COLLECTIVE_TARGET:.0%} of the base.",
+                f"target: within {COLLECTIVE_TARGET:.0%} of the base. Side by side: the quartiles "
+                "of each sample's time over the base's sample taken in the same turn (both "
+                "quartiles above 1: slower; on both sides of 1: noise).",
                 "",
-                "| op | size per rank | memory | median µs | GB/s | x base time | checks |",
-                "|---|---|---|---|---|---|---|",
+                "| op | size per rank | memory | median µs | GB/s | x base time "
+                "| side by side (25%, 50%, 75%) | checks |",
+                "|---|---|---|---|---|---|---|---|",
             ]
             for row in rank0["rows"]:
-                ratio = row.get("over_base_time")
+                ratio, paired = row.get("over_base_time"), row.get("paired_ratios")
                 lines.append(
                     f"| {row['op']} | {row['size'] // MiB} MiB | {row['kind']} | {row['median_us']:.1f} | "
                     f"{row['GBps']:.1f} | {'' if ratio is None else f'{ratio:.3f}'} | "
+                    f"{'' if not paired else ', '.join(f'{q:.3f}' for q in paired)} | "
                     f"{'ok' if row['checked'] and not row['mismatches'] else 'FAILED'} |"
                 )
         else:
@@ -519,9 +528,10 @@ class AmlMemory:
 
 def timed_samples(
     kinds: list[str], run: Callable[[str], None], sync: Callable[[], None], inner: int, samples: int
-) -> dict[str, float]:
-    """Median µs per operation of each kind: ``samples`` samples of ``inner`` operations,
-    the kinds interleaved sample by sample (the order rotating), ``sync`` after each."""
+) -> dict[str, list[float]]:
+    """µs per operation of each kind, sample by sample: ``samples`` samples of ``inner``
+    operations, the kinds interleaved sample by sample (the order rotating), ``sync`` after
+    each. Sample ``i`` of every kind ran in the same turn, side by side."""
     times: dict[str, list[float]] = {k: [] for k in kinds}
     clock = time.perf_counter_ns
     for s in range(samples):
@@ -533,7 +543,17 @@ def timed_samples(
                 run(kind)
             sync()
             times[kind].append((clock() - t0) / inner / 1e3)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def paired_ratios(samples: list[float], base: list[float]) -> tuple[float, float, float]:
+    """The quartiles (25%, 50%, 75%) of sample ``i`` over the base's sample ``i``: ratios of
+    measurements made side by side, which a slow stretch of the machine moves together. A
+    median ratio with quartiles on both sides of 1 is noise; quartiles both above 1 are
+    a real difference."""
+    ratios = [a / b for a, b in zip(samples, base, strict=True)]
+    q1, q2, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    return q1, q2, q3
 
 
 def collectives(engine: str, rank: int, folder: Path, quick: bool) -> dict[str, Any]:
@@ -569,7 +589,7 @@ def collectives(engine: str, rank: int, folder: Path, quick: bool) -> dict[str, 
                 for kind in kinds:
                     for _ in range(WARM):
                         run(kind)
-                medians = timed_samples(kinds, run, eng.sync, inner, samples)
+                times = timed_samples(kinds, run, eng.sync, inner, samples)
                 for kind in kinds:  # ... and after
                     checked[kind] += eng.check(op, send[kind], recv[kind], count)
                     moved = nbytes * (WORLD if op == "allgather" else 1)
@@ -580,8 +600,9 @@ def collectives(engine: str, rank: int, folder: Path, quick: bool) -> dict[str, 
                             "kind": kind,
                             "inner": inner,
                             "samples": samples,
-                            "median_us": medians[kind],
-                            "GBps": moved / (medians[kind] * 1e-6) / 1e9,
+                            "median_us": statistics.median(times[kind]),
+                            "samples_us": times[kind],
+                            "GBps": moved / (statistics.median(times[kind]) * 1e-6) / 1e9,
                             "checked": True,
                             "mismatches": checked[kind],
                         }

@@ -4,12 +4,16 @@ interleaved, median round trip per size.
 
     python benchmarks/ucx_bench.py --out DIR            # host: aml, pooled aml, NumPy; about a minute
     python benchmarks/ucx_bench.py --device --out DIR   # two GPUs: aml-cuda, pooled, CuPy
-    python benchmarks/ucx_bench.py --peer KIND   # the other process (the tests use it)
+    python benchmarks/ucx_bench.py --peer KIND[,KIND]   # the other process (the tests use it)
 
-One peer process per kind serves the whole run over one endpoint (:class:`Session`): it
+One peer process serves the whole run, every kind, over one endpoint (:class:`Session`): it
 listens, prints its port (a line ``ucx_bench peer listens on port N``), then for each header
-(size, count) receives COUNT messages of SIZE bytes into a KIND buffer of its own and sends
-each back; a header of size 0 ends it (closing earlier would reset a send in flight).
+(kind, size, count) receives COUNT messages of SIZE bytes into a buffer of that kind of its
+own and sends each back; a header of size 0 ends it (closing earlier would reset a send in
+flight). The kinds take turns on that one pair of processes, size by size, the order
+rotating each round: each kind is measured under the same conditions as the others (a
+process pair per kind put each kind's figures on its own CPUs and scheduler luck, and
+five rounds spread 0.75-1.40x on a 32-CPU GPU machine).
 
 Host kinds: ``numpy``, ``aml`` (a HostArea's buffer), ``aml-pool`` (a pool's over one).
 Device kinds: ``cupy``, ``aml-cuda`` (``aml_cuda.create(0)``), ``aml-cuda-pool``. With
@@ -45,6 +49,8 @@ from aml_core.host import HostArea
 HOST_KINDS = ("numpy", "aml", "aml-pool")
 DEVICE_KINDS = ("cupy", "aml-cuda", "aml-cuda-pool")
 SIZES = (4096, 64 << 10, 1 << 20, 16 << 20, 64 << 20)
+#: Interleaved rounds by default (a round of every kind and size takes a few seconds).
+ROUNDS = 11
 #: The peer's line that gives its port (UCX may print to stdout too, before it).
 PORT_MARK = "ucx_bench peer listens on port "
 #: Which GPUs each process sees in the device mode: both, in opposite order.
@@ -108,27 +114,27 @@ def current_device() -> None:
     Device(0).set_current()
 
 
-async def serve(kind: str) -> None:
-    """The peer: one connection; for each header (size, count) it receives ``count``
-    messages of ``size`` bytes into a ``kind`` buffer of its own (one per size, kept) and
-    sends each back; a header of size 0 ends it."""
+async def serve(kinds: tuple[str, ...]) -> None:
+    """The peer: one connection; for each header (kind index, size, count) it receives
+    ``count`` messages of ``size`` bytes into a buffer of that kind of its own (one per kind
+    and size, kept) and sends each back; a header of size 0 ends it."""
     import ucxx
 
-    if is_device(kind):
+    if any(is_device(kind) for kind in kinds):
         current_device()
     done = asyncio.Event()
 
     async def handler(ep: Any) -> None:
-        header = np.empty(2, dtype=np.int64)
-        buffers: dict[int, tuple[Any, list[Any]]] = {}
+        header = np.empty(3, dtype=np.int64)
+        buffers: dict[tuple[int, int], tuple[Any, list[Any]]] = {}
         while True:
             await ep.recv(header)
-            size, count = int(header[0]), int(header[1])
+            which, size, count = (int(v) for v in header)
             if size == 0:  # the other side has all it asked for: closing now resets nothing
                 break
-            if size not in buffers:
-                buffers[size] = make(kind, size)
-            buf = buffers[size][0]
+            if (which, size) not in buffers:
+                buffers[which, size] = make(kinds[which], size)
+            buf = buffers[which, size][0]
             for _ in range(count):
                 await ep.recv(buf)
                 await ep.send(buf)
@@ -147,16 +153,16 @@ async def serve(kind: str) -> None:
 
 
 class Peer:
-    """The other process (this script with ``--peer KIND``): its port, and everything it
-    prints (stdout and stderr, one stream: UCX's log and UCX_PROTO_INFO's tables among it),
-    read by a thread as it comes so a full pipe never stalls it."""
+    """The other process (this script with ``--peer KIND[,KIND...]``): its port, and
+    everything it prints (stdout and stderr, one stream: UCX's log and UCX_PROTO_INFO's
+    tables among it), read by a thread as it comes so a full pipe never stalls it."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kinds: tuple[str, ...]) -> None:
         env = {**os.environ, "UCX_WARN_UNUSED_ENV_VARS": "n"}
-        if is_device(kind):
+        if any(is_device(kind) for kind in kinds):
             env["CUDA_VISIBLE_DEVICES"] = VISIBLE["peer"]
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--peer", kind],
+            [sys.executable, __file__, "--peer", ",".join(kinds)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -195,31 +201,40 @@ class Peer:
 
 
 class Session:
-    """A peer process of one kind and this process's endpoint to it, kept for every size
-    and round (as an application keeps its endpoints: UCX's caches stay warm, and no
-    measurement pays a process start)."""
+    """A peer process that answers with buffers of ``kinds`` and this process's endpoint to
+    it, kept for every kind, size and round (as an application keeps its endpoints: UCX's
+    caches stay warm, and no measurement pays a process start)."""
 
-    def __init__(self, peer: Peer, ep: Any) -> None:
-        self.peer, self.ep = peer, ep
+    def __init__(self, peer: Peer, ep: Any, kinds: tuple[str, ...]) -> None:
+        self.peer, self.ep, self.kinds = peer, ep, kinds
 
     @classmethod
-    async def open(cls, kind: str) -> Session:
+    async def open(cls, *kinds: str) -> Session:
         import ucxx
 
-        peer = Peer(kind)
+        unknown = [k for k in kinds if k not in HOST_KINDS + DEVICE_KINDS]
+        if not kinds or unknown:
+            raise ValueError(f"kinds: one or more of {', '.join(HOST_KINDS + DEVICE_KINDS)} (got {kinds})")
+        peer = Peer(kinds)
         try:
             ep = await ucxx.create_endpoint(ucxx.get_address(), peer.port)
         except BaseException:
             peer.proc.kill()
             peer.finish(timeout=30)
             raise
-        return cls(peer, ep)
+        return cls(peer, ep, kinds)
 
-    async def echo(self, send: Any, receive: Any, count: int, times: list[float] | None = None) -> None:
-        """``count`` round trips of ``send`` (received back into ``receive``), each timed
-        into ``times``."""
+    async def echo(
+        self, send: Any, receive: Any, count: int, times: list[float] | None = None, kind: str | None = None
+    ) -> None:
+        """``count`` round trips of ``send`` (received back into ``receive``, the peer's
+        buffer of ``kind``: the session's only kind if not named), each timed into
+        ``times``."""
+        if kind is None and len(self.kinds) != 1:
+            raise ValueError(f"this session answers with {self.kinds}: name the kind")
+        which = self.kinds.index(kind or self.kinds[0])
         size = int(getattr(send, "nbytes", 0) or send.size)  # NumPy's and CuPy's nbytes, aml's size
-        await self.ep.send(np.array([size, count], dtype=np.int64))
+        await self.ep.send(np.array([which, size, count], dtype=np.int64))
         for _ in range(count):
             t = time.perf_counter()
             await self.ep.send(send)
@@ -230,7 +245,7 @@ class Session:
     async def close(self, timeout: float = 120) -> str:
         """End the peer (a header of size 0) and wait for it: what it printed."""
         try:
-            await self.ep.send(np.zeros(2, dtype=np.int64))
+            await self.ep.send(np.zeros(3, dtype=np.int64))
             await self.ep.close()
         finally:
             said = self.peer.finish(timeout)
@@ -247,19 +262,19 @@ Timings = dict[int, dict[str, list[float]]]
 
 
 async def run(kinds: tuple[str, ...], sizes: list[int], rounds: int, count: int | None) -> Timings:
-    """Median round trip (µs) of every kind, size and round. Each round opens one session
-    per kind in turn (the order rotating each round) and measures every size over it, one
-    warm-up round trip first: one peer process at a time, as idle UCX workers poll and take
-    the CPUs of a small machine. Each kind and size's bytes are checked in the first round."""
+    """Median round trip (µs) of every kind, size and round, over one session for the whole
+    run: per round and size the kinds take turns (the order rotating each round), each
+    measurement after one warm-up round trip. Each kind and size's bytes are checked in the
+    first round."""
     got: Timings = {size: {k: [] for k in kinds} for size in sizes}
     pairs: dict[tuple[str, int], tuple[Any, Any]] = {}
     owners: list[Any] = []
     try:
-        for r in range(rounds):
-            for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
-                session = await Session.open(kind)
-                try:
-                    for size in sizes:
+        session = await Session.open(*kinds)
+        try:
+            for r in range(rounds):
+                for size in sizes:
+                    for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
                         if (kind, size) not in pairs:
                             send, a = make(kind, size)
                             receive, b = make(kind, size)
@@ -267,19 +282,19 @@ async def run(kinds: tuple[str, ...], sizes: list[int], rounds: int, count: int 
                             fill(send, kind, 7)
                             pairs[kind, size] = (send, receive)
                         send, receive = pairs[kind, size]
-                        await session.echo(send, receive, 1)  # warm-up: registration, caches
+                        await session.echo(send, receive, 1, kind=kind)  # warm-up: registration, caches
                         if r == 0:
                             fill(receive, kind, 0)
                         times: list[float] = []
-                        await session.echo(send, receive, count or round_trips(size), times)
+                        await session.echo(send, receive, count or round_trips(size), times, kind=kind)
                         if r == 0 and not np.array_equal(host_copy(receive, kind), host_copy(send, kind)):
                             raise RuntimeError(f"{kind} {size}: the bytes came back changed")
                         got[size][kind].append(statistics.median(times) * 1e6)
-                finally:
-                    said = await session.close()
-                noteworthy = "warn" in said.lower() or "error" in said.lower()
-                if noteworthy or (os.environ.get("UCX_PROTO_INFO") and r == 0):
-                    print(f"-- the {kind} peer's output:\n{said}", flush=True)
+        finally:
+            said = await session.close()
+        noteworthy = "warn" in said.lower() or "error" in said.lower()
+        if noteworthy or os.environ.get("UCX_PROTO_INFO"):
+            print(f"-- the peer's output:\n{said}", flush=True)
     finally:
         pairs.clear()
         for owner in reversed(owners):
@@ -329,16 +344,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="folder for ucx_bench.json, .md and .png (default: print only)")
     parser.add_argument("--device", action="store_true", help="GPU to GPU against CuPy's arrays (two GPUs)")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per size (default 5)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds (default {ROUNDS})")
     parser.add_argument(
         "--count", type=int, help="round trips per measurement (default by size: 1000 at 4 KiB, 12 at 64 MiB)"
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="message sizes in bytes")
     parser.add_argument("--proto-info", action="store_true", help="UCX prints its protocols (UCX_PROTO_INFO)")
-    parser.add_argument("--peer", metavar="KIND", help=argparse.SUPPRESS)
+    parser.add_argument("--peer", metavar="KIND[,KIND]", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds < 1 or (args.count is not None and args.count < 1):
+        parser.error(f"--rounds and --count must be at least 1 (got {args.rounds}, {args.count})")
     if args.peer:
-        asyncio.run(serve(args.peer))
+        peer_kinds = tuple(args.peer.split(","))
+        unknown = [k for k in peer_kinds if k not in HOST_KINDS + DEVICE_KINDS]
+        if unknown:
+            parser.error(f"--peer: unknown kinds {unknown}")
+        asyncio.run(serve(peer_kinds))
         return 0
     if args.proto_info:
         os.environ["UCX_PROTO_INFO"] = "y"
@@ -381,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         f"# aml buffers through UCX between two processes: {where} ({datetime.date.today()})",
         "",
         f"ucxx {ucxx.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs. Echo round trip "
-        f"(send, receive back) over one endpoint per kind kept for the run, median of "
+        f"(send, receive back) over one endpoint kept for the run, the kinds taking turns on it, median of "
         f"{args.count or 'from 1000 (4 KiB) to 12 (64 MiB)'} round trips per measurement, "
         f"median of {args.rounds} "
         f"interleaved rounds; both processes use the same kind. Ratio: time over {kinds[0]}'s (target: "

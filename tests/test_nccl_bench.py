@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -172,11 +173,23 @@ def test_the_checked_values_are_what_the_collectives_compute(world: int) -> None
 def test_timed_samples_interleave_the_kinds() -> None:
     calls: list[str] = []
     syncs: list[int] = []
-    medians = nccl_bench.timed_samples(["a", "b", "c"], calls.append, lambda: syncs.append(1), 2, 3)
-    assert set(medians) == {"a", "b", "c"}
-    assert all(v >= 0 for v in medians.values())
+    times = nccl_bench.timed_samples(["a", "b", "c"], calls.append, lambda: syncs.append(1), 2, 3)
+    assert set(times) == {"a", "b", "c"}
+    assert all(len(v) == 3 and min(v) >= 0 for v in times.values())
     assert calls == ["a", "a", "b", "b", "c", "c", "b", "b", "c", "c", "a", "a", "c", "c", "a", "a", "b", "b"]
     assert len(syncs) == 2 * 3 * 3
+
+
+def test_paired_ratios_compare_samples_taken_side_by_side() -> None:
+    base = [10.0, 20.0, 10.0, 20.0, 10.0]
+    # a slow stretch moves both: side by side the kind is 1.1x slower in every turn
+    assert nccl_bench.paired_ratios([11.0, 22.0, 11.0, 22.0, 11.0], base) == pytest.approx((1.1, 1.1, 1.1))
+    q1, q2, q3 = nccl_bench.paired_ratios([9.0, 22.0, 10.0, 21.0, 11.0], base)
+    assert q1 < 1 < q3
+    assert q2 == pytest.approx(1.05)
+    assert nccl_bench.paired_ratios([3.0], [2.0]) == (1.5, 1.5, 1.5)
+    with pytest.raises(ValueError, match="shorter"):
+        nccl_bench.paired_ratios([1.0, 2.0], [1.0])
 
 
 def _engines(tmp_path: Path, body: str) -> Path:
@@ -339,6 +352,8 @@ def test_a_rank_checks_every_kind_and_op_and_reports_wrong_results(
     ]
     for row in report["rows"]:
         assert row["median_us"] > 0
+        assert len(row["samples_us"]) == nccl_bench.QUICK_SAMPLES[1]
+        assert row["median_us"] == statistics.median(row["samples_us"])
         assert row["GBps"] > 0
         assert row["mismatches"] == (2 if row["kind"] == "aml-vmm" else 0)  # before and after
     assert len(report["failed_checks"]) == 4

@@ -49,6 +49,44 @@ def test_aml_buffers_go_through_ucx_to_another_process_and_back(ours: str, their
             pool.close()
 
 
+def test_one_session_answers_with_each_kind_in_turn() -> None:
+    """The benchmark's session: one peer process holds a buffer of every kind and the kinds
+    take turns on one endpoint, each echo into the peer's buffer of the kind named."""
+    size = 64 << 10
+    with HostArea() as area:
+        pool = aml_core.pool(area)
+        mine = {"numpy": np.zeros(size, np.uint8), "aml": area.mmap(size), "aml-pool": pool.mmap(size)}
+        back = {"numpy": np.zeros(size, np.uint8), "aml": area.mmap(size), "aml-pool": pool.mmap(size)}
+        patterns = {kind: np.arange(size, dtype=np.uint8) ^ (i + 1) for i, kind in enumerate(mine)}
+
+        async def exchange() -> None:
+            session = await ucx_bench.Session.open(*ucx_bench.HOST_KINDS)
+            try:
+                for turn in range(2):
+                    for kind in ucx_bench.HOST_KINDS[turn:] + ucx_bench.HOST_KINDS[:turn]:
+                        np.frombuffer(mine[kind], dtype=np.uint8)[:] = patterns[kind]
+                        np.frombuffer(back[kind], dtype=np.uint8)[:] = 0
+                        await session.echo(mine[kind], back[kind], 2, kind=kind)
+                        assert np.array_equal(np.frombuffer(back[kind], dtype=np.uint8), patterns[kind])
+                with pytest.raises(ValueError, match="name the kind"):
+                    await session.echo(mine["aml"], back["aml"], 1)
+            finally:
+                await session.close(timeout=60)
+
+        asyncio.run(exchange())
+        for kind in ("aml", "aml-pool"):
+            (pool if kind == "aml-pool" else area).munmap(mine[kind])
+            (pool if kind == "aml-pool" else area).munmap(back[kind])
+        pool.close()
+
+
+def test_a_session_of_an_unknown_kind_is_refused_before_a_process_starts() -> None:
+    with pytest.raises(ValueError, match="one or more of"):
+        asyncio.run(ucx_bench.Session.open("numpy", "nokind"))
+    with pytest.raises(ValueError, match="one or more of"):
+        asyncio.run(ucx_bench.Session.open())
+
+
 def test_aml_cuda_buffers_go_gpu_to_gpu_through_ucx(tmp_path: Path) -> None:
     """Two GPUs, one process on each: aml device and pooled buffers and CuPy arrays echoed
     GPU to GPU (UCX picks its CUDA transports), each size's bytes checked by the benchmark.

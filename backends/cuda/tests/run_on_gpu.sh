@@ -41,7 +41,7 @@
 # `pip install --no-deps --target site --python-version 3.12 --only-binary=:all:` and packed
 # (`tar czf .whl/ucx-site.tgz -C site .`) without their static libraries, headers and test
 # programs: the wheels as they are (48 MB) do not fit the device tool's 64 MiB with the tree.
-# UCX_ROUNDS sets both benchmarks' interleaved rounds (default 5). One GPU: the device parts
+# UCX_ROUNDS sets both benchmarks' interleaved rounds (default 11). One GPU: the device parts
 # skip or write nothing (exit 77, not a failure).)
 # ("mpi": tests/mpi (real ranks over the MPI mpi4py was built with: point to point,
 # allreduce, RMA, DLPack, host IPC, the benchmark's quick run; the CUDA-aware test skips
@@ -157,10 +157,10 @@ if [ "$what" = ucx ]; then
     (cd /tmp && timeout 300 $py -m pytest "$repo/tests/ucx" -v -rA -p no:cacheprovider --timeout=150 \
         --junitxml="$OUT/ucx-tests.xml" "$@") 2>&1 | tee "$OUT/ucx-tests.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host" --rounds "${UCX_ROUNDS:-5}") 2>&1 |
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --out "$OUT/ucx-host" --rounds "${UCX_ROUNDS:-11}") 2>&1 |
         tee "$OUT/ucx-host.log"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --device --proto-info --rounds "${UCX_ROUNDS:-5}" \
+    (cd /tmp && timeout 240 $py "$repo/benchmarks/ucx_bench.py" --device --proto-info --rounds "${UCX_ROUNDS:-11}" \
         --out "$OUT/ucx-device") 2>&1 |
         tee "$OUT/ucx-device.log"
     bench=${PIPESTATUS[0]}
