@@ -17,9 +17,14 @@ script with ``subprocess``, each pair bounded by ``--phase-timeout``:
    processes allocating through ``aml_cuda.use_with_torch(aml_core.pool(aml_cuda.create(rank)))``:
    median steps per second, the ranks' parameters checked equal. An allocator is chosen once
    per process, so the two alternate as pairs of processes, ``--ddp-rounds`` of each (default
-   3; the order flips each round: torch first, then aml first, ...): the ratio is the median
-   of aml's rounds over the median of PyTorch's, and each round's pair is reported too (one
-   pair of runs differed by 8% either way on the same code).
+   5; the order flips each round: torch first, then aml first, ...): the ratio is the median
+   of aml's rounds over the median of PyTorch's, and each round's pair is reported too (runs
+   of one allocator differed by up to 12% on the same code, more than the allocators did).
+
+Each rank runs on its own share of the CPUs this script may use (rank 0 the first half,
+rank 1 the second; ``--no-pin`` leaves them to the scheduler): the DDP step is bound by the
+CPU, and a pair of processes placed anew each run moved its steps/s more than the
+allocator did.
 
 NVLink multicast stays off in every process (``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``: in each rank's environment
@@ -28,7 +33,7 @@ take the GPUs out of service.
 
 Usage on a machine with two GPUs (writes nccl_bench.json, nccl_bench.md and each rank's log
 ``<phase>-rank<r>.log`` to --out, default $OUT, else ``evidence/<date>-<machine>-nccl-bench/``;
-prints the summary last; about a minute, at most 4 x ``--phase-timeout``)::
+prints the summary last; about three minutes, at most (2 + 2 x ``--ddp-rounds``) x ``--phase-timeout``)::
 
     PYTHONUNBUFFERED=1 python benchmarks/nccl_bench.py --out $OUT
 
@@ -79,7 +84,7 @@ QUICK_SAMPLES = (2, 3)
 WARM = 3
 #: The data-parallel step: LAYERS x Linear(HIDDEN, HIDDEN) with ReLU, BATCH rows per rank.
 HIDDEN, LAYERS, BATCH = 2048, 4, 64
-DDP_WARM, DDP_STEPS, DDP_SAMPLES, DDP_ROUNDS = 10, 25, 9, 3
+DDP_WARM, DDP_STEPS, DDP_SAMPLES, DDP_ROUNDS = 10, 25, 15, 5
 #: Collectives within this fraction of the base, steps/s at least the base (issue 21's targets).
 COLLECTIVE_TARGET, DDP_TARGET = 0.02, 1.0
 
@@ -135,8 +140,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DDP_ROUNDS,
         help=f"runs of each DDP phase, alternating (default {DDP_ROUNDS}; --quick: 1)",
     )
+    parser.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="leave the ranks' CPUs to the scheduler (default: each rank on its own share)",
+    )
     # A rank (started by the launcher, not by hand).
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", help=argparse.SUPPRESS)
     parser.add_argument("--rank", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--rendezvous", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -150,6 +162,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.ddp_rounds = 1
     return args
+
+
+def rank_cpus(rank: int, available: set[int]) -> list[int] | None:
+    """Rank ``rank``'s share of ``available``: contiguous, equal shares in CPU order (a
+    remainder goes to no rank); None when there are fewer CPUs than ranks."""
+    cpus = sorted(available)
+    share = len(cpus) // WORLD
+    if not 0 <= rank < WORLD:
+        raise ValueError(f"rank {rank} is not one of {WORLD}")
+    return cpus[rank * share : (rank + 1) * share] if share else None
+
+
+def pin(cpus: str | None) -> list[int]:
+    """Bind this process (and every thread it starts later) to ``cpus`` ("0,1,2"); the CPUs
+    it may use now."""
+    if cpus:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+    return sorted(os.sched_getaffinity(0))
 
 
 def schedule(phases: tuple[str, ...], ddp_rounds: int) -> list[tuple[str, str]]:
@@ -205,6 +235,9 @@ def run_phase(phase: str, label: str, out: Path, args: argparse.Namespace) -> di
         for rank in range(WORLD):
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", phase, "--rank", str(rank)]
             cmd += ["--rendezvous", tmp] + (["--quick"] if args.quick else [])
+            cpus = rank_cpus(rank, os.sched_getaffinity(0)) if args.pin else None
+            if cpus:
+                cmd += ["--cpus", ",".join(map(str, cpus))]
             log = (out / f"{label}-rank{rank}.log").open("wb")
             logs.append(log)
             procs.append(
@@ -289,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "environment": NO_MULTICAST,
         "quick": args.quick,
+        "ranks_cpus": [rank_cpus(r, os.sched_getaffinity(0)) if args.pin else None for r in range(WORLD)],
     }
     print(json.dumps(meta), flush=True)
     results: dict[str, Any] = {"meta": meta, "phases": {}}
@@ -355,6 +389,19 @@ def summarize(results: dict[str, Any]) -> None:
         }
 
 
+def placement(ranks_cpus: list[list[int] | None] | None) -> str:
+    """How the ranks were placed on the CPUs, in words."""
+    if not ranks_cpus or not all(ranks_cpus):
+        return "The ranks' CPUs were left to the scheduler."
+    spans = []
+    for rank, cpus in enumerate(ranks_cpus):
+        assert cpus is not None
+        contiguous = cpus == list(range(cpus[0], cpus[-1] + 1))
+        where = f"{cpus[0]}-{cpus[-1]}" if contiguous and len(cpus) > 1 else ",".join(map(str, cpus))
+        spans.append(f"rank {rank} on CPUs {where}")
+    return "Each rank on its own CPUs: " + ", ".join(spans) + "."
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     gpus = ", ".join(f"GPU {g['index']}: {g['name']}" for g in meta.get("gpus", []))
@@ -367,7 +414,8 @@ def markdown(results: dict[str, Any]) -> str:
         + (" **--quick (smoke test).**" if meta.get("quick") else ""),
         "NVLink multicast off in every process: "
         + ", ".join(f"`{k}={v}`" for k, v in meta["environment"].items())
-        + ".",
+        + ". "
+        + placement(meta.get("ranks_cpus")),
         "",
     ]
     for phase, result in results["phases"].items():
@@ -440,7 +488,9 @@ def child_main(args: argparse.Namespace) -> int:
     (status ok, skipped with a reason, or error with the traceback)."""
     rank, phase = args.rank, args.child
     result_path = Path(args.rendezvous, f"result-{rank}.json")
+    cpus: list[int] = []
     try:
+        cpus = pin(args.cpus)  # before the engines start their threads
         if phase.startswith("collectives"):
             result = collectives(phase.split("-", 1)[1], rank, Path(args.rendezvous), args.quick)
         else:
@@ -453,6 +503,7 @@ def child_main(args: argparse.Namespace) -> int:
         result, code = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}, 1
     result.setdefault("status", "ok")
     result["rank"] = rank
+    result["cpus"] = cpus
     tmp = result_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(result_path)

@@ -201,8 +201,8 @@ def _engines(tmp_path: Path, body: str) -> Path:
     return folder
 
 
-def _args(timeout: float = 60.0) -> argparse.Namespace:
-    return argparse.Namespace(quick=True, phase_timeout=timeout)
+def _args(timeout: float = 60.0, pin: bool = True) -> argparse.Namespace:
+    return argparse.Namespace(quick=True, phase_timeout=timeout, pin=pin)
 
 
 @pytest.mark.parametrize("phase", ["collectives-cupy", "ddp-aml"])
@@ -217,6 +217,10 @@ def test_a_phase_without_its_engine_is_skipped_with_the_reason(
     assert f"{engine} is not importable" in result["reason"]
     assert result["exit_codes"] == [0, 0]
     assert [r["rank"] for r in result["ranks"]] == [0, 1]
+    # each rank ran on its own share of the CPUs (all of them, on a machine with one)
+    mine = os.sched_getaffinity(0)
+    for rank, report in enumerate(result["ranks"]):
+        assert report["cpus"] == (nccl_bench.rank_cpus(rank, mine) or sorted(mine))
     for rank in (0, 1):
         assert f"rank {rank}: skipped" in (tmp_path / f"{phase}-rank{rank}.log").read_text()
     text = nccl_bench.markdown({"meta": _meta(), "phases": {phase: result}})
@@ -251,6 +255,30 @@ def test_a_rank_that_hangs_is_killed_at_the_timeout(tmp_path: Path, monkeypatch:
     assert result["seconds"] < 60
     assert all(code is not None and code < 0 for code in result["exit_codes"])  # killed
     assert all(r["error"] == f"rank {i} wrote no result" for i, r in enumerate(result["ranks"]))
+
+
+def test_each_rank_gets_its_own_contiguous_share_of_the_cpus() -> None:
+    assert nccl_bench.rank_cpus(0, set(range(32))) == list(range(16))
+    assert nccl_bench.rank_cpus(1, set(range(32))) == list(range(16, 32))
+    assert nccl_bench.rank_cpus(1, {0, 2, 5, 7, 9}) == [5, 7]  # in CPU order; the remainder unused
+    assert nccl_bench.rank_cpus(0, {3}) is None  # fewer CPUs than ranks: no pinning
+    with pytest.raises(ValueError, match="rank 2"):
+        nccl_bench.rank_cpus(2, set(range(4)))
+    assert nccl_bench.placement([[0, 1, 2, 3], [4, 5, 6, 7]]) == (
+        "Each rank on its own CPUs: rank 0 on CPUs 0-3, rank 1 on CPUs 4-7."
+    )
+    assert nccl_bench.placement([[0], [2, 5]]).endswith("rank 0 on CPUs 0, rank 1 on CPUs 2,5.")
+    assert nccl_bench.placement([None, None]) == "The ranks' CPUs were left to the scheduler."
+
+
+def test_no_pin_leaves_the_ranks_to_the_scheduler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    engines = _engines(tmp_path, "raise ImportError('{name} is blocked for this test')\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(engines), str(ROOT), str(ROOT / "backends/cuda")]))
+    result = nccl_bench.run_phase("ddp-torch", "ddp-torch", tmp_path, _args(pin=False))
+    assert result["status"] == "skipped"
+    assert all(r["cpus"] == sorted(os.sched_getaffinity(0)) for r in result["ranks"])
+    assert nccl_bench.parse_args(["--no-pin"]).pin is False
+    assert nccl_bench.parse_args([]).pin is True
 
 
 def _meta() -> dict[str, object]:

@@ -26,9 +26,11 @@
 # ("nccl": issue 21 on a machine with two GPUs: benchmarks/nccl_bench.py, NCCL all-reduce and
 # all-gather over aml device, pooled and virtual-memory buffers against CuPy's and PyTorch's
 # memory (CuPy's NCCL binding, torch.distributed), and a DDP step on aml's use_with_torch
-# against PyTorch's allocator (3 alternating runs of each), one process per GPU;
+# against PyTorch's allocator (5 alternating runs of each, each rank on its own half of the
+# CPUs), one process per GPU;
 # nccl_bench.json/.md, the ranks' logs <run>-rank<r>.log and its output nccl-bench.log in
-# $OUT; at most 330 s after the install (8 runs of at most 40 s each); NVLink multicast off (NCCL_NVLS_ENABLE=0,
+# $OUT; about 3.5 minutes, at most 490 s after the install (12 runs of at most 40 s each);
+# NVLink multicast off (NCCL_NVLS_ENABLE=0,
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, exported before anything runs,
 # and in every rank). NCCL_QUICK=1 for a smoke test. On one GPU it writes nothing (exit 77,
 # not a failure).)
@@ -141,7 +143,7 @@ if [ "$what" = nccl ]; then
     nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
     quick=()
     [ "${NCCL_QUICK:-0}" = 1 ] && quick=(--quick)
-    (cd /tmp && timeout 330 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 40 "${quick[@]}") 2>&1 |
+    (cd /tmp && timeout 490 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 40 "${quick[@]}") 2>&1 |
         tee "$OUT/nccl-bench.log"
     bench=${PIPESTATUS[0]}
     two_gpu_status nccl_bench "$OUT/nccl-bench.log" "$bench"
