@@ -23,8 +23,8 @@ script with ``subprocess``, each pair bounded by ``--phase-timeout``:
 
 Each rank runs on its own share of the CPUs this script may use (rank 0 the first half,
 rank 1 the second; ``--no-pin`` leaves them to the scheduler): the DDP step is bound by the
-CPU, and a pair of processes placed anew each run moved its steps/s more than the
-allocator did.
+CPU, and where a new pair of processes lands is the likely cause (not shown) of runs of
+one allocator differing by more than the allocators did.
 
 NVLink multicast stays off in every process (``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``: in each rank's environment
