@@ -174,6 +174,11 @@ def rank_cpus(rank: int, available: set[int]) -> list[int] | None:
     return cpus[rank * share : (rank + 1) * share] if share else None
 
 
+def placements(pin: bool) -> list[list[int] | None]:
+    """Each rank's CPUs (None: left to the scheduler), from the CPUs this process may use."""
+    return [rank_cpus(r, os.sched_getaffinity(0)) if pin else None for r in range(WORLD)]
+
+
 def pin(cpus: str | None) -> list[int]:
     """Bind this process (and every thread it starts later) to ``cpus`` ("0,1,2"); the CPUs
     it may use now."""
@@ -232,10 +237,9 @@ def run_phase(phase: str, label: str, out: Path, args: argparse.Namespace) -> di
     with tempfile.TemporaryDirectory(prefix="aml-nccl-") as tmp:
         procs: list[subprocess.Popen[bytes]] = []
         logs = []
-        for rank in range(WORLD):
+        for rank, cpus in enumerate(placements(args.pin)):
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child", phase, "--rank", str(rank)]
             cmd += ["--rendezvous", tmp] + (["--quick"] if args.quick else [])
-            cpus = rank_cpus(rank, os.sched_getaffinity(0)) if args.pin else None
             if cpus:
                 cmd += ["--cpus", ",".join(map(str, cpus))]
             log = (out / f"{label}-rank{rank}.log").open("wb")
@@ -322,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.date.today().isoformat(),
         "environment": NO_MULTICAST,
         "quick": args.quick,
-        "ranks_cpus": [rank_cpus(r, os.sched_getaffinity(0)) if args.pin else None for r in range(WORLD)],
+        "ranks_cpus": placements(args.pin),
     }
     print(json.dumps(meta), flush=True)
     results: dict[str, Any] = {"meta": meta, "phases": {}}
@@ -644,6 +648,7 @@ def collectives(engine: str, rank: int, folder: Path, quick: bool) -> dict[str, 
                 for kind in kinds:  # ... and after
                     checked[kind] += eng.check(op, send[kind], recv[kind], count)
                     moved = nbytes * (WORLD if op == "allgather" else 1)
+                    median = statistics.median(times[kind])
                     rows.append(
                         {
                             "op": op,
@@ -651,9 +656,9 @@ def collectives(engine: str, rank: int, folder: Path, quick: bool) -> dict[str, 
                             "kind": kind,
                             "inner": inner,
                             "samples": samples,
-                            "median_us": statistics.median(times[kind]),
+                            "median_us": median,
                             "samples_us": times[kind],
-                            "GBps": moved / (statistics.median(times[kind]) * 1e-6) / 1e9,
+                            "GBps": moved / (median * 1e-6) / 1e9,
                             "checked": True,
                             "mismatches": checked[kind],
                         }

@@ -57,6 +57,15 @@ PORT_MARK = "ucx_bench peer listens on port "
 VISIBLE = {"main": "0,1", "peer": "1,0"}
 
 
+def known_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """``kinds`` if it names one or more of the kinds this benchmark has; ValueError
+    otherwise (before any process starts)."""
+    unknown = [k for k in kinds if k not in HOST_KINDS + DEVICE_KINDS]
+    if not kinds or unknown:
+        raise ValueError(f"kinds: one or more of {', '.join(HOST_KINDS + DEVICE_KINDS)} (got {kinds})")
+    return kinds
+
+
 def is_device(kind: str) -> bool:
     return kind in DEVICE_KINDS
 
@@ -212,10 +221,7 @@ class Session:
     async def open(cls, *kinds: str) -> Session:
         import ucxx
 
-        unknown = [k for k in kinds if k not in HOST_KINDS + DEVICE_KINDS]
-        if not kinds or unknown:
-            raise ValueError(f"kinds: one or more of {', '.join(HOST_KINDS + DEVICE_KINDS)} (got {kinds})")
-        peer = Peer(kinds)
+        peer = Peer(known_kinds(kinds))
         try:
             ep = await ucxx.create_endpoint(ucxx.get_address(), peer.port)
         except BaseException:
@@ -355,10 +361,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or (args.count is not None and args.count < 1):
         parser.error(f"--rounds and --count must be at least 1 (got {args.rounds}, {args.count})")
     if args.peer:
-        peer_kinds = tuple(args.peer.split(","))
-        unknown = [k for k in peer_kinds if k not in HOST_KINDS + DEVICE_KINDS]
-        if unknown:
-            parser.error(f"--peer: unknown kinds {unknown}")
+        try:
+            peer_kinds = known_kinds(tuple(args.peer.split(",")))
+        except ValueError as exc:
+            parser.error(f"--peer: {exc}")
         asyncio.run(serve(peer_kinds))
         return 0
     if args.proto_info:
