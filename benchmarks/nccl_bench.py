@@ -21,8 +21,9 @@ script with ``subprocess``, each pair bounded by ``--phase-timeout``:
    of aml's rounds over the median of PyTorch's, and each round's pair is reported too (runs
    of one allocator differed by up to 12% on the same code, more than the allocators did).
 
-Each rank runs on its own share of the CPUs this script may use (rank 0 the first half,
-rank 1 the second; ``--no-pin`` leaves them to the scheduler): the DDP step is bound by the
+Each rank runs on its own half of the physical cores this script may use, every hardware
+thread of them (rank 0 the first half, rank 1 the second; ``--no-pin`` leaves them to the
+scheduler): the DDP step is bound by the
 CPU, and where a new pair of processes lands is the likely cause (not shown) of runs of
 one allocator differing by more than the allocators did.
 
@@ -144,7 +145,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-pin",
         dest="pin",
         action="store_false",
-        help="leave the ranks' CPUs to the scheduler (default: each rank on its own share)",
+        help="leave the ranks' CPUs to the scheduler (default: each rank on half the physical cores)",
     )
     # A rank (started by the launcher, not by hand).
     parser.add_argument("--child", choices=PHASES, help=argparse.SUPPRESS)
@@ -164,14 +165,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def rank_cpus(rank: int, available: set[int]) -> list[int] | None:
-    """Rank ``rank``'s share of ``available``: contiguous, equal shares in CPU order (a
-    remainder goes to no rank); None when there are fewer CPUs than ranks."""
-    cpus = sorted(available)
-    share = len(cpus) // WORLD
+def cpu_core(cpu: int) -> tuple[int, int]:
+    """The physical core ``cpu`` is a hardware thread of, as sysfs names it: (package, core
+    id); (-1, cpu), a core of its own, where sysfs does not say."""
+    topology = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+    try:
+        return int((topology / "physical_package_id").read_text()), int((topology / "core_id").read_text())
+    except (OSError, ValueError):
+        return -1, cpu
+
+
+def rank_cpus(
+    rank: int, available: set[int], core: Callable[[int], tuple[int, int]] = cpu_core
+) -> list[int] | None:
+    """Rank ``rank``'s share of ``available``: whole physical cores (every available
+    hardware thread of each), equal shares of the cores taken in the order of their first
+    CPU (a remainder goes to no rank), so no two ranks share a core (hardware threads of one
+    core slow each other, and GPU hosts often number a core's threads N and N + cores/2);
+    None when there are fewer cores than ranks."""
     if not 0 <= rank < WORLD:
         raise ValueError(f"rank {rank} is not one of {WORLD}")
-    return cpus[rank * share : (rank + 1) * share] if share else None
+    cores: dict[tuple[int, int], list[int]] = {}
+    for cpu in sorted(available):
+        cores.setdefault(core(cpu), []).append(cpu)
+    groups = list(cores.values())  # in the order of each core's first CPU
+    share = len(groups) // WORLD
+    return sorted(c for g in groups[rank * share : (rank + 1) * share] for c in g) if share else None
 
 
 def placements(pin: bool) -> list[list[int] | None]:
@@ -393,17 +412,23 @@ def summarize(results: dict[str, Any]) -> None:
         }
 
 
+def cpu_list(cpus: list[int]) -> str:
+    """``cpus`` as Linux writes a CPU list: runs as ranges ("0-7,16-23", "2,5")."""
+    runs: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if runs and cpu == runs[-1][1] + 1:
+            runs[-1][1] = cpu
+        else:
+            runs.append([cpu, cpu])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
 def placement(ranks_cpus: list[list[int] | None] | None) -> str:
     """How the ranks were placed on the CPUs, in words."""
     if not ranks_cpus or not all(ranks_cpus):
         return "The ranks' CPUs were left to the scheduler."
-    spans = []
-    for rank, cpus in enumerate(ranks_cpus):
-        assert cpus is not None
-        contiguous = cpus == list(range(cpus[0], cpus[-1] + 1))
-        where = f"{cpus[0]}-{cpus[-1]}" if contiguous and len(cpus) > 1 else ",".join(map(str, cpus))
-        spans.append(f"rank {rank} on CPUs {where}")
-    return "Each rank on its own CPUs: " + ", ".join(spans) + "."
+    spans = [f"rank {rank} on CPUs {cpu_list(cpus or [])}" for rank, cpus in enumerate(ranks_cpus)]
+    return "Each rank on its own physical cores: " + ", ".join(spans) + "."
 
 
 def markdown(results: dict[str, Any]) -> str:

@@ -257,17 +257,39 @@ def test_a_rank_that_hangs_is_killed_at_the_timeout(tmp_path: Path, monkeypatch:
     assert all(r["error"] == f"rank {i} wrote no result" for i, r in enumerate(result["ranks"]))
 
 
-def test_each_rank_gets_its_own_contiguous_share_of_the_cpus() -> None:
-    assert nccl_bench.rank_cpus(0, set(range(32))) == list(range(16))
-    assert nccl_bench.rank_cpus(1, set(range(32))) == list(range(16, 32))
-    assert nccl_bench.rank_cpus(1, {0, 2, 5, 7, 9}) == [5, 7]  # in CPU order; the remainder unused
-    assert nccl_bench.rank_cpus(0, {3}) is None  # fewer CPUs than ranks: no pinning
+def test_each_rank_gets_its_own_half_of_the_physical_cores() -> None:
+    def own_core(cpu: int) -> tuple[int, int]:
+        return -1, cpu
+
+    assert nccl_bench.rank_cpus(0, set(range(32)), own_core) == list(range(16))
+    assert nccl_bench.rank_cpus(1, set(range(32)), own_core) == list(range(16, 32))
+    assert nccl_bench.rank_cpus(1, {0, 2, 5, 7, 9}, own_core) == [5, 7]  # in order; the remainder unused
+    assert nccl_bench.rank_cpus(0, {3}, own_core) is None  # fewer cores than ranks: no pinning
     with pytest.raises(ValueError, match="rank 2"):
-        nccl_bench.rank_cpus(2, set(range(4)))
+        nccl_bench.rank_cpus(2, set(range(4)), own_core)
+
+
+def test_hardware_threads_of_one_core_go_to_one_rank() -> None:
+    def paired(cpu: int) -> tuple[int, int]:  # 16 cores, core c's threads numbered c and c + 16
+        return 0, cpu % 16
+
+    assert nccl_bench.rank_cpus(0, set(range(32)), paired) == [*range(8), *range(16, 24)]
+    assert nccl_bench.rank_cpus(1, set(range(32)), paired) == [*range(8, 16), *range(24, 32)]
+    assert nccl_bench.rank_cpus(0, {0, 16}, paired) is None  # one core: nothing to share out
+    on_this_machine = [nccl_bench.rank_cpus(r, os.sched_getaffinity(0)) for r in range(2)]
+    if all(on_this_machine):
+        cores = [{nccl_bench.cpu_core(c) for c in cpus or []} for cpus in on_this_machine]
+        assert not cores[0] & cores[1]
+
+
+def test_the_placement_is_said_as_cpu_lists() -> None:
+    assert nccl_bench.cpu_list([16, 17, 0, 1, 2, 5]) == "0-2,5,16-17"
     assert nccl_bench.placement([[0, 1, 2, 3], [4, 5, 6, 7]]) == (
-        "Each rank on its own CPUs: rank 0 on CPUs 0-3, rank 1 on CPUs 4-7."
+        "Each rank on its own physical cores: rank 0 on CPUs 0-3, rank 1 on CPUs 4-7."
     )
-    assert nccl_bench.placement([[0], [2, 5]]).endswith("rank 0 on CPUs 0, rank 1 on CPUs 2,5.")
+    assert nccl_bench.placement([[0, 1, 16, 17], [2, 3, 18, 19]]).endswith(
+        "rank 0 on CPUs 0-1,16-17, rank 1 on CPUs 2-3,18-19."
+    )
     assert nccl_bench.placement([None, None]) == "The ranks' CPUs were left to the scheduler."
 
 

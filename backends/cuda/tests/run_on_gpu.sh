@@ -27,12 +27,14 @@
 # all-gather over aml device, pooled and virtual-memory buffers against CuPy's and PyTorch's
 # memory (CuPy's NCCL binding, torch.distributed), and a DDP step on aml's use_with_torch
 # against PyTorch's allocator (5 alternating runs of each, each rank on its own half of the
-# CPUs), one process per GPU;
+# physical cores), one process per GPU;
 # nccl_bench.json/.md, the ranks' logs <run>-rank<r>.log and its output nccl-bench.log in
 # $OUT; about 3.5 minutes, at most 490 s after the install (12 runs of at most 40 s each);
 # NVLink multicast off (NCCL_NVLS_ENABLE=0,
 # TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1, exported before anything runs,
-# and in every rank). NCCL_QUICK=1 for a smoke test. On one GPU it writes nothing (exit 77,
+# and in every rank). NCCL_QUICK=1 for a smoke test; NCCL_PHASES (e.g. ddp-torch,ddp-aml),
+# NCCL_DDP_ROUNDS and NCCL_TIMEOUT (seconds, default 490) pass on to the benchmark. On one
+# GPU it writes nothing (exit 77,
 # not a failure).)
 # ("ucx": issue 21's UCX part: tests/ucx (host buffers between two processes, and aml-cuda
 # buffers GPU to GPU on two GPUs) and benchmarks/ucx_bench.py in both modes, host
@@ -141,9 +143,11 @@ if [ "$what" = gpu2 ]; then
 fi
 if [ "$what" = nccl ]; then
     nvidia-smi topo -m >"$OUT/gpu2-topology.txt" 2>&1
-    quick=()
-    [ "${NCCL_QUICK:-0}" = 1 ] && quick=(--quick)
-    (cd /tmp && timeout 490 $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 40 "${quick[@]}") 2>&1 |
+    extra=()
+    [ "${NCCL_QUICK:-0}" = 1 ] && extra+=(--quick)
+    [ -n "${NCCL_PHASES:-}" ] && extra+=(--phases "$NCCL_PHASES")
+    [ -n "${NCCL_DDP_ROUNDS:-}" ] && extra+=(--ddp-rounds "$NCCL_DDP_ROUNDS")
+    (cd /tmp && timeout "${NCCL_TIMEOUT:-490}" $py "$repo/benchmarks/nccl_bench.py" --out "$OUT" --phase-timeout 40 "${extra[@]}") 2>&1 |
         tee "$OUT/nccl-bench.log"
     bench=${PIPESTATUS[0]}
     two_gpu_status nccl_bench "$OUT/nccl-bench.log" "$bench"
