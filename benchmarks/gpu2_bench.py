@@ -6,7 +6,9 @@ repetition by repetition, medians after warm-up):
 1. peer copy bandwidth, GPU 0 -> GPU 1 and back, 1 MiB .. 1 GiB: ``aml_cuda.copy_peer``
    between two aml device buffers against ``cudaMemcpyPeer`` (+ the same
    ``cudaStreamSynchronize(0)`` aml waits with) on the same buffers, with peer access
-   disabled and then enabled (``enable_peer_access`` both ways);
+   disabled and then enabled (``enable_peer_access`` both ways); then, at 1 MiB, the time
+   of each layer of ``copy_peer``: the raw calls (twice, a control), aml's runtime call,
+   ``copy_peer``, and its checks alone;
 2. IPC open across devices, in child processes: a handle exported on GPU 0 opened by a
    process whose current device is GPU 1 (and, for reference, GPU 0): aml's first open
    of a handle (cold) and the re-open (cached) against ``cudaIpcOpenMemHandle`` with the
@@ -65,6 +67,48 @@ def topology() -> str:
     except Exception as exc:
         return f"unavailable ({type(exc).__name__}: {exc})"
     return out.stdout.strip() if out.returncode == 0 else f"unavailable: {out.stderr.strip()}"
+
+
+# -- 1b. where copy_peer's time goes ---------------------------------------------------------------
+def copy_layers(aml_cuda: Any, rt: Any, a: Any, b: Any, d0: int, d1: int, reps: int) -> dict[str, float]:
+    """Median µs of a 1 MiB copy from ``a`` (device ``d0``) to ``b`` (``d1``) at each layer:
+    the raw calls, twice (an A/A control: their difference is the method's noise), aml's
+    runtime call (``_memcpy_peer``: the calls and their error checks), ``copy_peer``
+    (the buffers' checks on top), and the checks alone (the native call replaced by a
+    no-op). The kinds take turns repetition by repetition, the order rotating."""
+    ops = aml_cuda.copy_peer.__self__._peer_ops()
+    native = ops._memcpy_peer
+
+    def raw() -> None:
+        (err,) = rt.cudaMemcpyPeer(b.ptr, d1, a.ptr, d0, MiB)
+        (sync,) = rt.cudaStreamSynchronize(0)
+        if err or sync:
+            raise RuntimeError(f"cudaMemcpyPeer: {err!r}, cudaStreamSynchronize: {sync!r}")
+
+    def checks_only() -> None:
+        ops._memcpy_peer = lambda *args: None
+        try:
+            aml_cuda.copy_peer(b, a, MiB)
+        finally:
+            del ops._memcpy_peer  # the class's method again
+
+    kinds: dict[str, Callable[[], None]] = {
+        "raw": raw,
+        "raw again": raw,
+        "runtime call": lambda: native(b.ptr, d1, a.ptr, d0, MiB),
+        "copy_peer": lambda: aml_cuda.copy_peer(b, a, MiB),
+        "checks alone": checks_only,
+    }
+    names = list(kinds)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    clock = time.perf_counter_ns
+    for i in range(reps + 5):
+        for k in names[i % len(names) :] + names[: i % len(names)]:
+            t0 = clock()
+            kinds[k]()
+            if i >= 5:  # the first rounds warm up
+                times[k].append((clock() - t0) / 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
 
 
 # -- 2. the IPC child ------------------------------------------------------------------------------
@@ -245,6 +289,7 @@ def main() -> None:
                 copy_rows.append(row)
                 print(json.dumps(row), flush=True)
     results["peer_copy"] = copy_rows
+    results["peer_copy_layers"] = copy_layers(aml_cuda, rt, a, b, d0, d1, 100 if quick else 2000)
     first.munmap(a)
     second.munmap(b)
 
@@ -469,6 +514,17 @@ def render(r: dict[str, Any]) -> str:
             f"| {row['state']} | {row['direction']} | {human(row['size'])} | {row['raw_GBps']:.1f} | "
             f"{row['aml_GBps']:.1f} | {row['aml_over_raw_time']:.3f} | {row['reps']} |"
         )
+    layers = r.get("peer_copy_layers")
+    if layers:
+        lines += [
+            "",
+            "Where `copy_peer`'s time goes at 1 MiB, the last state above (median µs; the kinds "
+            "take turns; `raw again` is the raw calls again, the method's noise):",
+            "",
+            "| layer | µs | over raw |",
+            "| --- | ---: | ---: |",
+        ]
+        lines += [f"| {k} | {us:.2f} | {us / layers['raw']:.3f} |" for k, us in layers.items()]
     lines += [
         "",
         "## IPC open across devices (µs; a handle exported on GPU 0, opened in a child process)",

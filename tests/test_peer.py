@@ -314,6 +314,38 @@ def test_copy_peer_checks_before_the_copy(rt: TwoDevices) -> None:
         assert rt.copies == []
 
 
+def test_copy_peer_sizes_and_offsets_follow_the_size_rule(rt: TwoDevices) -> None:
+    """The compiled checks take exact ints at C speed and give anything else to the one
+    size rule (aml_core.checks.size): integers such as NumPy's are taken, a bool, a float
+    or a size past the address space refused, as every size in aml is."""
+    import numpy as np
+
+    from aml_core._buffer import BufferBase
+    from aml_core.errors import AMLDomainError
+
+    with GpuArea(rt, 0, GpuFlags.DEFAULT) as first, GpuArea(rt, 1, GpuFlags.DEFAULT) as second:
+        a, b = first.mmap(64), second.mmap(64)
+        first.write(a, bytes(range(64)))
+        copy_peer(rt, b, a, np.int64(8), dst_offset=np.uint16(8), src_offset=np.int32(4))
+        assert second.read(b, 8, 8) == bytes(range(4, 12))
+        assert rt.copies == [(1, 0, 8)]
+        assert all(type(v) is int for v in rt.copies[0])
+        for kwargs, error, words in [
+            ({"size": True}, AMLTypeError, "bool"),
+            ({"size": 8.0}, AMLTypeError, "size"),
+            ({"size": 1 << 63}, AMLDomainError, "larger than the address space"),
+            ({"size": -8}, AMLValueError, "> 0"),
+            ({"dst_offset": 1.5}, AMLTypeError, "dst_offset"),
+            ({"src_offset": 1 << 64}, AMLDomainError, "src_offset"),
+            ({"src_offset": -1}, AMLValueError, "src_offset must be >= 0"),
+        ]:
+            with pytest.raises(error, match=words):
+                copy_peer(rt, b, a, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(AMLValueError, match="src was never mapped by an area"):
+            copy_peer(rt, b, BufferBase(), 8)  # type: ignore[arg-type]
+        assert len(rt.copies) == 1
+
+
 # -- one device per pool ---------------------------------------------------------------------
 def test_a_pool_over_the_current_device_is_bound_to_one_device(rt: TwoDevices) -> None:
     """A pool over an area of the current device caches the device current when it is
