@@ -70,8 +70,10 @@ def topology() -> str:
 
 
 # -- 1b. where copy_peer's time goes ---------------------------------------------------------------
-def copy_layers(aml_cuda: Any, rt: Any, a: Any, b: Any, d0: int, d1: int, reps: int) -> dict[str, float]:
-    """Median µs of a 1 MiB copy from ``a`` (device ``d0``) to ``b`` (``d1``) at each layer:
+def copy_layers(
+    aml_cuda: Any, rt: Any, dst: Any, dst_device: int, src: Any, src_device: int, reps: int
+) -> dict[str, float]:
+    """Median µs of a 1 MiB copy from ``src`` to ``dst`` at each layer:
     the raw calls, twice (an A/A control: their difference is the method's noise), aml's
     runtime call (``_memcpy_peer``: the calls and their error checks), ``copy_peer``
     (the buffers' checks on top), and the checks alone (the native call replaced by a
@@ -80,7 +82,7 @@ def copy_layers(aml_cuda: Any, rt: Any, a: Any, b: Any, d0: int, d1: int, reps: 
     native = ops._memcpy_peer
 
     def raw() -> None:
-        (err,) = rt.cudaMemcpyPeer(b.ptr, d1, a.ptr, d0, MiB)
+        (err,) = rt.cudaMemcpyPeer(dst.ptr, dst_device, src.ptr, src_device, MiB)
         (sync,) = rt.cudaStreamSynchronize(0)
         if err or sync:
             raise RuntimeError(f"cudaMemcpyPeer: {err!r}, cudaStreamSynchronize: {sync!r}")
@@ -88,15 +90,15 @@ def copy_layers(aml_cuda: Any, rt: Any, a: Any, b: Any, d0: int, d1: int, reps: 
     def checks_only() -> None:
         ops._memcpy_peer = lambda *args: None
         try:
-            aml_cuda.copy_peer(b, a, MiB)
+            aml_cuda.copy_peer(dst, src, MiB)
         finally:
             del ops._memcpy_peer  # the class's method again
 
     kinds: dict[str, Callable[[], None]] = {
         "raw": raw,
         "raw again": raw,
-        "runtime call": lambda: native(b.ptr, d1, a.ptr, d0, MiB),
-        "copy_peer": lambda: aml_cuda.copy_peer(b, a, MiB),
+        "runtime call": lambda: native(dst.ptr, dst_device, src.ptr, src_device, MiB),
+        "copy_peer": lambda: aml_cuda.copy_peer(dst, src, MiB),
         "checks alone": checks_only,
     }
     names = list(kinds)
@@ -289,7 +291,10 @@ def main() -> None:
                 copy_rows.append(row)
                 print(json.dumps(row), flush=True)
     results["peer_copy"] = copy_rows
-    results["peer_copy_layers"] = copy_layers(aml_cuda, rt, a, b, d0, d1, 100 if quick else 2000)
+    results["peer_copy_layers"] = {
+        f"GPU {d0} -> GPU {d1}": copy_layers(aml_cuda, rt, b, d1, a, d0, 100 if quick else 2000),
+        f"GPU {d1} -> GPU {d0}": copy_layers(aml_cuda, rt, a, d0, b, d1, 100 if quick else 2000),
+    }
     first.munmap(a)
     second.munmap(b)
 
@@ -516,15 +521,18 @@ def render(r: dict[str, Any]) -> str:
         )
     layers = r.get("peer_copy_layers")
     if layers:
+        directions = list(layers)
         lines += [
             "",
-            "Where `copy_peer`'s time goes at 1 MiB, the last state above (median µs; the kinds "
-            "take turns; `raw again` is the raw calls again, the method's noise):",
+            "Where `copy_peer`'s time goes at 1 MiB, the last state above (median µs, and over "
+            "raw; the kinds take turns; `raw again` is the raw calls again, the method's noise):",
             "",
-            "| layer | µs | over raw |",
-            "| --- | ---: | ---: |",
+            "| layer | " + " | ".join(directions) + " |",
+            "| --- |" + " ---: |" * len(directions),
         ]
-        lines += [f"| {k} | {us:.2f} | {us / layers['raw']:.3f} |" for k, us in layers.items()]
+        for k in layers[directions[0]]:
+            cells = [f"{layers[d][k]:.2f} ({layers[d][k] / layers[d]['raw']:.3f})" for d in directions]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "## IPC open across devices (µs; a handle exported on GPU 0, opened in a child process)",
