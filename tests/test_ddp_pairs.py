@@ -3,30 +3,20 @@ figures (wins, sign test, median and its interval) computed from them."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
+from tests.support.benchmark_scripts import BENCH, load_benchmark
+
 SCRIPT = BENCH / "ddp_pairs.py"
 
 
-def _load() -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module("ddp_pairs")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-ddp_pairs = _load()
+ddp_pairs = load_benchmark("ddp_pairs")
 
 
 def _json_run(folder: Path, ratios: list[float]) -> Path:

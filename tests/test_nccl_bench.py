@@ -6,33 +6,23 @@ imported). Nothing here is timed; the two-GPU run is the GPU machine's."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import statistics
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import ClassVar
 
 import numpy as np
 import pytest
 
+from tests.support.benchmark_scripts import BENCH, load_benchmark
+
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
 SCRIPT = BENCH / "nccl_bench.py"
 
 
-def _load() -> ModuleType:
-    """The script as a module, imported as it imports its neighbours (by bare name)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module("nccl_bench")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-nccl_bench = _load()
+nccl_bench = load_benchmark("nccl_bench")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

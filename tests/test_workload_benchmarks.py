@@ -14,27 +14,15 @@ import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
+from tests.support.benchmark_scripts import BENCH, load_benchmark
 
-
-def _load(name: str) -> ModuleType:
-    """A benchmark module, imported as its script imports its neighbours (by bare name)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-driver = _load("workload_driver")
-torch_workloads = _load("torch_workloads")
-cupy_workloads = _load("cupy_workloads")
+driver = load_benchmark("workload_driver")
+torch_workloads = load_benchmark("torch_workloads")
+cupy_workloads = load_benchmark("cupy_workloads")
 SUITES = [torch_workloads.SUITE, cupy_workloads.SUITE]
 
 
