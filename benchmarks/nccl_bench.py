@@ -23,9 +23,9 @@ script with ``subprocess``, each pair bounded by ``--phase-timeout``:
 
 Each rank runs on its own half of the physical cores this script may use, every hardware
 thread of them (rank 0 the first half, rank 1 the second; ``--no-pin`` leaves them to the
-scheduler): the DDP step is bound by the
-CPU, and where a new pair of processes lands is the likely cause (not shown) of runs of
-one allocator differing by more than the allocators did.
+scheduler). The DDP step is bound by the CPU, but pinning did not narrow how much runs of
+one allocator differ (380-507 steps/s over 15 rounds on two H200s): judge the pairs,
+pooled over runs with ``benchmarks/ddp_pairs.py``, not one run's ratio.
 
 NVLink multicast stays off in every process (``NCCL_NVLS_ENABLE=0``,
 ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1``, ``NVSHMEM_DISABLE_NVLS=1``: in each rank's environment
