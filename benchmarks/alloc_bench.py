@@ -45,6 +45,7 @@ import datetime
 import functools
 import json
 import mmap
+import operator
 import statistics
 import threading
 import time
@@ -53,6 +54,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import call_shape
+import paired_stats
 from machine_info import machine as shared_machine
 from machine_info import out_dir
 
@@ -75,16 +78,30 @@ def human(n: float) -> str:
 
 class Peer:
     """An allocator: ``alloc(n)`` returns a handle that ``free(handle)`` releases.
-    ``native`` peers make a system or driver call per allocation (fewer repetitions)."""
+    ``native`` peers make a system or driver call per allocation (fewer repetitions).
+
+    The timing loops call what :meth:`calls` returns, in the thread that times them (after
+    :meth:`thread_init` in the threads test): the harness rule (``call_shape.py``) is that
+    these are the library's own callables, bound, wherever the library offers one."""
 
     name = "?"
     native = False
+    #: what a call of this peer pays, for the markdown (filled by each peer)
+    pays = ""
 
     def alloc(self, n: int) -> Any:
         raise NotImplementedError
 
     def free(self, h: Any) -> None:
         raise NotImplementedError
+
+    def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
+        """(alloc, free) for the calling thread."""
+        return self.alloc, self.free
+
+    def shape(self) -> tuple[int, int]:
+        """Benchmark frames per (alloc, free) call, as ``call_shape.shape`` counts them."""
+        return call_shape.shape(*self.calls())
 
     def reserved(self) -> int | None:
         """Bytes currently held from the system/driver, if the peer reports it."""
@@ -111,6 +128,8 @@ class Peer:
 
 
 class AmlArea(Peer):
+    pays = "the area's bound `mmap` and `munmap`: no benchmark frame"
+
     def __init__(self, name: str, area: Any, native: bool) -> None:
         self.name = name
         self.area = area
@@ -124,6 +143,8 @@ class AmlArea(Peer):
 
 
 class AmlPool(AmlArea):
+    pays = "the pool's bound `mmap` and `munmap`: no benchmark frame"
+
     def __init__(self, name: str, pool: Any, keep_area: bool = False) -> None:
         super().__init__(name, pool, native=False)
         self.keep_area = keep_area
@@ -147,11 +168,52 @@ class AmlPool(AmlArea):
             under.close()
 
 
+class Framed(Peer):
+    """The control of a comparison whose peer pays benchmark frames: ``peer`` called
+    through ``frames`` (alloc, free) Python frames of the benchmark more than it pays
+    itself, so that both sides of the ratio pay the same harness. It shares ``peer``'s
+    allocator (closed with ``peer``)."""
+
+    def __init__(self, peer: Peer, frames: tuple[int, int]) -> None:
+        self.peer = peer
+        self.extra = frames
+        self.native = peer.native
+        self.name = f"{peer.name} (+{frames[0]}/+{frames[1]} frames)"
+        self.pays = f"{peer.name}'s calls through {frames[0]} and {frames[1]} Python frames of the benchmark"
+
+    def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
+        alloc, free = self.peer.calls()
+        return call_shape.framed(alloc, self.extra[0]), call_shape.framed(free, self.extra[1])
+
+    def shape(self) -> tuple[int, int]:
+        a, f = self.peer.shape()
+        return a + self.extra[0], f + self.extra[1]
+
+    def reserved(self) -> int | None:
+        return self.peer.reserved()
+
+    def peak_reserved(self) -> int | None:
+        return self.peer.peak_reserved()
+
+    def reset_peak(self) -> None:
+        self.peer.reset_peak()
+
+    def release(self) -> None:
+        self.peer.release()
+
+    def sync(self) -> None:
+        self.peer.sync()
+
+    def thread_init(self) -> None:
+        self.peer.thread_init()
+
+
 class RawMmap(Peer):
     """Python's mmap.mmap (private anonymous), the system call aml's host area makes."""
 
     name = "raw mmap"
     native = True
+    pays = "one benchmark frame each for `mmap.mmap(...)` and `.close()`"
 
     def alloc(self, n: int) -> Any:
         return mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
@@ -171,6 +233,7 @@ class Touched(Peer):
         self.name = f"{peer.name}, touched"
         self.native = peer.native
         self.np = np
+        self.pays = f"{peer.name}'s calls in one benchmark frame each, and the page touches"
 
     def alloc(self, n: int) -> Any:
         h = self.peer.alloc(n)
@@ -181,6 +244,10 @@ class Touched(Peer):
 
     def free(self, h: Any) -> None:
         self.peer.free(h)
+
+    def shape(self) -> tuple[int, int]:
+        a, f = self.peer.shape()  # this peer's frame, then the inner peer's calls
+        return a + 1, f + 1
 
     def reserved(self) -> int | None:
         return self.peer.reserved()
@@ -209,6 +276,17 @@ def host_peers(skipped: dict[str, str]) -> list[Peer]:
     except ImportError as exc:
         skipped["touched peers"] = f"needs NumPy ({exc})"
     return peers
+
+
+#: the peers' names, as the comparisons name them
+CUPY, CUPY_STREAM = "CuPy MemoryPool", "CuPy MemoryPool, on a stream"
+TORCH_ALLOC = "PyTorch caching allocator (caching_allocator_alloc)"
+TORCH_EMPTY = "PyTorch torch.empty (a whole tensor)"
+POOL, POOL_STREAM, POOL_ALTERNATE = (
+    "aml pool",
+    "aml pool, on a stream",
+    "aml pool, plain and stream alternately",
+)
 
 
 def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
@@ -250,7 +328,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         import aml_core
 
-        return AmlPool("aml pool", aml_core.pool(aml_cuda.create(0)))
+        return AmlPool(POOL, aml_core.pool(aml_cuda.create(0)))
 
     def aml_expandable() -> Peer:
         import aml_cuda
@@ -272,11 +350,14 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             raise
 
         class StreamOrderedArea(AmlArea):
-            def alloc(self, n: int) -> Any:
-                return area.mmap(n, {"stream": stream})
+            pays = (
+                "`functools.partial(area.mmap, options={'stream': s})` and the bound `munmap`: "
+                "no benchmark frame"
+            )
 
-            def free(self, h: Any) -> None:
-                area.munmap(h)
+            def __init__(self) -> None:
+                super().__init__("aml area, stream-ordered", area, native=False)
+                self.alloc = functools.partial(area.mmap, options={"stream": stream})  # type: ignore[method-assign]
 
             def sync(self) -> None:
                 stream.synchronize()
@@ -286,7 +367,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 area.close()
                 stream.close()
 
-        return StreamOrderedArea("aml area, stream-ordered", area, native=False)
+        return StreamOrderedArea()
 
     def aml_pool_on_stream(alternate: bool = False) -> Peer:
         import aml_cuda
@@ -302,35 +383,42 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             raise
         local = threading.local()
         made: list[Any] = [main]
-        on_main = {"stream": main}
 
         class PoolOnStream(AmlPool):
-            """Each thread on a stream of its own (the main thread on ``main``); with
-            ``alternate``, every other request is a plain (host-order) one. One thread on
-            ``main`` calls the pool's bound mmap with the options made once (as the other
-            peers' bound calls: no Python frame of the benchmark's own)."""
+            """Each thread on a stream of its own (the main thread on ``main``), through
+            ``functools.partial(pool.mmap, options={"stream": its stream})`` and the bound
+            ``munmap``; with ``alternate``, every other request is a plain (host-order)
+            one, chosen in a Python frame of the benchmark (no peer is compared with it)."""
 
             flip = False
 
             def __init__(self, name: str, pool: Any) -> None:
                 super().__init__(name, pool)
-                self.free = pool.munmap  # type: ignore[method-assign]
-                if not alternate:
-                    self.alloc = functools.partial(pool.mmap, options=on_main)  # type: ignore[method-assign]
+                self.pays = (
+                    "one benchmark frame per alloc (the plain/stream choice) and the bound `munmap`"
+                    if alternate
+                    else "`functools.partial(pool.mmap, options={'stream': s})` (its thread's stream) and "
+                    "the bound `munmap`: no benchmark frame"
+                )
 
-            def _alloc(self, n: int) -> Any:
-                if alternate:
-                    self.flip = not self.flip
-                    if self.flip:
-                        return pool.mmap(n)
+            def _alternate(self, n: int) -> Any:
+                self.flip = not self.flip
+                if self.flip:
+                    return pool.mmap(n)
                 return pool.mmap(n, {"stream": getattr(local, "stream", main)})
 
-            alloc = _alloc
+            def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
+                if alternate:
+                    return self._alternate, pool.munmap
+                options = getattr(local, "options", None)
+                if options is None:
+                    options = local.options = {"stream": getattr(local, "stream", main)}
+                return functools.partial(pool.mmap, options=options), pool.munmap
 
             def thread_init(self) -> None:
                 local.stream = aml_cuda.stream(non_blocking=True)
+                local.options = {"stream": local.stream}
                 made.append(local.stream)
-                self.alloc = self._alloc  # type: ignore[method-assign]  # each thread's stream
 
             def sync(self) -> None:
                 for s in made:
@@ -342,21 +430,24 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 for s in made:
                     s.close()
 
-        name = "aml pool, plain and stream alternately" if alternate else "aml pool, on a stream"
-        return PoolOnStream(name, pool)
+        return PoolOnStream(POOL_ALTERNATE if alternate else POOL_STREAM, pool)
 
     attempt("aml area", aml_area)
     attempt("aml area, stream-ordered", aml_stream_ordered)
-    attempt("aml pool", aml_pool)
-    attempt("aml pool, on a stream", aml_pool_on_stream)
-    attempt("aml pool, plain and stream alternately", lambda: aml_pool_on_stream(alternate=True))
+    attempt(POOL, aml_pool)
+    attempt(POOL_STREAM, aml_pool_on_stream)
+    attempt(POOL_ALTERNATE, lambda: aml_pool_on_stream(alternate=True))
     attempt("aml expandable pool", aml_expandable)
 
     if rt is not None:
 
         class RawMalloc(Peer):
+            """cuda-bindings returns an (error, pointer) tuple: each call is checked in one
+            benchmark frame, and aml is measured beside it through the same frames."""
+
             name = "cudaMalloc"
             native = True
+            pays = "one benchmark frame each for `cudaMalloc` and `cudaFree` (their error checks)"
 
             def alloc(self, n: int) -> Any:
                 err, p = rt.cudaMalloc(n)
@@ -370,24 +461,34 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                     raise RuntimeError(repr(err))
 
         class RawMallocAsync(Peer):
+            """The device's default memory pool on one non-blocking stream per thread; each
+            call is checked in one benchmark frame (cuda-bindings returns error tuples)."""
+
             name = "cudaMallocAsync"
+            pays = "one benchmark frame each for `cudaMallocAsync` and `cudaFreeAsync` (their error checks)"
 
             def __init__(self) -> None:
-                self.stream = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+                self.main = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+                self.streams = [self.main]
+                self.local = threading.local()
                 self.pool = ck(rt.cudaDeviceGetDefaultMemPool(0))
                 self.high = rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemHigh
                 self.current = rt.cudaMemPoolAttr.cudaMemPoolAttrReservedMemCurrent
 
             def alloc(self, n: int) -> Any:
-                err, p = rt.cudaMallocAsync(n, self.stream)
+                err, p = rt.cudaMallocAsync(n, getattr(self.local, "stream", self.main))
                 if err:
                     raise MemoryError(repr(err))
                 return p
 
             def free(self, h: Any) -> None:
-                (err,) = rt.cudaFreeAsync(h, self.stream)
+                (err,) = rt.cudaFreeAsync(h, getattr(self.local, "stream", self.main))
                 if err:
                     raise RuntimeError(repr(err))
+
+            def thread_init(self) -> None:
+                self.local.stream = ck(rt.cudaStreamCreateWithFlags(rt.cudaStreamNonBlocking))
+                self.streams.append(self.local.stream)
 
             def _attr(self, attr: Any) -> int:
                 return int(ck(rt.cudaMemPoolGetAttribute(self.pool, attr)))
@@ -405,7 +506,8 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 ck(rt.cudaMemPoolSetAttribute(self.pool, self.high, driver.cuuint64_t(0)))
 
             def sync(self) -> None:
-                ck(rt.cudaStreamSynchronize(self.stream))
+                for s in self.streams:
+                    ck(rt.cudaStreamSynchronize(s))
 
             def release(self) -> None:
                 self.sync()
@@ -413,7 +515,8 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
             def close(self) -> None:
                 self.release()
-                ck(rt.cudaStreamDestroy(self.stream))
+                for s in self.streams:
+                    ck(rt.cudaStreamDestroy(s))
 
         attempt("cudaMalloc", RawMalloc)
         attempt("cudaMallocAsync", RawMallocAsync)
@@ -422,15 +525,19 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
         import cupy
 
         class CupyPool(Peer):
-            name = "CuPy MemoryPool"
+            """CuPy's pool: its bound ``malloc``; the block goes back when the
+            ``MemoryPointer`` is dropped, so ``free`` is the builtin ``id`` (a C call that
+            does nothing: the pointer is dropped as the loop goes on)."""
+
+            name = CUPY
+            pays = (
+                "the pool's bound `malloc` and the builtin `id` as free (the drop frees): no benchmark frame"
+            )
 
             def __init__(self) -> None:
                 self.pool = cupy.cuda.MemoryPool()
                 self.alloc = self.pool.malloc  # type: ignore[method-assign]
-                self.peak = 0
-
-            def free(self, h: Any) -> None:
-                pass  # the MemoryPointer returns its block when dropped
+                self.free = id  # type: ignore[method-assign,assignment]
 
             def reserved(self) -> int:
                 return int(self.pool.total_bytes())
@@ -448,12 +555,16 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         class CupyPoolOnStream(Peer):
             """CuPy's pool with a non-blocking stream current (each thread its own): CuPy
-            keeps a free list per stream."""
+            keeps a free list per stream and reads the current stream inside ``malloc``,
+            so the calls are the bound ``malloc`` and ``id``, as for the plain pool."""
 
-            name = "CuPy MemoryPool, on a stream"
+            name = CUPY_STREAM
+            pays = "the pool's bound `malloc` (on the thread's current stream) and `id`: no benchmark frame"
 
             def __init__(self) -> None:
                 self.pool = cupy.cuda.MemoryPool()
+                self.alloc = self.pool.malloc  # type: ignore[method-assign]
+                self.free = id  # type: ignore[method-assign,assignment]
                 self.streams: list[Any] = []
                 self.thread_init()
 
@@ -462,12 +573,6 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 local.stream = cupy.cuda.Stream(non_blocking=True)
                 local.stream.use()
                 self.streams.append(local.stream)
-
-            def alloc(self, n: int) -> Any:
-                return self.pool.malloc(n)
-
-            def free(self, h: Any) -> None:
-                pass  # the MemoryPointer returns its block when dropped
 
             def sync(self) -> None:
                 for s in self.streams:
@@ -490,9 +595,14 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         class RmmPool(Peer):
             """RMM's pool (PoolMemoryResource over cudaMalloc), allocate/deallocate on the
-            default stream, as rmm.allocators.cupy and .torch call it."""
+            default stream, as rmm.allocators.cupy and .torch call it. ``deallocate``
+            needs the size back: one benchmark frame on free (aml's control pays it too)."""
 
             name = "RMM pool"
+            pays = (
+                "one benchmark frame each: alloc keeps the size that `deallocate(ptr, size)` needs back, "
+                "free passes it"
+            )
 
             def __init__(self) -> None:
                 self.mr = rmm.mr.PoolMemoryResource(rmm.mr.CudaMemoryResource(), initial_pool_size=1 << 30)
@@ -500,33 +610,29 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 self.deallocate = self.mr.deallocate
                 self.sizes: dict[int, int] = {}
 
-            def alloc(self, n: int) -> Any:
-                return (self.allocate(n), n)
+            def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
+                sizes = self.sizes
+                allocate, deallocate = self.allocate, self.deallocate
 
-            def free(self, h: Any) -> None:
-                self.deallocate(h[0], h[1])
+                def free(p: int) -> None:
+                    deallocate(p, sizes.pop(p))
+
+                def alloc(n: int) -> int:  # the size for free: one frame on alloc as well
+                    p = allocate(n)
+                    sizes[p] = n
+                    return int(p)
+
+                return alloc, free
 
         meta["rmm"] = rmm.__version__
         return RmmPool()
 
-    def torch_caching() -> Peer:
+    def torch_peers() -> list[Peer]:
         import torch
 
-        class TorchCaching(Peer):
-            name = "PyTorch caching"
+        torch.cuda.init()
 
-            def __init__(self) -> None:
-                torch.cuda.init()
-                self.empty = torch.empty
-                self.u8 = torch.uint8
-                self.dev = torch.device("cuda", 0)
-
-            def alloc(self, n: int) -> Any:
-                return self.empty(n, dtype=self.u8, device=self.dev)
-
-            def free(self, h: Any) -> None:
-                pass  # the tensor returns its block when dropped
-
+        class TorchCounters(Peer):
             def reserved(self) -> int:
                 return int(torch.cuda.memory_reserved(0))
 
@@ -539,8 +645,39 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             def release(self) -> None:
                 torch.cuda.empty_cache()
 
+        class TorchAllocator(TorchCounters):
+            """PyTorch's caching allocator through its public allocator entry:
+            ``torch.cuda.caching_allocator_alloc(n, device=0)`` (Python in torch: it finds
+            the current stream, enters the device) and ``caching_allocator_delete``."""
+
+            name = TORCH_ALLOC
+            pays = (
+                "`functools.partial(torch.cuda.caching_allocator_alloc, device=0)` and "
+                "`torch.cuda.caching_allocator_delete`: no benchmark frame (torch's own Python frames)"
+            )
+
+            def __init__(self) -> None:
+                self.alloc = functools.partial(torch.cuda.caching_allocator_alloc, device=0)  # type: ignore[method-assign]
+                self.free = torch.cuda.caching_allocator_delete  # type: ignore[method-assign]
+
+        class TorchEmpty(TorchCounters):
+            """``torch.empty(n, dtype=uint8, device="cuda:0")``: a whole tensor's creation
+            over the caching allocator (more than an allocator call); ``free`` is ``id``,
+            the tensor returning its block when dropped."""
+
+            name = TORCH_EMPTY
+            pays = (
+                "`functools.partial(torch.empty, dtype=torch.uint8, device=cuda:0)` and `id`: "
+                "no benchmark frame"
+            )
+
+            def __init__(self) -> None:
+                dev = torch.device("cuda", 0)
+                self.alloc = functools.partial(torch.empty, dtype=torch.uint8, device=dev)  # type: ignore[method-assign]
+                self.free = id  # type: ignore[method-assign,assignment]
+
         meta["torch"] = torch.__version__
-        return TorchCaching()
+        return [TorchAllocator(), TorchEmpty()]
 
     def cuda_core() -> Peer:
         try:
@@ -550,35 +687,105 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
         import cuda.core
 
         class CudaCore(Peer):
+            """cuda.core's ``DeviceMemoryResource`` (the device's memory pool) on a stream
+            of the thread's own: ``partial(mr.allocate, stream=s)`` and
+            ``operator.methodcaller("close", s)`` (the buffer's own close)."""
+
             name = "cuda.core DeviceMemoryResource"
+            pays = (
+                "`functools.partial(mr.allocate, stream=s)` and `operator.methodcaller('close', s)`: "
+                "no benchmark frame"
+            )
 
             def __init__(self) -> None:
                 self.dev = Device(0)
                 self.dev.set_current()
                 self.mr = self.dev.memory_resource
-                self.stream = self.dev.create_stream()
+                self.local = threading.local()
+                self.main = self.dev.create_stream()
+                self.streams = [self.main]
 
-            def alloc(self, n: int) -> Any:
-                return self.mr.allocate(n, stream=self.stream)
-
-            def free(self, h: Any) -> None:
-                h.close(self.stream)
+            def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
+                s = getattr(self.local, "stream", self.main)
+                return functools.partial(self.mr.allocate, stream=s), operator.methodcaller("close", s)
 
             def sync(self) -> None:
-                self.stream.sync()
+                for s in self.streams:
+                    s.sync()
 
             def thread_init(self) -> None:
                 self.dev.set_current()
+                self.local.stream = self.dev.create_stream()
+                self.streams.append(self.local.stream)
 
         meta["cuda.core"] = getattr(cuda.core, "__version__", "?")
         return CudaCore()
 
-    attempt("CuPy MemoryPool", cupy_pool)
-    attempt("CuPy MemoryPool, on a stream", cupy_pool_on_stream)
+    attempt(CUPY, cupy_pool)
+    attempt(CUPY_STREAM, cupy_pool_on_stream)
     attempt("RMM pool", rmm_pool)
-    attempt("PyTorch caching", torch_caching)
+    try:
+        peers.extend(torch_peers())
+    except Exception as exc:
+        skipped["PyTorch"] = f"{type(exc).__name__}: {exc}"
+        print(f"skipped PyTorch: {skipped['PyTorch']}", flush=True)
     attempt("cuda.core DeviceMemoryResource", cuda_core)
     return peers
+
+
+#: The ratios the benchmark reports, (aml's peer, the other, the target for mine / theirs
+#: or None): each compares peers of one shape (call_shape), through a control where needed.
+#: The targets are issue 19's: the pool at most 0.8x CuPy's at every size, on a stream at
+#: most 1.0x CuPy's on a stream (and in the threads test).
+COMPARISONS: tuple[tuple[str, str, float | None], ...] = (
+    (POOL, CUPY, 0.8),
+    (POOL_STREAM, CUPY_STREAM, 1.0),
+    (POOL_STREAM, "cudaMallocAsync", None),
+    (POOL_STREAM, "cuda.core DeviceMemoryResource", None),
+    (POOL, "RMM pool", None),
+    (POOL, TORCH_ALLOC, None),
+    (POOL, TORCH_EMPTY, None),
+    ("aml area", "cudaMalloc", None),
+    ("aml area, stream-ordered", "cudaMallocAsync", None),
+    ("aml expandable pool", CUPY, None),
+    (POOL_STREAM, POOL, None),  # aml against itself: what a stream costs (never counted as a peer)
+    ("aml pool, touched", "raw mmap, touched", None),
+    (POOL, "raw mmap", None),
+    ("aml host area", "raw mmap", None),
+)
+
+
+def with_controls(
+    peers: list[Peer], comparisons: tuple[tuple[str, str, float | None], ...] = COMPARISONS
+) -> tuple[list[Peer], list[dict[str, Any]]]:
+    """The peers plus a :class:`Framed` control wherever a comparison's other peer pays
+    more benchmark frames than aml's, and the comparisons as run: each names the aml peer
+    (or its control) and the other, both of one shape (``call_shape.check_pairs`` refuses
+    any other)."""
+    by = {p.name: p for p in peers}
+    out = list(peers)
+    shapes = {p.name: p.shape() for p in peers}
+    resolved: list[dict[str, Any]] = []
+    for mine, theirs, target in comparisons:
+        if mine not in by or theirs not in by:
+            continue
+        a, b = shapes[mine], shapes[theirs]
+        name = mine
+        if a != b:
+            extra = (b[0] - a[0], b[1] - a[1])
+            if min(extra) < 0:
+                raise call_shape.ShapeMismatch(
+                    f"{mine!r} pays {a} benchmark frames, more than {theirs!r} ({b}): no control can fix that"
+                )
+            control = Framed(by[mine], extra)
+            if control.name not in by:
+                by[control.name] = control
+                out.append(control)
+                shapes[control.name] = control.shape()
+            name = control.name
+        resolved.append({"mine": name, "theirs": theirs, "target_at_most": target})
+    call_shape.check_pairs([(c["mine"], c["theirs"]) for c in resolved], shapes)
+    return out, resolved
 
 
 # -- measurements ------------------------------------------------------------------------------------
@@ -597,20 +804,24 @@ def batch_for(peer: Peer, n: int, quick: bool) -> tuple[int, int]:
 
 
 def alloc_free(peers: list[Peer], quick: bool) -> list[dict[str, Any]]:
+    """Each size: rounds of one batch of cycles of every peer, in
+    :func:`paired_stats.alternating` order (each two peers swap order as often as not);
+    every round's batch mean is kept (``samples``, index ``rounds_at``), so that two peers'
+    samples of one round form a pair."""
     rows: list[dict[str, Any]] = []
     clock = time.perf_counter_ns
     for n in SIZES:
         plans = {p.name: batch_for(p, n, quick) for p in peers}
         rounds = max(r for r, _ in plans.values())
         samples: dict[str, list[float]] = {p.name: [] for p in peers}
+        at: dict[str, list[int]] = {p.name: [] for p in peers}
         failed: dict[str, str] = {}
         for r in range(rounds + 1):  # round 0 is warm-up
-            k = r % len(peers)
-            for peer in peers[k:] + peers[:k]:
+            for peer in paired_stats.alternating(peers, r):
                 want, cycles = plans[peer.name]
                 if peer.name in failed or (r > want):
                     continue
-                alloc, free = peer.alloc, peer.free
+                alloc, free = peer.calls()
                 try:
                     t0 = clock()
                     for _ in range(cycles):
@@ -622,15 +833,22 @@ def alloc_free(peers: list[Peer], quick: bool) -> list[dict[str, Any]]:
                     continue
                 if r:
                     samples[peer.name].append(dt)
+                    at[peer.name].append(r)
         for peer in peers:
             s = samples[peer.name]
             row: dict[str, Any] = {"peer": peer.name, "size": n}
             if peer.name in failed:
                 row["error"] = failed[peer.name]
             if s:
-                row.update(us=statistics.median(s), rounds=len(s), cycles=plans[peer.name][1])
+                row.update(
+                    us=statistics.median(s),
+                    rounds=len(s),
+                    cycles=plans[peer.name][1],
+                    samples=s,
+                    rounds_at=at[peer.name],
+                )
             rows.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k not in ("samples", "rounds_at")}), flush=True)
         for peer in peers:
             try:
                 peer.release()
@@ -700,20 +918,21 @@ def replay(peer: Peer, trace: list[tuple[str, int, int]]) -> dict[str, Any]:
     peer.release()
     peer.reset_peak()
     peak = 0
+    alloc, free = peer.calls()
     t0 = time.perf_counter_ns()
     for op, i, n in trace:
         if op == "a":
-            live[i] = peer.alloc(n)
+            live[i] = alloc(n)
             if not own_peak:
                 r = peer.reserved()
                 if r is not None and r > peak:
                     peak = r
         else:
-            peer.free(live.pop(i))
+            free(live.pop(i))
     peer.sync()
     dt = (time.perf_counter_ns() - t0) / 1e3
     for h in live.values():
-        peer.free(h)
+        free(h)
     live.clear()
     peer.sync()
     out: dict[str, Any] = {"peer": peer.name, "us_per_op": dt / len(trace), "ops": len(trace)}
@@ -752,7 +971,7 @@ def threads(peer: Peer, nthreads: int, per_thread: int) -> dict[str, Any]:
         if errors:
             return
         try:
-            alloc, free = peer.alloc, peer.free
+            alloc, free = peer.calls()  # this thread's (its own stream, where the peer has one)
             held: list[Any] = []
             for i in range(per_thread):
                 held.append(alloc(sizes[(seed + i) % len(sizes)]))
@@ -786,24 +1005,88 @@ def threads(peer: Peer, nthreads: int, per_thread: int) -> dict[str, Any]:
 # -- output -------------------------------------------------------------------------------------------
 
 
-def ratio_table(rows: list[dict[str, Any]], pool: str, others: list[str]) -> list[str]:
-    by = {(r["peer"], r["size"]): r.get("us") for r in rows}
-    peers = [p for p in others if any(by.get((p, n)) for n in SIZES)]
-    if not peers or not any(by.get((pool, n)) for n in SIZES):
-        return []
-    lines = [
-        f"| size | {pool} µs | " + " | ".join(f"{pool} / {p}" for p in peers) + " |",
-        "| ---: | ---: | " + " | ".join("---:" for _ in peers) + " |",
-    ]
-    for n in SIZES:
-        mine = by.get((pool, n))
-        cells = []
-        for p in peers:
-            theirs = by.get((p, n))
-            cells.append(f"{mine / theirs:.2f}" if mine and theirs else "-")
-        lines.append(f"| {human(n)} | {mine:.2f} | " if mine else f"| {human(n)} | - | ")
-        lines[-1] += " | ".join(cells) + " |"
-    return lines
+def repeated(peers: list[Peer], fn: Callable[[Peer], dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+    """``fn(peer)`` for every peer, ``repeats`` times, in :func:`paired_stats.alternating`
+    order; one row per peer with every repeat's row (``repeats``, each with its index) and
+    the medians of ``us_per_op`` and ``peak_reserved`` over the repeats that ran."""
+    got: dict[str, list[dict[str, Any]]] = {p.name: [] for p in peers}
+    for rep in range(repeats):
+        for peer in paired_stats.alternating(peers, rep):
+            try:
+                row = fn(peer)
+            except Exception as exc:
+                traceback.print_exc()
+                row = {"peer": peer.name, "error": f"{type(exc).__name__}: {exc}", "ops": 0}
+            row["repeat"] = rep
+            got[peer.name].append(row)
+    rows: list[dict[str, Any]] = []
+    for peer in peers:
+        reps = got[peer.name]
+        ok = [r for r in reps if "error" not in r and "us_per_op" in r]
+        row: dict[str, Any] = {"peer": peer.name, "repeats": reps, "ran": len(ok)}
+        if ok:
+            row["us_per_op"] = statistics.median(r["us_per_op"] for r in ok)
+            row["ops"] = ok[0]["ops"]
+            peaks = [r["peak_reserved"] for r in ok if r.get("peak_reserved")]
+            if peaks:
+                row["peak_reserved"] = statistics.median(peaks)
+        errors = [r["error"] for r in reps if "error" in r]
+        if errors:
+            row["error"] = f"{len(errors)} of {len(reps)} repeats failed, first: {errors[0]}"
+        print(json.dumps({k: v for k, v in row.items() if k != "repeats"}), flush=True)
+        rows.append(row)
+    return rows
+
+
+#: the threads test's target (issue 19): 16 threads on streams at most CuPy's on streams
+THREAD_TARGETS = {(POOL_STREAM, CUPY_STREAM): 1.0}
+
+
+def _pairs_by_index(mine: dict[int, float], theirs: dict[int, float]) -> list[float]:
+    return [mine[i] / theirs[i] for i in sorted(mine) if theirs.get(i)]
+
+
+def compare(r: dict[str, Any], comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every comparison's figures: for alloc+free at each size (pairs: the rounds both ran),
+    the trace (time and peak reserved) and the threads test (pairs: the repeats both
+    ran), the median of the paired ratios (mine / theirs) with its bootstrap interval and,
+    where there is a target, its verdict (``paired_stats.verdict``)."""
+    out: list[dict[str, Any]] = []
+
+    def add(c: dict[str, Any], test: str, ratios: list[float], target: float | None, **extra: Any) -> None:
+        if not ratios:
+            return
+        s = paired_stats.summarize(ratios)
+        row = {"test": test, "mine": c["mine"], "theirs": c["theirs"], **extra, "target_at_most": target}
+        row["verdict"] = paired_stats.verdict(s, at_most=target) if target is not None else None
+        row["stats"] = s
+        out.append(row)
+
+    af = {(row["peer"], row["size"]): row for row in r["alloc_free"]}
+    for c in comparisons:
+        for n in SIZES:
+            a, b = af.get((c["mine"], n)), af.get((c["theirs"], n))
+            if not a or not b or "samples" not in a or "samples" not in b:
+                continue
+            mine = dict(zip(a["rounds_at"], a["samples"], strict=True))
+            theirs = dict(zip(b["rounds_at"], b["samples"], strict=True))
+            add(c, "alloc+free", _pairs_by_index(mine, theirs), c["target_at_most"], size=n)
+        for test, key in (
+            ("trace", "us_per_op"),
+            ("trace peak reserved", "peak_reserved"),
+            ("threads", "us_per_op"),
+        ):
+            rows = r["trace" if test.startswith("trace") else "threads"]["rows"]
+            by = {row["peer"]: row for row in rows}
+            if c["mine"] not in by or c["theirs"] not in by:
+                continue
+
+            def values(row: dict[str, Any], key: str = key) -> dict[int, float]:
+                return {x["repeat"]: float(x[key]) for x in row["repeats"] if "error" not in x and x.get(key)}
+
+            target = THREAD_TARGETS.get((c["mine"], c["theirs"])) if test == "threads" else None
+            add(c, test, _pairs_by_index(values(by[c["mine"]]), values(by[c["theirs"]])), target)
+    return out
 
 
 def render(r: dict[str, Any]) -> str:
@@ -812,7 +1095,12 @@ def render(r: dict[str, Any]) -> str:
     lines.append(", ".join(f"{k} {v}" for k, v in m.items() if k != "date") + ".")
     lines += [
         "",
-        "Medians over interleaved rounds (the peers' order rotates each round), one process, one run.",
+        "One process, one run. alloc+free: rounds of a batch of cycles of every peer, the peers' order "
+        "alternating round by round (each two peers swap order as often as not); a peer's figure is the "
+        f"median over rounds. The trace and the threads test ran {r['repeats']} times per peer, in the "
+        "same alternating order. **Comparisons** are the median of the paired ratios (aml / peer: the two "
+        "peers' samples of one round, or of one repeat) with a bootstrap 95% interval; a target is *met* "
+        "only when the interval's high end is at or below it, otherwise *not shown*.",
     ]
     if r["mode"] == "host":
         lines += [
@@ -823,11 +1111,20 @@ def render(r: dict[str, Any]) -> str:
         ]
     if r["skipped"]:
         lines += ["", "Skipped peers: " + "; ".join(f"{k} ({v})" for k, v in r["skipped"].items()) + "."]
+    lines += [
+        "",
+        "## How each peer is called (the harness rule: `benchmarks/call_shape.py`)",
+        "",
+        "| peer | benchmark frames (alloc, free) | what a call pays |",
+        "| --- | --- | --- |",
+    ]
+    for p in r["peers"]:
+        lines.append(f"| {p['name']} | {p['shape'][0]}, {p['shape'][1]} | {p['pays']} |")
     peers = list(dict.fromkeys(row["peer"] for row in r["alloc_free"]))
     by = {(row["peer"], row["size"]): row for row in r["alloc_free"]}
     lines += [
         "",
-        "## alloc+free of one size (µs per pair)",
+        "## alloc+free of one size (µs per pair, median over rounds)",
         "",
         "| peer | " + " | ".join(human(n) for n in SIZES) + " |",
         "| --- | " + " | ".join("---:" for _ in SIZES) + " |",
@@ -836,29 +1133,35 @@ def render(r: dict[str, Any]) -> str:
         cells = []
         for n in SIZES:
             row = by.get((p, n), {})
-            cells.append(f"{row['us']:.2f}" if "us" in row else ("error" if "error" in row else "-"))
+            cells.append(f"{row['us']:.3f}" if "us" in row else ("error" if "error" in row else "-"))
         lines.append(f"| {p} | " + " | ".join(cells) + " |")
     errors = [
         f"{row['peer']} at {human(row['size'])}: {row['error']}" for row in r["alloc_free"] if "error" in row
     ]
     if errors:
         lines += ["", "Errors: " + "; ".join(errors) + "."]
-    for pool in [p for p in peers if p in {"aml pool", "aml pool, touched"}]:
-        touched = pool.endswith(", touched")
-        others = [p for p in peers if p != pool and p.endswith(", touched") == touched]
-        table = ratio_table(r["alloc_free"], pool, others)
-        if table:
-            lines += [
-                "",
-                f"### same-run ratios ({pool} / peer; below 1 means the pool is faster)",
-                "",
-                *table,
-            ]
+    lines += [
+        "",
+        "## Comparisons (median of paired ratios, aml / peer; below 1: aml faster or smaller)",
+        "",
+        "| test | size | aml | peer | median | 95% interval | pairs | below 1 | target | verdict |",
+        "| --- | ---: | --- | --- | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    for c in r["comparisons"]:
+        st = c["stats"]
+        low, high = st["median_95"]
+        size = human(c["size"]) if "size" in c else ""
+        target = f"<= {c['target_at_most']}" if c["target_at_most"] is not None else ""
+        lines.append(
+            f"| {c['test']} | {size} | {c['mine']} | {c['theirs']} | {st['median']:.3f} | "
+            f"{low:.3f}-{high:.3f} | "
+            f"{st['pairs']} | {st['below_1']} | {target} | {c['verdict'] or ''} |"
+        )
     t = r["trace"]
     lines += [
         "",
         f"## mixed-size trace ({t['ops']} operations: a training step's sizes, {t['steps']} steps; "
-        f"ideal peak {human(t['ideal_peak'])} live)",
+        f"ideal peak {human(t['ideal_peak'])} live; median of {r['repeats']} repeats)",
         "",
         "| peer | µs per op | peak reserved | peak / ideal |",
         "| --- | ---: | ---: | ---: |",
@@ -866,19 +1169,22 @@ def render(r: dict[str, Any]) -> str:
     for row in t["rows"]:
         pr = row.get("peak_reserved")
         peak = f"{human(pr)} | {pr / t['ideal_peak']:.3f}" if pr else "- | -"
-        us = f"{row['us_per_op']:.2f}" if "us_per_op" in row else row.get("error", "-")
+        us = f"{row['us_per_op']:.3f}" if "us_per_op" in row else row.get("error", "-")
         lines.append(f"| {row['peer']} | {us} | {peak} |")
     th = r["threads"]
     lines += [
         "",
-        f"## {th['threads']} threads at once (mixed sizes 256 B .. 1 MiB, µs of wall time per alloc+free)",
+        f"## {th['threads']} threads at once (mixed sizes 256 B .. 1 MiB, µs of wall time per alloc+free; "
+        f"median of {r['repeats']} repeats)",
         "",
-        "| peer | ops | µs per op |",
-        "| --- | ---: | ---: |",
+        "| peer | ops | µs per op | repeats that ran |",
+        "| --- | ---: | ---: | ---: |",
     ]
     for row in th["rows"]:
-        us = f"{row['us_per_op']:.3f}" if "error" not in row else row["error"]
-        lines.append(f"| {row['peer']} | {row['ops']} | {us} |")
+        us = f"{row['us_per_op']:.3f}" if "us_per_op" in row else row.get("error", "-")
+        lines.append(f"| {row['peer']} | {row.get('ops', 0)} | {us} | {row['ran']} |")
+        if "error" in row and "us_per_op" in row:
+            lines[-1] += f" ({row['error']})"
     lines.append("")
     return "\n".join(lines)
 
@@ -984,13 +1290,20 @@ def each(peers: list[Peer], fn: Callable[[Peer], dict[str, Any]]) -> Iterator[di
         yield row
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-alloc-bench[-host]/")
     parser.add_argument("--host", action="store_true", help="the host pool against the host area")
     parser.add_argument("--name", default=None, help="file name prefix (default alloc_bench[_host])")
     parser.add_argument("--quick", action="store_true", help="fewer rounds: a smoke test")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats of the trace and the threads test (default 10; quick 2)",
+    )
+    args = parser.parse_args(argv)
+    repeats = args.repeats or (2 if args.quick else 10)
     started = time.monotonic()
     meta = machine()
     skipped: dict[str, str] = {}
@@ -1003,12 +1316,16 @@ def main() -> None:
         mode = "gpu"
     if not peers:
         raise SystemExit(f"no peer could start: {skipped}")
+    peers, comparisons = with_controls(peers)
     print(json.dumps(meta), flush=True)
-    results: dict[str, Any] = {"mode": mode, "meta": meta, "skipped": skipped}
+    results: dict[str, Any] = {"mode": mode, "meta": meta, "skipped": skipped, "repeats": repeats}
+    results["peers"] = [
+        {"name": p.name, "shape": list(p.shape()), "pays": p.pays or "-", "native": p.native} for p in peers
+    ]
     # Touched peers (host mode) run as their own group: their page faults and large
     # munmaps would otherwise cool the caches of the untouched peers' rounds.
-    plain = [p for p in peers if not isinstance(p, Touched)]
-    touched = [p for p in peers if isinstance(p, Touched)]
+    touched = [p for p in peers if isinstance(p.peer if isinstance(p, Framed) else p, Touched)]
+    plain = [p for p in peers if p not in touched]
     results["alloc_free"] = alloc_free(plain, args.quick) + (
         alloc_free(touched, args.quick) if touched else []
     )
@@ -1022,7 +1339,7 @@ def main() -> None:
         "scale": 16 if mode == "host" else 1,
         "ops": len(trace),
         "ideal_peak": ideal_peak(trace),
-        "rows": list(each(peers, lambda p: replay(p, trace))),
+        "rows": repeated(peers, lambda p: replay(p, trace), repeats),
     }
     nthreads = 16
     per_thread = 200 if args.quick else 2000
@@ -1030,8 +1347,11 @@ def main() -> None:
     def run_threads(p: Peer) -> dict[str, Any]:
         return threads(p, nthreads, per_thread // 10 if p.native else per_thread)
 
-    results["threads"] = {"threads": nthreads, "rows": list(each(peers, run_threads))}
+    results["threads"] = {"threads": nthreads, "rows": repeated(peers, run_threads, repeats)}
+    results["comparisons"] = compare(results, comparisons)
     for peer in peers:
+        if isinstance(peer, Framed):
+            continue  # its peer closes the allocator they share
         try:
             peer.close()
         except Exception as exc:
@@ -1041,7 +1361,12 @@ def main() -> None:
     out = out_dir(args.out, "alloc-bench-host" if args.host else "alloc-bench")
     out.mkdir(parents=True, exist_ok=True)
     name = args.name or ("alloc_bench_host" if args.host else "alloc_bench")
-    results["plots"] = plots(results, out, name)
+    (out / f"{name}.json").write_text(json.dumps(results, indent=1))
+    try:
+        results["plots"] = plots(results, out, name)
+    except Exception as exc:  # the results are on disk already
+        traceback.print_exc()
+        results["plots"] = [f"failed: {type(exc).__name__}: {exc}"]
     md = render(results)
     (out / f"{name}.json").write_text(json.dumps(results, indent=1))
     (out / f"{name}.md").write_text(md)

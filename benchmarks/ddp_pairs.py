@@ -6,7 +6,8 @@ its steps/s by more than the allocators differ, so one run of a few pairs can fa
 side of 1.0x. This script pools the pairs (each round's aml / PyTorch) of the runs it is
 given and says what they show together: how many pairs aml won, their median with its
 bootstrap 95% interval, their quartiles and geometric mean, and the exact one-sided sign
-test (the chance of at least that many wins if neither allocator were faster).
+test (the chance of at least that many wins if neither allocator were faster), all
+through ``paired_stats.py``, the statistics every benchmark shares.
 
 Each argument is a run: its ``nccl_bench.json`` (the ``ddp.round_ratios`` it wrote), or a
 log or markdown file of an older run, read from its last "each round's aml / PyTorch: ..."
@@ -19,17 +20,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import random
 import re
-import statistics
 import sys
 from pathlib import Path
 from typing import Any
 
+import paired_stats
+from paired_stats import median_interval, sign_test
+
+__all__ = ["median_interval", "report", "run_pairs", "sign_test", "summarize"]
+
 #: What the benchmark's report says before the pairs' ratios.
 PAIRS_LINE = re.compile(r"each round's aml / PyTorch: ([0-9., ]+)")
-BOOTSTRAP, SEED = 20000, 0
 
 
 def run_pairs(path: Path) -> list[float]:
@@ -47,37 +49,18 @@ def run_pairs(path: Path) -> list[float]:
     return [float(r) for r in found[-1].replace(" ", "").strip(",.").split(",")]
 
 
-def sign_test(wins: int, n: int) -> float:
-    """The exact one-sided sign test: P(at least ``wins`` of ``n`` fair coin flips)."""
-    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
-
-
-def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
-    """The bootstrap percentile interval of the median (seeded: the same figures each time)."""
-    rng = random.Random(SEED)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP))
-    tail = (1 - level) / 2
-    return medians[int(tail * BOOTSTRAP)], medians[int((1 - tail) * BOOTSTRAP) - 1]
-
-
 def summarize(pairs: list[float]) -> dict[str, Any]:
-    """The pooled figures of ``pairs`` (each aml / PyTorch)."""
+    """The pooled figures of ``pairs`` (each aml / PyTorch): :func:`paired_stats.summarize`'s,
+    with ``aml_faster`` (pairs above 1) and ``sign_test_p`` (for aml faster) named as this
+    script has always written them."""
     if not pairs:
         raise ValueError("no pairs to pool")
     if any(not r > 0 for r in pairs):
         raise ValueError(f"a ratio of steps/s must be positive, got {pairs}")
-    wins = sum(r > 1 for r in pairs)
-    low, high = median_interval(pairs)
-    quartiles = statistics.quantiles(pairs, n=4) if len(pairs) > 1 else pairs * 3
-    return {
-        "pairs": len(pairs),
-        "aml_faster": wins,
-        "median": statistics.median(pairs),
-        "median_95": [low, high],
-        "quartiles": quartiles,
-        "geometric_mean": math.exp(statistics.fmean(map(math.log, pairs))),
-        "sign_test_p": sign_test(wins, len(pairs)),
-    }
+    s = paired_stats.summarize(pairs)
+    s["aml_faster"] = s["above_1"]
+    s["sign_test_p"] = s["sign_test_p_above"]
+    return s
 
 
 def report(runs: dict[str, list[float]]) -> tuple[dict[str, Any], str]:

@@ -64,6 +64,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import paired_stats
+
 #: In the launcher's environment (set first thing in main) and in every rank's, from its start.
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
@@ -400,14 +402,20 @@ def summarize(results: dict[str, Any]) -> None:
         rates = {name: [r["ranks"][0]["steps_per_s"] for r in got] for name, got in runs.items()}
         base_rate, aml_rate = statistics.median(rates["torch"]), statistics.median(rates["aml"])
         checksums = {r["ranks"][0]["checksum"] for got in runs.values() for r in got}
+        round_ratios = [a / t for a, t in zip(rates["aml"], rates["torch"], strict=False)]
+        pairs = paired_stats.summarize(round_ratios)
         results["ddp"] = {
             "torch_steps_per_s": base_rate,
             "aml_steps_per_s": aml_rate,
             "aml_over_torch": aml_rate / base_rate,
             "rounds": {name: [r["label"] for r in got] for name, got in runs.items()},
             "round_rates": rates,
-            "round_ratios": [a / t for a, t in zip(rates["aml"], rates["torch"], strict=False)],
-            "meets_target": aml_rate >= base_rate * DDP_TARGET,
+            "round_ratios": round_ratios,
+            # the headline: the median of the rounds' pairs and its interval; the target is
+            # met only when the interval's low end is at or above it
+            "paired": pairs,
+            "verdict": paired_stats.verdict(pairs, at_least=DDP_TARGET),
+            "meets_target": paired_stats.verdict(pairs, at_least=DDP_TARGET) == paired_stats.MET,
             "same_parameters": len(checksums) == 1,
         }
 
@@ -499,11 +507,11 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [
             "## Data-parallel step: aml's hook against PyTorch's allocator",
             "",
-            f"aml {ddp['aml_steps_per_s']:.1f} steps/s, PyTorch {ddp['torch_steps_per_s']:.1f} steps/s "
-            f"(medians of {len(ddp['round_rates']['aml'])} and {len(ddp['round_rates']['torch'])} runs, "
-            "alternating): "
-            f"{ddp['aml_over_torch']:.3f}x (target >= {DDP_TARGET:.1f}x: "
-            f"{'met' if ddp['meets_target'] else 'NOT met'}); each round's aml / PyTorch: "
+            f"aml / PyTorch steps/s, the median of {ddp['paired']['pairs']} alternating pairs: "
+            f"{paired_stats.describe(ddp['paired'])} (target >= {DDP_TARGET:.1f}x: {ddp['verdict']}; "
+            f"the ratio of the medians, aml {ddp['aml_steps_per_s']:.1f} over PyTorch "
+            f"{ddp['torch_steps_per_s']:.1f} steps/s, is {ddp['aml_over_torch']:.3f}x); "
+            "each round's aml / PyTorch: "
             + ", ".join(f"{x:.3f}" for x in ddp["round_ratios"])
             + f"; the same final parameters in every run: {ddp['same_parameters']}.",
             "",

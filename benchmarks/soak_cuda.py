@@ -8,10 +8,13 @@ long-lived child process (the importer side, with its own aml import area); and 
 input (double munmap, foreign pointers, bad sizes, tampered IPC handles sent to the child)
 that must raise AML errors. Every 10**4 operations the free device memory is logged.
 
-The baseline is read after a warm-up (CUDA context, the areas, the child's context), and
-the final reading after everything was closed and the child exited; the run passes when
-the free memory is back within ``--slack`` bytes (default 2 MiB: the driver's own
-bookkeeping pages) and every hostile input raised an AML error.
+The baseline is read before any area, stream or child of the run exists (after a priming
+pass that made and closed one of each: the context's own first-use memory is in it,
+nothing that ``close()`` frees is), and the final reading after everything was closed and
+the child exited; the run passes when free memory is within ``--slack`` bytes (default
+2 MiB: the driver's own bookkeeping pages) of the baseline on *both* sides
+(``memory_check.py``) and every hostile input raised an AML error. ``--leak N`` leaks N
+bytes on purpose: the run must fail.
 
 Usage on the GPU machine::
 
@@ -33,6 +36,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+import memory_check
 from machine_info import out_dir
 from soak_child import Importer
 
@@ -149,26 +153,78 @@ class Soak:
         self.child.close()
 
 
-def main() -> int:
+def prime() -> None:
+    """Make and close one of everything the soak uses (each area, a virtual-memory
+    mapping and a growable buffer, a stream, an IPC export), so that the context's own
+    first-use memory is in the baseline read after it, while nothing ``close()`` frees is."""
+    import aml_cuda
+    from aml_cuda import CudaFlags
+
+    areas = [
+        aml_cuda.create(0, flags)
+        for flags in (CudaFlags.DEFAULT, CudaFlags.ALLOC_UNIFIED, CudaFlags.ALLOC_HOST)
+    ]
+    vm = aml_cuda.BACKEND.virtual_memory(0)
+    try:
+        for area in areas:
+            area.munmap(area.mmap(4096))
+        g = vm.granularity()
+        vm.munmap(vm.mmap(g))
+        buf = vm.growable(4 * g)
+        buf.grow(g)
+        vm.munmap(buf)
+        with aml_cuda.BACKEND.stream(non_blocking=True) as stream:
+            stream.synchronize()
+        dev = areas[0].mmap(4096)
+        areas[0].ipc_export(dev)
+        areas[0].munmap(dev)
+    finally:
+        for area in (*areas, vm):
+            area.close()
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-soak-cuda/")
     parser.add_argument("--ops", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=9)
     parser.add_argument("--budget", type=float, default=200.0, help="stop the loop after this many seconds")
-    parser.add_argument("--slack", type=int, default=2 * MiB)
-    args = parser.parse_args()
+    parser.add_argument(
+        "--slack",
+        type=int,
+        default=memory_check.DEFAULT_TOLERANCE,
+        help="the tolerance, in bytes, on either side of the baseline (default 2 MiB)",
+    )
+    parser.add_argument(
+        "--leak", type=int, default=0, help="leak this many bytes on purpose (the check's own test)"
+    )
+    args = parser.parse_args(argv)
     args.out = str(out_dir(args.out, "soak-cuda"))
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     with open(os.path.join(args.out, "soak_cuda.log"), "w") as log:
+        import aml_cuda
+
+        from aml_core.gpu.groups import Group
+
+        rt = aml_cuda.get_runtime()
+        rt.set_device(0)
+        prime()
+
+        def clean_free() -> int:
+            rt.synchronize()
+            return int(rt.memory_info()[0])
+
+        baseline = clean_free()
+        print(f"baseline free {baseline} bytes (before any area, stream or child)", file=log, flush=True)
         soak = Soak(args.ops, args.seed, args.budget, log)
         for _ in range(50):  # warm-up: every kind once, so the pools and the context exist
             soak.step()
         for area, buf in soak.live:
             area.munmap(buf)
         soak.live.clear()
-        baseline = soak.free_memory()
-        soak.say(f"baseline free {baseline} bytes")
+        warm = soak.free_memory()
+        soak.say(f"free {warm} bytes after the warm-up (the areas and the child open)")
         done = 0
         for done in range(1, args.ops + 1):
             soak.step()
@@ -177,22 +233,28 @@ def main() -> int:
             if time.monotonic() - started > args.budget:
                 soak.say(f"time budget reached after {done} ops")
                 break
+        if args.leak:
+            soak.say(f"leaking {args.leak} bytes on purpose (--leak)")
+            rt.require(Group.ALLOCATION).malloc(args.leak)
         soak.close()
-        import aml_cuda
-
         aml_cuda.BACKEND.reset()
-        final = soak.free_memory()
-        leaked = baseline - final
-        ok = leaked <= args.slack and not soak.not_refused
+        final, reads = memory_check.settle(clean_free, baseline, args.slack)
+        check = memory_check.verdict(baseline, final, args.slack)
+        ok = check["ok"] and not soak.not_refused
         result = {
             "ops": done,
             "ops_requested": args.ops,
             "seed": args.seed,
             "counts": soak.counts,
             "baseline_free": baseline,
+            "baseline": "read before any area, stream or child existed (after a priming pass)",
+            "free_after_warmup": warm,
             "final_free": final,
-            "leaked_bytes": leaked,
+            "readings_after_close": reads,
+            "leaked_bytes": check["leaked_bytes"],
+            "after_close": check,
             "slack": args.slack,
+            "leaked_on_purpose": args.leak,
             "hostile_refused": soak.refused,
             "not_refused": soak.not_refused,
             "seconds": round(time.monotonic() - started, 1),

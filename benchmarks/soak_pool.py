@@ -13,10 +13,14 @@ issue's bad input, which must raise AML errors: a pool over a closed area, a lim
 one block, freeing on a destroyed stream, a garbage stream, double munmap, and a block of
 one pool given to another.
 
-Two readings are compared with the baseline (taken after a warm-up that created the
-context, the streams, the child and every pool, then trimmed them): after every block
-was freed and every pool trimmed (the pools still open: ``bytes_reserved`` must be 0 and
-device memory back), and after every pool and area was closed. Free memory is
+The baseline is read before any area, pool, stream or child of the run exists (after a
+priming pass that made and closed one of each: the context's own first-use memory is in
+it, nothing that ``close()`` frees is). After every block was freed and every pool trimmed
+(the pools and the child still open), ``bytes_reserved`` must be 0 and free memory not
+below the warm-up's reading; after every pool and area was closed and the child exited,
+free memory must be within ``--slack`` (2 MiB) of the baseline on *both* sides
+(``memory_check.py``: memory above the baseline means the baseline held something, and a
+leak that small could hide). ``--leak N`` leaks N bytes on purpose: the run must fail. Free memory is
 ``cudaMemGetInfo`` (aml-cuda) or ``hipMemGetInfo`` (aml-hip, ``--backend hip``: through
 the HIP double on a CPU machine, which checks this script, or its CUDA-forwarding mode).
 
@@ -33,6 +37,7 @@ did not come back or a bad input was not refused.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -41,6 +46,7 @@ import sys
 import time
 from typing import Any, TextIO
 
+import memory_check
 from machine_info import out_dir
 from soak_child import Importer
 
@@ -251,7 +257,49 @@ class PoolSoak:
         self.child.close()
 
 
-def main() -> int:
+def prime(backend_name: str) -> None:
+    """Make and close one of everything the soak uses (each area, each pool, a block on a
+    stream, an IPC export, a stream), so that the context's own first-use memory is in
+    the baseline that is read after it, while nothing that ``close()`` frees is."""
+    import aml_core
+    from aml_core.gpu import GpuFlags
+
+    backend: Any = importlib.import_module(f"aml_{backend_name}")
+    areas = [
+        backend.create(0, GpuFlags.DEFAULT),
+        backend.create(0, GpuFlags.ALLOC_UNIFIED),
+        backend.create(0, GpuFlags.ALLOC_HOST),
+    ]
+    vm = backend.BACKEND.virtual_memory(0)
+    stream = backend.BACKEND.stream(non_blocking=True)
+    pools = [aml_core.pool(a) for a in areas]
+    pools.append(aml_core.pool(vm, expandable=True, capacity=1 << 30))
+    try:
+        for p in pools:
+            p.munmap(p.mmap(4096))
+        with contextlib.suppress(aml_core.AMLNotSupported):  # no stream order on this backend
+            pools[0].munmap(pools[0].mmap(4096, {"stream": stream}))
+        buf = pools[0].mmap(4096)
+        pools[0].ipc_export(buf)
+        pools[0].munmap(buf)
+    finally:
+        for p in pools:
+            p.close()
+        stream.close()
+        for a in (*areas, vm):
+            a.close()
+
+
+def leak(backend_name: str, nbytes: int) -> int:
+    """Allocate ``nbytes`` of device memory with the runtime's own malloc and never free it:
+    ``--leak``, the check's own test (a soak that passes with it has a blind check)."""
+    from aml_core.gpu.groups import Group
+
+    backend: Any = importlib.import_module(f"aml_{backend_name}")
+    return int(backend.get_runtime().require(Group.ALLOCATION).malloc(nbytes))
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=("cuda", "hip"), default="cuda")
     parser.add_argument("--out", help="default: $OUT, else evidence/<date>-<machine>-soak-pool/")
@@ -259,19 +307,42 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--budget", type=float, default=240.0, help="stop the loop after this many seconds")
     parser.add_argument("--live", type=int, default=256, help="most blocks held at once (about 3 MiB each)")
-    parser.add_argument("--slack", type=int, default=2 * MiB, help="bytes the driver may keep for itself")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--slack",
+        type=int,
+        default=memory_check.DEFAULT_TOLERANCE,
+        help="the tolerance, in bytes, on either side of the baseline (default 2 MiB)",
+    )
+    parser.add_argument(
+        "--leak", type=int, default=0, help="leak this many bytes on purpose (the check's own test)"
+    )
+    args = parser.parse_args(argv)
     args.out = str(out_dir(args.out, "soak-pool"))
     os.makedirs(args.out, exist_ok=True)
     started = time.monotonic()
     stem = os.path.join(args.out, f"soak_pool_{args.backend}")
     with open(stem + ".log", "w") as log:
+        backend: Any = importlib.import_module(f"aml_{args.backend}")
+        rt = backend.get_runtime()
+        rt.set_device(0)
+        prime(args.backend)
+
+        def clean_free() -> int:
+            rt.synchronize()
+            if hasattr(rt, "memory_info"):
+                return int(rt.memory_info()[0])
+            return int(rt.free_memory(0))
+
+        baseline = clean_free()
+        print(
+            f"baseline free {baseline} bytes (before any area, pool, stream or child)", file=log, flush=True
+        )
         soak = PoolSoak(args.backend, args.ops, args.seed, args.live, log)
         for _ in range(200):  # warm-up: slabs of every pool, the IPC child's first open
             soak.step()
         soak.free_everything()
-        baseline = soak.free_memory()
-        soak.say(f"baseline free {baseline} bytes (after the warm-up, every pool trimmed)")
+        warm = soak.free_memory()
+        soak.say(f"free {warm} bytes after the warm-up, every pool trimmed (the pools and the child open)")
         done = 0
         for done in range(1, args.ops + 1):
             soak.step()
@@ -285,15 +356,21 @@ def main() -> int:
                 break
         peak = {name: pool.pool_stats.peak_bytes_reserved for name, pool in soak.pools.items()}
         soak.free_everything()
+        if args.leak:
+            soak.say(f"leaking {args.leak} bytes on purpose (--leak)")
+            leak(args.backend, args.leak)
         reserved_after_trim = soak.reserved()
         after_trim = soak.free_memory()
         soak.close()
-        final = soak.free_memory()
-        leaked_trim = baseline - after_trim
-        leaked_close = baseline - final
+        final, reads = memory_check.settle(clean_free, baseline, args.slack)
+        closed = memory_check.verdict(baseline, final, args.slack)
+        # After trim the pools and the child are still open: their memory is measured
+        # against the warm-up's reading, and only for memory not given back (the child's
+        # context is in it); the two-sided check is the one after close.
+        trim_leak = warm - after_trim
         ok = (
-            leaked_trim <= args.slack
-            and leaked_close <= args.slack
+            closed["ok"]
+            and trim_leak <= args.slack
             and not any(reserved_after_trim.values())
             and not soak.problems
         )
@@ -307,12 +384,17 @@ def main() -> int:
             "limit_enomem": soak.expected_enomem,
             "peak_reserved": peak,
             "baseline_free": baseline,
+            "baseline": "read before any area, pool, stream or child existed (after a priming pass)",
+            "free_after_warmup": warm,
             "free_after_trim": after_trim,
             "reserved_after_trim": reserved_after_trim,
             "free_after_close": final,
-            "leaked_after_trim": leaked_trim,
-            "leaked_after_close": leaked_close,
+            "readings_after_close": reads,
+            "leaked_after_trim": trim_leak,
+            "leaked_after_close": closed["leaked_bytes"],
+            "after_close": closed,
             "slack": args.slack,
+            "leaked_on_purpose": args.leak,
             "bad_input_refused": soak.refused,
             "problems": soak.problems[:50],
             "seconds": round(time.monotonic() - started, 1),

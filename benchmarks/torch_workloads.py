@@ -162,7 +162,7 @@ def train(inst: Installed) -> dict[str, Any]:
     torch = inst.lib
     torch.manual_seed(inst.seed)
     rng = random.Random(inst.seed)
-    warm, steps = (3, 15) if inst.quick else (10, 200)
+    warm, steps = (3, 15) if inst.quick else (10, 400)
     seqs = [rng.randrange(SEQ_MIN, SEQ_MAX + 1, SEQ_STEP) for _ in range(warm + steps)]
     layers: list[Any] = []
     for _ in range(LAYERS):

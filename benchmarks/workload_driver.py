@@ -6,9 +6,11 @@ A framework takes one allocator per process (PyTorch's ``CUDAPluggableAllocator`
 before its first allocation, for good), so every measurement runs in a child process:
 ``python benchmarks/<suite>.py --child ALLOCATOR WORKLOAD[,WORKLOAD]``. The parent
 
-* runs every pair ``--repeats`` times (3), interleaved: each repeat runs every allocator
-  for one workload, then the next workload, the allocators' order rotated by one each
-  repeat (``--quick``: one repeat, one child per allocator running all its workloads);
+* runs every pair ``--repeats`` times (10, ``paired_stats.MIN_WORKLOAD_REPEATS``),
+  interleaved: each repeat runs every allocator for one workload, then the next workload,
+  the allocators' order alternating (``paired_stats.alternating``: each two allocators swap
+  order as often as not) (``--quick``: one repeat, one child per allocator running all its
+  workloads);
 * does not start a child that would end past its time budget (``--budget``), taking the
   median of the children's run times so far as the next one's, and kills a child that runs
   past ``--child-timeout`` (so a run ends by about ``--budget``, at worst ``--budget`` plus
@@ -17,7 +19,8 @@ before its first allocation, for good), so every measurement runs in a child pro
   a failed install), with the child's reason, and a pair whose child failed (its error
   and the log's tail are kept), without stopping the run;
 * writes ``<name>.json`` (every child's result), ``<name>.md`` (medians over repeats,
-  min..max, and each figure's ratio to the framework's own allocator in the same run),
+  min..max, and each figure's ratio to the framework's own allocator: the median of the
+  repeats' paired ratios with its bootstrap 95% interval, ``paired_stats.summarize``),
   ``<name>_<workload>.png`` (if matplotlib is there) and ``<name>.log`` (the children's
   output) to ``--out``, default ``$OUT``, else ``evidence/<date>-<machine>-<what>/``.
 
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
+import paired_stats
 from machine_info import gpu, machine, out_dir
 
 MiB = 1 << 20
@@ -164,7 +168,7 @@ def parse_args(suite: Suite, argv: Sequence[str] | None = None) -> argparse.Name
     parser.add_argument("--out", help=f"default: $OUT, else evidence/<date>-<machine>-{suite.what}/")
     parser.add_argument("--name", default=suite.name, help="file name prefix (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="a smoke test: one short child per allocator")
-    parser.add_argument("--repeats", type=int, default=None, help="processes per pair (default 3; quick 1)")
+    parser.add_argument("--repeats", type=int, default=None, help="processes per pair (default 10; quick 1)")
     parser.add_argument(
         "--allocators",
         type=_names,
@@ -203,7 +207,7 @@ def parse_args(suite: Suite, argv: Sequence[str] | None = None) -> argparse.Name
         if unknown:
             parser.error(f"unknown {what}(s) {unknown}; known: {known}")
     if args.repeats is None:
-        args.repeats = 1 if args.quick else 3
+        args.repeats = 1 if args.quick else paired_stats.MIN_WORKLOAD_REPEATS
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     if args.budget is None:
@@ -234,8 +238,7 @@ def schedule(
     chosen = set(pairs)
     plan: list[tuple[int, str, tuple[str, ...]]] = []
     for rep in range(repeats):
-        k = rep % len(allocators) if allocators else 0
-        order = allocators[k:] + allocators[:k]
+        order = paired_stats.alternating(allocators, rep)
         if group:
             for a in order:
                 ws = tuple(w for w in workloads if (a, w) in chosen)
@@ -561,8 +564,12 @@ def progress(suite: Suite, found: Mapping[str, Any]) -> str:
 
 def summarize(suite: Suite, runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (workload, allocator) measured: each metric's median, min, max and
-    values over the repeats, and its ratio to the native allocator's median."""
-    values: dict[tuple[str, str], dict[str, list[float]]] = {}
+    values over the repeats (``values_by_repeat`` keeps which repeat each came from), and,
+    for an allocator other than the native one, the paired figures
+    (``paired_stats.summarize`` of this allocator's value over the native one's in the same
+    repeat: ``paired``), whose median is the row's ratio (``ratios``); the ratio of the
+    medians is kept beside it (``ratio_of_medians``)."""
+    values: dict[tuple[str, str], dict[str, dict[int, float]]] = {}
     for run in runs:
         if run.get("status") != "ok":
             continue
@@ -577,24 +584,47 @@ def summarize(suite: Suite, runs: Sequence[Mapping[str, Any]]) -> list[dict[str,
             for m in metrics:
                 v = result.get(m.key)
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                    got.setdefault(m.key, []).append(float(v))
+                    got.setdefault(m.key, {})[int(run.get("repeat", 0))] = float(v)
     rows: list[dict[str, Any]] = []
     for w in suite.workloads:
         allocs = [a for a in suite.allocators if (w.name, a) in values]
         native = values.get((w.name, suite.native), {})
         for a in allocs:
             got = values[(w.name, a)]
-            row: dict[str, Any] = {"workload": w.name, "allocator": a, "metrics": {}, "ratios": {}}
+            row: dict[str, Any] = {
+                "workload": w.name,
+                "allocator": a,
+                "metrics": {},
+                "ratios": {},
+                "paired": {},
+                "ratio_of_medians": {},
+            }
             row["runs"] = max((len(v) for v in got.values()), default=0)
             for m in w.metrics:
-                vs = got.get(m.key)
-                if not vs:
+                by_rep = got.get(m.key)
+                if not by_rep:
                     continue
+                vs = list(by_rep.values())
                 med = statistics.median(vs)
-                row["metrics"][m.key] = {"median": med, "min": min(vs), "max": max(vs), "values": vs}
+                row["metrics"][m.key] = {
+                    "median": med,
+                    "min": min(vs),
+                    "max": max(vs),
+                    "values": vs,
+                    "values_by_repeat": {str(k): v for k, v in sorted(by_rep.items())},
+                }
                 base = native.get(m.key)
-                if base and statistics.median(base):
-                    row["ratios"][m.key] = med / statistics.median(base)
+                if not base or not statistics.median(base.values()):
+                    continue
+                if a == suite.native:
+                    row["ratios"][m.key] = 1.0
+                    continue
+                row["ratio_of_medians"][m.key] = med / statistics.median(base.values())
+                pairs = [by_rep[k] / base[k] for k in sorted(by_rep) if base.get(k)]
+                if pairs and all(p > 0 for p in pairs):
+                    s = paired_stats.summarize(pairs)
+                    row["paired"][m.key] = s
+                    row["ratios"][m.key] = s["median"]
             rows.append(row)
     return rows
 
@@ -621,10 +651,12 @@ def render(suite: Suite, r: Mapping[str, Any]) -> str:
     lines += [
         "",
         f"Each (allocator, workload) pair ran in its own process ({suite.framework} takes one allocator per "
-        f"process), {r['repeats']} time(s), interleaved: the allocators' order rotated each repeat. "
-        "Figures are medians over those processes (min..max beside them); ratios divide an allocator's "
-        f"median by `{native}`'s in this run (above 1 is better where higher is better, below 1 where "
-        "lower is).",
+        f"process), {r['repeats']} time(s), interleaved: each repeat runs every allocator on one workload "
+        "back to back, the order alternating from repeat to repeat (each two allocators swap order as "
+        "often as not). Figures are medians over those processes (min..max beside them). A ratio is the "
+        f"median of the paired ratios (an allocator's figure over `{native}`'s in the same repeat), with its "
+        "bootstrap 95% interval in brackets (above 1 is better where higher is better, below 1 where lower "
+        "is); every repeat's figure is in the JSON.",
     ]
     if r.get("quick"):
         lines += [
@@ -663,7 +695,14 @@ def render(suite: Suite, r: Mapping[str, Any]) -> str:
                 )
                 cells.append(fmt(met, got["median"]) + spread)
                 ratio = row["ratios"].get(met.key)
-                cells.append(f"{ratio:.3f}" if ratio is not None else "-")
+                paired = row.get("paired", {}).get(met.key)
+                if ratio is None:
+                    cells.append("-")
+                elif paired and paired["pairs"] > 1:
+                    low, high = paired["median_95"]
+                    cells.append(f"{ratio:.3f} ({low:.3f}-{high:.3f})")
+                else:
+                    cells.append(f"{ratio:.3f}")
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", "What the columns measure:", ""]
         for met in w.metrics:

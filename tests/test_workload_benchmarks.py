@@ -44,10 +44,10 @@ def blocked(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("suite", SUITES, ids=lambda s: s.name)
-def test_defaults_run_three_repeats_within_the_budget(suite: Any) -> None:
+def test_defaults_run_ten_repeats_within_the_budget(suite: Any) -> None:
     args = driver.parse_args(suite, [])
     assert (args.repeats, args.budget, args.child_timeout, args.child) == (
-        3,
+        10,
         suite.budget_s,
         suite.child_timeout_s,
         None,
@@ -188,7 +188,7 @@ def test_a_skipped_allocator_is_not_started_again_and_a_failed_pair_not_retried(
     assert started.count(["aml-expandable", "train"]) == 1
     assert started.count(["aml-expandable", "infer"]) == 1
     assert started.count(["aml", "infer"]) == 1
-    assert started.count(["aml", "train"]) == 3
+    assert started.count(["aml", "train"]) == 10  # the default repeats
     assert r["skipped"] == {"rmm": "rmm is not importable"}
     assert set(r["failed"]) == {"aml-expandable / train", "aml-expandable / infer", "aml / infer"}
     assert "out of memory" in r["failed"]["aml / infer"]
@@ -262,8 +262,15 @@ def test_the_summary_takes_medians_and_same_run_ratios() -> None:
     assert aml["runs"] == 3
     assert aml["metrics"]["steps_per_s"]["median"] == 95
     assert (aml["metrics"]["steps_per_s"]["min"], aml["metrics"]["steps_per_s"]["max"]) == (90, 99)
-    assert aml["ratios"]["steps_per_s"] == pytest.approx(95 / 100)
+    # the median of the repeats' pairs (95/100, 99/110, 90/90), not the ratio of the medians
+    assert aml["paired"]["steps_per_s"]["ratios"] == pytest.approx([0.95, 0.9, 1.0])
+    assert aml["ratios"]["steps_per_s"] == pytest.approx(0.95)
+    assert aml["ratio_of_medians"]["steps_per_s"] == pytest.approx(95 / 100)
+    low, high = aml["paired"]["steps_per_s"]["median_95"]
+    assert 0.9 <= low <= 0.95 <= high <= 1.0
     assert aml["ratios"]["peak_reserved"] == pytest.approx(0.75)
+    assert rows[("train", "torch")]["ratios"]["steps_per_s"] == 1.0  # no self-comparison figures
+    assert rows[("train", "torch")]["paired"] == {}
     assert "peak_in_use" not in aml["metrics"]  # a NaN is no figure
     assert rows[("infer", "aml")]["ratios"] == {}  # no torch figure to divide by
     assert rows[("infer", "aml")]["metrics"]["us_per_op"]["values"] == [20.0]
@@ -276,7 +283,10 @@ def test_the_markdown_gives_tables_ratios_reasons_and_meanings() -> None:
     assert "Skipped: `rmm` (rmm is not importable)." in md
     assert "Failed: `aml / infer` (repeat 2: boom)." in md
     assert "Not run (time budget of 240 s): repeat 3: torch on infer." in md
-    assert "| `aml` | 3 | 95.0 (90.0..99.0) | 0.950 | 1,500 (1,500..1,500) | 0.750 | - | - | - | - |" in md
+    assert (
+        "| `aml` | 3 | 95.0 (90.0..99.0) | 0.950 (0.900-1.000) | 1,500 (1,500..1,500) | 0.750 (0.750-0.750) "
+        "| - | - | - | - |" in md
+    )
     assert (
         "| `torch` | 3 | 100.0 (90.0..110.0) | 1.000 | 2,000 (2,000..2,000) | 1.000 | - | - | 2,100 | 1.000 |"
         in md

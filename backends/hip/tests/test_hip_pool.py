@@ -345,6 +345,30 @@ def test_pool_soak_comes_back_to_the_baseline(hip: HipDouble, tmp_path: Path) ->
     assert result["counts"]["ipc"] > 0
     assert result["counts"]["hostile"] > 0
     assert result["bad_input_refused"] >= 5 * result["counts"]["hostile"]
+    assert result["after_close"]["ok"]  # two-sided, within 2 MiB
+    assert result["slack"] == 2 << 20
+
+
+def test_the_pool_soak_fails_on_a_deliberate_small_leak(hip: HipDouble, tmp_path: Path) -> None:
+    """The soak's memory check sees a leak smaller than the memory the run's areas and the
+    IPC child held (the baseline is read before they exist): 3 MiB leaked on purpose, past
+    the 2 MiB tolerance, fails the run with that many bytes missing."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "soak_pool.py"
+    leak = 3 << 20
+    cmd = [sys.executable, str(script), "--backend", "hip", "--ops", "300", "--live", "16"]
+    cmd += ["--leak", str(leak), "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, env=hip.env(), capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "soak_pool_hip.json").read_text())
+    assert not result["ok"]
+    assert not result["after_close"]["ok"]
+    assert "a leak" in result["after_close"]["meaning"]
+    if hip.mode == "host":  # exact on the double
+        assert result["leaked_after_close"] == leak
 
 
 def test_an_unknown_stream_handle_is_refused_by_the_first_native_call_that_uses_it(hip: HipDouble) -> None:

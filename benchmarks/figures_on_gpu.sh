@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Issue 30's re-runs on one GPU: alloc_bench (every peer through the same call shape, the
+# trace and the 16-thread test repeated, paired comparisons), both soaks (baseline before the
+# areas exist, two-sided check), and the PyTorch and CuPy workloads (aml's hook against the
+# framework's own allocator, 10 paired repeats), with the statistics of paired_stats.py.
+# Usage, from the repository root on the GPU machine:
+#   FIGURES_COMMIT=<the commit that runs> bash benchmarks/figures_on_gpu.sh [alloc-soak|workloads|all]
+# Everything is written under $OUT/figures/ and packed into $OUT/figures-<part>.tgz after
+# each step (the device tool brings back 8 files): cuda-gpu-env.log (the machine, the
+# versions, the commit and whether the library code differs from it), alloc/, soak/,
+# workloads/, each step's log. RMM comes from .whl/ (rmm-cu13, librmm-cu13, rapids-logger)
+# when it is there, else its peer is skipped with the reason.
+set -uo pipefail
+part=${1:-all}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/figures-out}
+res="$OUT/figures"
+mkdir -p "$res"
+pack() { tar czf "$OUT/figures-$part.tgz" -C "$res" . 2>/dev/null; }
+{
+    date -u
+    echo "commit: ${FIGURES_COMMIT:-$(git -C "$repo" rev-parse HEAD 2>/dev/null || echo unknown)}"
+    echo "library code (aml_core/, backends/*/aml_*/) as of that commit: $(cd "$repo" && git diff --quiet "${FIGURES_COMMIT:-HEAD}" -- aml_core backends 2>/dev/null && echo same || echo 'not checked (no git metadata of that commit here)')"
+    nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,clocks.sm,clocks.mem --format=csv
+    nproc
+    $py -c 'import sys, cuda.bindings, numpy; print(sys.version.split()[0], "cuda-bindings", cuda.bindings.__version__, "numpy", numpy.__version__)'
+    $py -c 'import cupy, torch; print("cupy", cupy.__version__, "torch", torch.__version__)'
+    $py -m pip install --no-deps --no-build-isolation "$repo" "$repo/backends/cuda" 2>&1 | tail -2
+    if ! $py -c 'import rmm' >/dev/null 2>&1 && compgen -G "$repo/.whl/rmm_cu13-*.whl" >/dev/null; then
+        $py -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            "$repo"/.whl/rmm_cu13-*.whl "$repo"/.whl/librmm_cu13-*.whl "$repo"/.whl/rapids_logger-*.whl 2>&1 | tail -2
+    fi
+    (cd /tmp && PYTHONPATH=/tmp/site $py -c 'import rmm; print("rmm", rmm.__version__)' 2>&1 | tail -1)
+    (cd /tmp && $py -m aml_core info)
+} 2>&1 | tee "$res/cuda-gpu-env.log"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+pack
+rc=0
+if [ "$part" = all ] || [ "$part" = alloc-soak ]; then
+    (cd /tmp && timeout 280 $py "$repo/benchmarks/alloc_bench.py" --out "$res/alloc") 2>&1 | tee "$res/alloc.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+    (cd /tmp && timeout 120 $py "$repo/benchmarks/soak_pool.py" --budget 90 --out "$res/soak") 2>&1 | tail -40 | tee "$res/soak-pool.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+    (cd /tmp && timeout 160 $py "$repo/benchmarks/soak_cuda.py" --budget 130 --out "$res/soak") 2>&1 | tail -40 | tee "$res/soak-cuda.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+fi
+if [ "$part" = all ] || [ "$part" = workloads ]; then
+    (cd /tmp && timeout 170 $py "$repo/benchmarks/cupy_workloads.py" --allocators cupy,aml --repeats 10 \
+        --budget 130 --out "$res/workloads") 2>&1 | tee "$res/cupy-workloads-stdout.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+    (cd /tmp && timeout 360 $py "$repo/benchmarks/torch_workloads.py" --allocators torch,aml --repeats 10 \
+        --budget 300 --out "$res/workloads") 2>&1 | tee "$res/torch-workloads-stdout.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+fi
+echo "figures_on_gpu.sh $part: exit $rc" | tee -a "$res/cuda-gpu-env.log"
+pack
+exit "$rc"
