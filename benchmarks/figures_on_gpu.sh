@@ -49,6 +49,13 @@ if [ "$part" = all ] || [ "$part" = alloc-soak ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     pack
 fi
+if [ "$part" = workloads ]; then # the pool soak again, short and long: does what it keeps scale with the run?
+    for ops in 2000 100000; do
+        (cd /tmp && timeout 120 $py "$repo/benchmarks/soak_pool.py" --budget 90 --ops $ops --out "$res/soak-pool-$ops") 2>&1 |
+            tail -3 | tee "$res/soak-pool-$ops.log"
+    done
+    pack
+fi
 if [ "$part" = all ] || [ "$part" = workloads ]; then
     (cd /tmp && timeout 170 $py "$repo/benchmarks/cupy_workloads.py" --allocators cupy,aml --repeats 10 \
         --budget 130 --out "$res/workloads") 2>&1 | tee "$res/cupy-workloads-stdout.log"

@@ -362,6 +362,12 @@ def main(argv: list[str] | None = None) -> int:
         reserved_after_trim = soak.reserved()
         after_trim = soak.free_memory()
         soak.close()
+        # what the backend still holds with every pool, area and stream closed (the
+        # verdict is read after BACKEND.reset(), as soak_cuda.py's is; both are written)
+        before_reset, _ = memory_check.settle(clean_free, baseline, args.slack)
+        held_until_reset = memory_check.verdict(baseline, before_reset, args.slack)
+        soak.say(f"free {before_reset} bytes with everything closed, before BACKEND.reset()")
+        backend.BACKEND.reset()
         final, reads = memory_check.settle(clean_free, baseline, args.slack)
         closed = memory_check.verdict(baseline, final, args.slack)
         # After trim the pools and the child are still open: their memory is measured
@@ -388,6 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             "free_after_warmup": warm,
             "free_after_trim": after_trim,
             "reserved_after_trim": reserved_after_trim,
+            "free_after_close_before_reset": before_reset,
+            "before_reset": held_until_reset,
             "free_after_close": final,
             "readings_after_close": reads,
             "leaked_after_trim": trim_leak,
