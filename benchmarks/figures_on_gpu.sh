@@ -49,6 +49,15 @@ if [ "$part" = all ] || [ "$part" = alloc-soak ]; then
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     pack
 fi
+if [ "$part" = soak-torch ]; then # the pool soak with its step-by-step priming, then PyTorch's 10 repeats
+    (cd /tmp && timeout 120 $py "$repo/benchmarks/soak_pool.py" --budget 90 --out "$res/soak-pool-primed") 2>&1 |
+        tail -3 | tee "$res/soak-pool-primed.log"
+    pack
+    (cd /tmp && timeout 470 $py "$repo/benchmarks/torch_workloads.py" --allocators torch,aml --repeats 10 \
+        --budget 420 --out "$res/torch10") 2>&1 | tee "$res/torch-workloads-stdout.log"
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    pack
+fi
 if [ "$part" = workloads ]; then # the pool soak again, short and long: does what it keeps scale with the run?
     for ops in 2000 100000; do
         (cd /tmp && timeout 120 $py "$repo/benchmarks/soak_pool.py" --budget 90 --ops $ops --out "$res/soak-pool-$ops") 2>&1 |

@@ -257,37 +257,95 @@ class PoolSoak:
         self.child.close()
 
 
-def prime(backend_name: str) -> None:
-    """Make and close one of everything the soak uses (each area, each pool, a block on a
-    stream, an IPC export, a stream), so that the context's own first-use memory is in
-    the baseline that is read after it, while nothing that ``close()`` frees is."""
+def prime(backend_name: str, free: Any, log: TextIO) -> dict[str, int]:
+    """Make and close one of everything the soak uses, step by step (each pool kind with a
+    write and a read back, blocks on two streams freed on the other, a limited pool driven
+    to ENOMEM, an IPC export opened by a child, the bad input), so that the context's own
+    first-use memory is in the baseline read after it, while nothing that ``close()``
+    frees is. Returns the free memory each step left taken (``free()`` before minus after),
+    written to the log: where the context grew."""
     import aml_core
+    from aml_core.errors import AMLError
     from aml_core.gpu import GpuFlags
 
     backend: Any = importlib.import_module(f"aml_{backend_name}")
-    areas = [
-        backend.create(0, GpuFlags.DEFAULT),
-        backend.create(0, GpuFlags.ALLOC_UNIFIED),
-        backend.create(0, GpuFlags.ALLOC_HOST),
-    ]
-    vm = backend.BACKEND.virtual_memory(0)
-    stream = backend.BACKEND.stream(non_blocking=True)
-    pools = [aml_core.pool(a) for a in areas]
-    pools.append(aml_core.pool(vm, expandable=True, capacity=1 << 30))
-    try:
-        for p in pools:
-            p.munmap(p.mmap(4096))
-        with contextlib.suppress(aml_core.AMLNotSupported):  # no stream order on this backend
-            pools[0].munmap(pools[0].mmap(4096, {"stream": stream}))
-        buf = pools[0].mmap(4096)
-        pools[0].ipc_export(buf)
-        pools[0].munmap(buf)
-    finally:
-        for p in pools:
-            p.close()
-        stream.close()
-        for a in (*areas, vm):
-            a.close()
+
+    def pool_step(flags: Any = GpuFlags.DEFAULT, **kw: Any) -> None:
+        area = backend.create(0, flags)
+        try:
+            with aml_core.pool(area, **kw) as p:
+                buf = p.mmap(4096)
+                p.write(buf, b"0123456789abcdef")
+                p.read(buf, 16)
+                p.munmap(buf)
+        finally:
+            area.close()
+
+    def expandable() -> None:
+        vm = backend.BACKEND.virtual_memory(0)
+        try:
+            with aml_core.pool(vm, expandable=True, capacity=1 << 30) as p:
+                p.munmap(p.mmap(4096))
+        finally:
+            vm.close()
+
+    def streams() -> None:
+        area = backend.create(0, GpuFlags.DEFAULT)
+        ss = [backend.BACKEND.stream(non_blocking=True) for _ in range(2)]
+        try:
+            with aml_core.pool(area) as p, contextlib.suppress(aml_core.AMLNotSupported):  # no stream order
+                buf = p.mmap(4096, {"stream": ss[0]})
+                p.munmap_on(buf, ss[1])
+                p.munmap(p.mmap(4096, {"stream": ss[1]}))
+                p.trim()
+        finally:
+            for st in ss:
+                st.close()
+            area.close()
+
+    def limited() -> None:
+        area = backend.create(0, GpuFlags.DEFAULT)
+        try:
+            with aml_core.pool(area, limit=32 * MiB) as p:
+                held = []
+                with contextlib.suppress(AMLError):
+                    for _ in range(8):
+                        held.append(p.mmap(12 * MiB))
+                for buf in held:
+                    p.munmap(buf)
+        finally:
+            area.close()
+
+    def ipc() -> None:
+        area = backend.create(0, GpuFlags.DEFAULT)
+        child = Importer(f"aml_{backend_name}")
+        try:
+            with aml_core.pool(area) as p:
+                buf = p.mmap(MiB)
+                p.write(buf, b"0123456789abcdef")
+                child.open(p.ipc_export(buf).handle)
+                p.munmap(buf)
+        finally:
+            child.close()
+            area.close()
+
+    steps = {
+        "device pool, write and read": pool_step,
+        "managed pool": lambda: pool_step(GpuFlags.ALLOC_UNIFIED),
+        "pinned host pool": lambda: pool_step(GpuFlags.ALLOC_HOST),
+        "release-threshold pool": lambda: pool_step(release_threshold=4 * MiB),
+        "expandable pool": expandable,
+        "two streams": streams,
+        "limited pool to ENOMEM": limited,
+        "IPC through a child": ipc,
+    }
+    taken: dict[str, int] = {}
+    for name, step in steps.items():
+        before = free()
+        step()
+        taken[name] = before - free()
+        print(f"prime: {name}: {taken[name]} bytes left taken", file=log, flush=True)
+    return taken
 
 
 def leak(backend_name: str, nbytes: int) -> int:
@@ -325,13 +383,14 @@ def main(argv: list[str] | None = None) -> int:
         backend: Any = importlib.import_module(f"aml_{args.backend}")
         rt = backend.get_runtime()
         rt.set_device(0)
-        prime(args.backend)
 
         def clean_free() -> int:
             rt.synchronize()
             if hasattr(rt, "memory_info"):
                 return int(rt.memory_info()[0])
             return int(rt.free_memory(0))
+
+        primed = prime(args.backend, clean_free, log)
 
         baseline = clean_free()
         print(
@@ -391,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             "peak_reserved": peak,
             "baseline_free": baseline,
             "baseline": "read before any area, pool, stream or child existed (after a priming pass)",
+            "prime_left_taken": primed,
             "free_after_warmup": warm,
             "free_after_trim": after_trim,
             "reserved_after_trim": reserved_after_trim,
