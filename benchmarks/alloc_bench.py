@@ -16,26 +16,41 @@ stream-ordered`` (the same area's ``mmap(n, {"stream": s})``: cudaMallocAsync), 
 (``aml_core.pool`` over it), ``aml pool, on a stream`` (the pool's per-stream lists:
 ``pool.mmap(n, {"stream": s})``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
 raw ``cudaMalloc``/``cudaFree`` and ``cudaMallocAsync``/``cudaFreeAsync`` (the device's
-default memory pool, one stream) through cuda-bindings, CuPy's ``MemoryPool``, PyTorch's
-caching allocator (``torch.empty``) and cuda.core's ``DeviceMemoryResource``. A peer that
-is not installed (or fails to start) is skipped and the reason is written down.
+default memory pool) through cuda-bindings, CuPy's ``MemoryPool`` (plain and on a stream),
+RMM's pool, PyTorch's caching allocator through its allocator entry
+(``torch.cuda.caching_allocator_alloc``/``caching_allocator_delete``) and, labelled as a
+whole tensor's creation, through ``torch.empty``, and cuda.core's
+``DeviceMemoryResource``. A peer that is not installed (or fails to start) is skipped and
+the reason is written down.
+
+The harness rule (``call_shape.py``): every peer is timed through the callables its
+library offers, bound (a bound method, a ``functools.partial`` of one,
+``operator.methodcaller``, ``id`` as the free of a peer whose handle frees when dropped);
+each peer's ``pays`` says what one call costs it, and the markdown lists every peer's
+benchmark frames. cudaMalloc, cudaMallocAsync (error tuples to check) and RMM (the size
+``deallocate`` needs back) pay one benchmark frame a call, and are compared only with an
+aml control that pays the same (``aml ... (+1/+1 frames)``, :class:`Framed`); a ratio
+between two shapes is refused.
 
 Measures:
 
 1. alloc+free of one size (256 B, 64 KiB, 1 MiB, 64 MiB, 1 GiB): each round times a
-   batch of cycles of every peer in turn (the order rotates every round), and the
-   figure is the median over rounds of the batch mean;
-2. a mixed-size trace (a training step's allocation sizes, see :func:`training_trace`)
-   replayed three times: time per operation and *peak reserved* memory, the
-   fragmentation measure (for peers that report it; the ideal is the trace's peak of
-   live bytes);
-3. 16 threads allocating and freeing mixed sizes at once: time per operation (wall
-   time x threads / operations).
+   batch of cycles of every peer, in ``paired_stats.alternating`` order; every round's
+   batch mean is kept, and a peer's figure is their median;
+2. a mixed-size trace (a training step's allocation sizes, see :func:`training_trace`),
+   ``--repeats`` times (10) per peer in alternating order: time per operation and *peak
+   reserved* memory, the fragmentation measure (for peers that report it; the ideal is the
+   trace's peak of live bytes);
+3. 16 threads allocating and freeing mixed sizes at once, ``--repeats`` times, each thread
+   on its own stream where the peer has streams: time per operation (wall time x threads /
+   operations).
 
-The markdown gives the same-run ratios the issue targets: the pool against CuPy's pool
-(<= 1.0 at every size), against cuda.core, PyTorch and cudaMallocAsync, and its peak
-reserved memory on the trace against PyTorch's. Run time is bounded (about a minute on
-an H100 machine; ``--quick`` for a smoke test).
+The comparisons (:data:`COMPARISONS`) are the median of the paired ratios (aml / peer: two
+peers' samples of one round, or of one repeat) with a bootstrap 95% interval
+(``paired_stats.py``); issue 19's targets (the pool at most 0.8x CuPy's at every size, on a
+stream at most 1.0x CuPy's on a stream, 16 threads on streams at most CuPy's) are "met"
+only where the interval's high end meets them, "not shown" otherwise. Every sample is in the
+JSON. Run time: about two minutes on an H200 machine (``--quick`` for a smoke test).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def sign_test(wins: int, n: int) -> float:
     """The exact one-sided sign test: P(at least ``wins`` of ``n`` fair coin flips)."""
     if not 0 <= wins <= n:
         raise ValueError(f"wins must be between 0 and n, got {wins} of {n}")
-    return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
+    return float(sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n)
 
 
 def median_interval(

@@ -7,8 +7,9 @@
 # ("alloc": benchmarks/alloc_bench.py, the pool against CuPy, PyTorch, cuda.core and the raw
 # calls; its JSON, markdown and PNGs go to $OUT, its log to stdout only. "soak":
 # benchmarks/soak_pool.py, 10**5 pool operations, and benchmarks/soak_cuda.py, 10**5 area
-# operations (streams, IPC, virtual memory, hostile input), device memory back to its
-# baseline after each: at most about 5 minutes.)
+# operations (streams, IPC, virtual memory, hostile input), device memory within 2 MiB, on
+# both sides, of a baseline read before the areas exist: at most about 5 minutes. Issue 30's
+# re-runs of alloc, soak and workloads with the paired statistics: benchmarks/figures_on_gpu.sh.)
 # ("workloads": benchmarks/torch_workloads.py and benchmarks/cupy_workloads.py, PyTorch and
 # CuPy on aml's hooks against their own allocators and RMM's, one process per pair; their
 # JSON, markdown, PNGs and children's logs go to $OUT, their output to
