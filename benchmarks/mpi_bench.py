@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import paired_stats
 from machine_info import machine, out_dir
 from timing import human
 
@@ -216,6 +217,11 @@ def summarize(
             "ratio": us / statistics.median(base),
             "ratio_min": min(ratios),
             "ratio_max": max(ratios),
+            # the rounds' pairs (paired_stats.py): their median and its 95% interval; NumPy's
+            # own row compares NumPy with itself and has none
+            "paired": paired_stats.summarize(ratios)
+            if kind != "numpy" and all(r > 0 for r in ratios)
+            else None,
             "rounds": rounds,
             "iterations": iters,
             "data_ok": checked[kind],

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import paired_stats
 
 import aml_core
 from aml_core.host import HostArea
@@ -393,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
                     "us": us,
                     "ratio": us / base,
                     "round_ratios": spread,
+                    # the rounds' pairs (paired_stats.py); the base kind's row has none
+                    "paired": paired_stats.summarize(spread)
+                    if kind != kinds[0] and all(r > 0 for r in spread)
+                    else None,
                     "gb_per_s": 2 * size / us / 1e3,
                     "samples": samples,
                 }
