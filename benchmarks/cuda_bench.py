@@ -170,7 +170,8 @@ def main() -> None:
                 area.munmap(area.mmap(n))
 
             reps = reps_for(kind, n)
-            raw_us, aml_us = paired(raw_of(n), aml_fn, reps, warm=max(2, min(20, reps // 10)))
+            pairs: dict[str, Any] = {}
+            raw_us, aml_us = paired(raw_of(n), aml_fn, reps, warm=max(2, min(20, reps // 10)), stats=pairs)
             row = {
                 "kind": kind,
                 "size": n,
@@ -179,6 +180,7 @@ def main() -> None:
                 "aml_us": aml_us,
                 "overhead_us": aml_us - raw_us,
                 "ratio": aml_us / raw_us,
+                "paired": pairs["paired"],
             }
             alloc_rows.append(row)
             print(json.dumps(row), flush=True)

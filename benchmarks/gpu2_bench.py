@@ -276,7 +276,10 @@ def main() -> None:
         }.items():
             for n in COPY_SIZES:
                 reps = reps_for(n)
-                raw_us, aml_us = paired(raw_copy(dst, dd, src, sd, n), aml_copy(dst, src, n), reps, warm=3)
+                pairs: dict[str, Any] = {}
+                raw_us, aml_us = paired(
+                    raw_copy(dst, dd, src, sd, n), aml_copy(dst, src, n), reps, warm=3, stats=pairs
+                )
                 row = {
                     "state": state,
                     "direction": label,
@@ -287,6 +290,7 @@ def main() -> None:
                     "raw_GBps": gbps(n, raw_us),
                     "aml_GBps": gbps(n, aml_us),
                     "aml_over_raw_time": aml_us / raw_us,
+                    "paired": pairs["paired"],
                 }
                 copy_rows.append(row)
                 print(json.dumps(row), flush=True)

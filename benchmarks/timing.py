@@ -1,11 +1,15 @@
 """What the GPU benchmarks share: sizes for people and interleaved paired timing (the
-raw call and aml's, alternating which runs first, medians in microseconds)."""
+raw call and aml's, alternating which runs first, medians in microseconds, and the pairs'
+own figures through ``paired_stats.py``)."""
 
 from __future__ import annotations
 
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
+
+import paired_stats
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -18,8 +22,16 @@ def human(n: int) -> str:
     return f"{n} B"
 
 
-def paired(raw: Callable[[], None], aml: Callable[[], None], reps: int, warm: int) -> tuple[float, float]:
-    """Median microseconds of raw() and aml(), interleaved (ABAB.. then BABA..)."""
+def paired(
+    raw: Callable[[], None],
+    aml: Callable[[], None],
+    reps: int,
+    warm: int,
+    stats: dict[str, Any] | None = None,
+) -> tuple[float, float]:
+    """Median microseconds of raw() and aml(), interleaved (ABAB.. then BABA..). With
+    ``stats``, ``stats["paired"]`` gets the pairs' figures (``paired_stats.summarize`` of
+    each aml / raw pair: the median pair and its bootstrap 95% interval)."""
     for _ in range(warm):
         raw()
         aml()
@@ -32,4 +44,7 @@ def paired(raw: Callable[[], None], aml: Callable[[], None], reps: int, warm: in
             t0 = clock()
             fn()
             sink.append(clock() - t0)
+    if stats is not None:
+        ratios = [r for r in paired_stats.paired_ratios(ta, tr) if r > 0]  # a 0 ns sample: no pair
+        stats["paired"] = paired_stats.summarize(ratios) if ratios else None
     return statistics.median(tr) / 1e3, statistics.median(ta) / 1e3
