@@ -394,6 +394,9 @@ def summarize(results: dict[str, Any]) -> None:
             row["within_target"] = row["median_us"] <= ref["median_us"] * (1 + COLLECTIVE_TARGET)
             if row.get("samples_us") and ref.get("samples_us"):
                 row["paired_ratios"] = paired_ratios(row["samples_us"], ref["samples_us"])
+                if row["kind"] != ref["kind"]:  # the base against itself is no comparison
+                    pairs = paired_stats.paired_ratios(row["samples_us"], ref["samples_us"])
+                    row["paired"] = paired_stats.summarize(pairs) if pairs and min(pairs) > 0 else None
     runs = {
         name: [r for r in phases.values() if r.get("phase") == f"ddp-{name}" and r["status"] == "ok"]
         for name in ("torch", "aml")
