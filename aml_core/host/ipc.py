@@ -240,8 +240,7 @@ class _Server:
                         return  # closed
                     self._accept(sock, sel, waiting, drop)
                     continue
-                conn = key.fileobj
-                assert isinstance(conn, socket.socket)
+                conn = key.data  # registered with itself as its data
                 waiting.pop(conn, None)
                 sel.unregister(conn)
                 try:
