@@ -3,7 +3,8 @@ files"): what ``Pool.snapshot().dump(path)`` and PyTorch's
 ``torch.cuda.memory._dump_snapshot`` write, read back by :func:`load` for the plot tool
 and every other reader of snapshots in aml.
 
-A snapshot is plain data: dicts, lists, tuples, str, bytes, int, float, bool and None.
+A snapshot is plain data: dicts, lists, tuples, sets, str, bytes, int, float, bool and
+None.
 ``pickle.load`` would run whatever a crafted file names (a ``__reduce__`` calling
 ``os.system``); :class:`PlainUnpickler` admits only the plain types, so a file that names
 any class or function (``posix.system``, ``builtins.eval``, ``torch.Tensor``) is refused
@@ -28,22 +29,24 @@ __all__ = ["MAX_BYTES", "PlainUnpickler", "check", "load", "loads"]
 #: The largest snapshot file read (bytes): 1 GiB, far past any snapshot of a real pool.
 MAX_BYTES = 1 << 30
 
-#: The only globals a snapshot's pickle may name: plain containers whose older pickle
-#: protocols (0-3) build them by a call (``set``, ``frozenset``, ``bytearray``).
+#: The only globals a snapshot's pickle may name: the sets, which older pickle protocols
+#: (0-3) build by a call. Not ``bytearray``: ``bytearray(2**40)`` from a few bytes of
+#: pickle would allocate and zero a TiB.
 _ADMITTED = {
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
-    ("builtins", "bytearray"): bytearray,
     ("__builtin__", "set"): set,  # protocol 0-2 pickles written by Python 2
     ("__builtin__", "frozenset"): frozenset,
-    ("__builtin__", "bytearray"): bytearray,
 }
 
 
-class PlainUnpickler(pickle.Unpickler):
+class PlainUnpickler(pickle._Unpickler):
     """An unpickler that builds only plain data: any class or function the pickle
-    names, other than ``set``, ``frozenset`` and ``bytearray``, is refused
-    (:class:`~aml_core.errors.AMLValueError`), and persistent ids too."""
+    names, other than ``set`` and ``frozenset``, is refused
+    (:class:`~aml_core.errors.AMLValueError`), and persistent ids too. It is the pure
+    Python unpickler, whose memo is a dict: the C one sizes its memo table by the
+    largest index a file names, so ``LONG_BINPUT 0xffffffff`` in a few bytes of pickle
+    would allocate and zero 64 GiB."""
 
     def find_class(self, module: str, name: str) -> Any:
         found = _ADMITTED.get((module, name))
