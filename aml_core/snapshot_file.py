@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import pickletools
 from typing import Any
 
 from . import files
@@ -40,13 +41,44 @@ _ADMITTED = {
 }
 
 
-class PlainUnpickler(pickle._Unpickler):
+#: Opcodes a snapshot never needs: objects of classes, persistent ids, the extension
+#: registry, out-of-band buffers, state set on an object.
+_REFUSED_OPS = frozenset(
+    {"INST", "OBJ", "NEWOBJ", "NEWOBJ_EX", "BUILD", "PERSID", "BINPERSID", "EXT1", "EXT2", "EXT4"}
+    | {"NEXT_BUFFER", "READONLY_BUFFER"}
+)
+_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"})
+
+
+def _scan(data: bytes, what: str) -> None:
+    """Read every opcode of the pickle in ``data`` without building anything
+    (``pickletools.genops``, which reads each argument's bytes before it makes it: a
+    length past the data is an error, never an allocation) and refuse what a snapshot
+    never holds: an opcode of :data:`_REFUSED_OPS`, a memo index past the opcodes read
+    (the C unpickler sizes its memo table by the largest index named: ``LONG_BINPUT
+    0xffffffff`` in a few bytes would zero 64 GiB), a frame longer than the data."""
+    ops = 0
+    try:
+        for op, arg, pos in pickletools.genops(data):
+            ops += 1
+            if op.name in _REFUSED_OPS:
+                raise AMLValueError(f"{what} holds a {op.name} opcode: a snapshot holds only plain data")
+            if op.name in _PUTS and isinstance(arg, int) and arg > ops:
+                raise AMLValueError(f"{what} names memo entry {arg} after {ops} opcodes: malformed")
+            if op.name == "FRAME" and isinstance(arg, int) and arg > len(data) - (pos or 0):
+                raise AMLValueError(f"{what} has a frame of {arg} bytes past its end: truncated")
+    except AMLValueError:
+        raise
+    except Exception as exc:  # genops' every complaint of a malformed pickle
+        kind = "empty" if not data else "not a pickle, or truncated"
+        raise AMLValueError(f"{what} is {kind} ({type(exc).__name__}: {exc})") from None
+
+
+class PlainUnpickler(pickle.Unpickler):
     """An unpickler that builds only plain data: any class or function the pickle
     names, other than ``set`` and ``frozenset``, is refused
-    (:class:`~aml_core.errors.AMLValueError`), and persistent ids too. It is the pure
-    Python unpickler, whose memo is a dict: the C one sizes its memo table by the
-    largest index a file names, so ``LONG_BINPUT 0xffffffff`` in a few bytes of pickle
-    would allocate and zero 64 GiB."""
+    (:class:`~aml_core.errors.AMLValueError`), and persistent ids too. :func:`loads`
+    scans the pickle first (:func:`_scan`), so what it reads is bounded by the file."""
 
     def find_class(self, module: str, name: str) -> Any:
         found = _ADMITTED.get((module, name))
@@ -66,6 +98,7 @@ def loads(data: bytes, what: str = "the snapshot") -> dict[str, Any]:
     checked (:func:`check`); AMLValueError for anything else."""
     if len(data) > MAX_BYTES:
         raise AMLValueError(f"{what} has {len(data)} bytes, more than a snapshot's {MAX_BYTES}")
+    _scan(data, what)
     try:
         value = PlainUnpickler(io.BytesIO(data)).load()
     except AMLValueError as exc:
