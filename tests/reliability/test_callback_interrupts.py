@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import aml_core
 from aml_core.pool import _callbacks
+from tests.support.streams import S1, S2, StreamedHost
 
 MiB = 1 << 20
 
@@ -32,6 +33,8 @@ OPS = st.lists(
     st.one_of(
         st.tuples(st.just("mmap"), st.sampled_from([64, 4096, 100_000, 3 * MiB])),
         st.tuples(st.just("munmap"), st.integers(0, 7)),
+        st.tuples(st.just("munmap_on"), st.integers(0, 7)),
+        st.tuples(st.just("stream_mmap"), st.sampled_from([512, 4096])),
         st.tuples(st.just("trim"), st.just(0)),
         st.tuples(st.just("hook"), st.sampled_from([512, 2 * MiB])),
         st.tuples(st.just("oom"), st.just(0)),
@@ -76,7 +79,7 @@ def hooked_sizes(hooked: set[int]) -> list[int]:
     return [_HOOK_SIZES[a] for a in hooked]
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     ops=OPS,
     kind=st.sampled_from(INTERRUPTS),
@@ -87,7 +90,7 @@ def hooked_sizes(hooked: set[int]) -> list[int]:
 def test_an_interrupt_in_a_callback_never_strands_a_block(
     ops: list[tuple[str, int]], kind: type[BaseException], at: int, every: int, site: str
 ) -> None:
-    area = aml_core.area("host")
+    area = StreamedHost()  # a host area with a recording stream runtime: munmap_on works
     thrower = Thrower(kind, at, every)
     pool = aml_core.pool(area, limit=8 * MiB, on_oom=thrower.on_oom if site == "on_oom" else None)
     if site == "log":
@@ -114,6 +117,18 @@ def test_an_interrupt_in_a_callback_never_strands_a_block(
                         finally:
                             if b.freed:
                                 del live[ptr]
+                    elif op == "munmap_on" and live:
+                        ptr = sorted(live)[arg % len(live)]
+                        b, _ = live[ptr]
+                        try:
+                            pool.munmap_on(b, S1 if arg % 2 else S2)
+                        finally:
+                            if b.freed:
+                                del live[ptr]
+                    elif op == "stream_mmap":
+                        b = pool.mmap(arg, {"stream": S2})
+                        memoryview(b)[:1] = bytes([stamp])
+                        live[b.ptr] = (b, stamp)
                     elif op == "trim":
                         pool.trim()
                     elif op == "hook":
