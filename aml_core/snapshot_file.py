@@ -20,6 +20,7 @@ import io
 import os
 import pickle
 import pickletools
+import warnings
 from typing import Any
 
 from . import files
@@ -59,14 +60,16 @@ def _scan(data: bytes, what: str) -> None:
     0xffffffff`` in a few bytes would zero 64 GiB), a frame longer than the data."""
     ops = 0
     try:
-        for op, arg, pos in pickletools.genops(data):
-            ops += 1
-            if op.name in _REFUSED_OPS:
-                raise AMLValueError(f"{what} holds a {op.name} opcode: a snapshot holds only plain data")
-            if op.name in _PUTS and isinstance(arg, int) and arg > ops:
-                raise AMLValueError(f"{what} names memo entry {arg} after {ops} opcodes: malformed")
-            if op.name == "FRAME" and isinstance(arg, int) and arg > len(data) - (pos or 0):
-                raise AMLValueError(f"{what} has a frame of {arg} bytes past its end: truncated")
+        with warnings.catch_warnings():  # a protocol 0 string's bad escape: genops warns
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for op, arg, pos in pickletools.genops(data):
+                ops += 1
+                if op.name in _REFUSED_OPS:
+                    raise AMLValueError(f"{what} holds a {op.name} opcode: a snapshot holds only plain data")
+                if op.name in _PUTS and isinstance(arg, int) and arg > ops:
+                    raise AMLValueError(f"{what} names memo entry {arg} after {ops} opcodes: malformed")
+                if op.name == "FRAME" and isinstance(arg, int) and arg > len(data) - (pos or 0):
+                    raise AMLValueError(f"{what} has a frame of {arg} bytes past its end: truncated")
     except AMLValueError:
         raise
     except Exception as exc:  # genops' every complaint of a malformed pickle
