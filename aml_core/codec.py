@@ -5,11 +5,28 @@ back and validates through the classes' own validators."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from .descriptor import ProbeResult
+from .errors import AMLError, AMLValueError
 from .specs import BackendStatus, Capability, DeviceInfo
+
+_T = TypeVar("_T")
+
+
+def _reading(what: str, read: Callable[[], _T]) -> _T:
+    """``read()``, where anything wrong in the JSON (a missing key, a wrong type, a
+    value a validator refuses) is an AML error: AMLValueError naming ``what``."""
+    try:
+        return read()
+    except AMLError:
+        raise
+    except RecursionError:
+        raise AMLValueError(f"not the JSON of {what}: nested too deeply") from None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        raise AMLValueError(f"not the JSON of {what}: {type(exc).__name__}: {exc}") from None
+
 
 __all__ = ["device_from_json", "device_to_json", "result_from_json", "result_to_json", "status_to_json"]
 
@@ -26,6 +43,12 @@ def device_to_json(device: DeviceInfo) -> dict[str, object]:
 
 
 def device_from_json(data: Mapping[str, Any]) -> DeviceInfo:
+    """The DeviceInfo of :func:`device_to_json`'s JSON; AMLValueError (or AMLTypeError)
+    for anything else."""
+    return _reading("a device", lambda: _device(data))
+
+
+def _device(data: Mapping[str, Any]) -> DeviceInfo:
     return DeviceInfo(
         index=data["index"],
         name=data["name"],
@@ -48,11 +71,17 @@ def result_to_json(result: ProbeResult) -> dict[str, object]:
 
 
 def result_from_json(data: Mapping[str, Any]) -> ProbeResult:
+    """The ProbeResult of :func:`result_to_json`'s JSON (an isolated probe's answer,
+    the probe cache); AMLValueError (or AMLTypeError) for anything else."""
+    return _reading("a probe result", lambda: _result(data))
+
+
+def _result(data: Mapping[str, Any]) -> ProbeResult:
     return ProbeResult(
         available=data["available"],
         reason=data["reason"],
         detail=data["detail"],
-        devices=tuple(device_from_json(d) for d in data["devices"]),
+        devices=tuple(_device(d) for d in data["devices"]),
         capabilities=Capability.parse(data["capabilities"]),
         versions=data["versions"],
     )

@@ -338,7 +338,12 @@ def pool_stats_summary(stats: PoolStats) -> str:
     """A pool's statistics in one line for people, as ``AreaStats`` prints itself:
     ``"3.0 MiB in use (peak 3.0 MiB, 3.0 MiB in blocks), 22.0 MiB reserved (peak 22.0 MiB),
     19.0 MiB cached (largest free block 17.0 MiB, fragmentation 10.4%), 2 slabs,
-    2 native allocations / 0 frees, 7 hits / 2 misses"``."""
+    2 native allocations / 0 frees, 7 hits / 2 misses"``. Anything but a
+    :class:`~aml_core.pool.PoolStats` is :class:`~aml_core.errors.AMLTypeError`."""
+    if not isinstance(stats, PoolStats):
+        raise AMLTypeError(
+            f"pool_stats_summary takes a pool's PoolStats (pool.pool_stats), not {type(stats).__name__}"
+        )
     size = format_size
     return (
         f"{size(stats.bytes_in_use)} in use (peak {size(stats.peak_bytes_in_use)}, "

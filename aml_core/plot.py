@@ -2,7 +2,10 @@
 ``python -m aml_core.plot snapshot.pickle -o out.png``.
 
 The input is the pickle ``Pool.snapshot().dump(path)`` writes — PyTorch's
-``torch.cuda.memory._snapshot()`` format, so PyTorch's own snapshots draw too. The
+``torch.cuda.memory._snapshot()`` format, so PyTorch's own snapshots draw too. It is read
+untrusted (:mod:`aml_core.snapshot_file`): only plain data is unpickled, nothing the file
+names is run, and a missing, empty, truncated or malformed file ends in one
+``aml: error:`` line and status 1, as the ``aml`` command's errors do. The
 picture has two panels: over time (the trace's ``time_us``, else the event's index), the
 bytes reserved in segments and the bytes of live blocks; and the segments at the
 snapshot, one bar each, their blocks coloured by state (live or free) with the bytes
@@ -14,10 +17,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pickle
 import sys
 from collections.abc import Sequence
 from typing import Any
+
+from . import files, snapshot_file
+from .errors import AMLError, AMLNotSupported, AMLValueError
 
 __all__ = ["draw", "main", "timeline"]
 
@@ -56,24 +61,32 @@ def _pyplot() -> Any:
     try:
         matplotlib = importlib.import_module("matplotlib")
     except ImportError:
-        raise SystemExit(
+        raise AMLNotSupported(
             "aml_core.plot needs matplotlib, which aml-core does not install: pip install matplotlib"
         ) from None
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")
 
 
-def draw(snapshot: dict[str, Any], path: str | os.PathLike[str], *, device: int | None = None) -> None:
-    """Draw ``snapshot`` (a dict of PyTorch's format) to the image ``path`` (its suffix
-    picks the format). ``device``: the device whose trace and segments are drawn (None:
-    the only one with either)."""
-    plt = _pyplot()
+def draw(
+    snapshot: dict[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    device: int | None = None,
+    pyplot: Any = None,
+) -> None:
+    """Draw ``snapshot`` (a dict of PyTorch's format, checked by
+    :func:`aml_core.snapshot_file.check`) to the image ``path`` (its suffix picks the
+    format). ``device``: the device whose trace and segments are drawn (None: the only
+    one with either)."""
+    snapshot = snapshot_file.check(snapshot)
+    plt = pyplot if pyplot is not None else _pyplot()
     traces = snapshot.get("device_traces", [])
     segments = snapshot.get("segments", [])
     if device is None:
         devices = {i for i, t in enumerate(traces) if t} | {s.get("device", 0) for s in segments}
         if len(devices) > 1:
-            raise SystemExit(f"the snapshot has devices {sorted(devices)}: choose one with --device")
+            raise AMLValueError(f"the snapshot has devices {sorted(devices)}: choose one with --device")
         device = devices.pop() if devices else 0
     trace = traces[device] if device < len(traces) else []
     segs = sorted((s for s in segments if s.get("device", 0) == device), key=lambda s: s["address"])
@@ -123,11 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "-d", "--device", type=int, default=None, help="the device to draw (default: the only one)"
     )
     args = parser.parse_args(argv)
-    with open(args.input, "rb") as f:
-        data = pickle.load(f)
-    if isinstance(data, list):  # an old PyTorch snapshot: segments only
-        data = {"segments": data, "device_traces": []}
-    draw(data, args.output, device=args.device)
+    try:
+        if args.device is not None and args.device < 0:
+            raise AMLValueError(f"--device must be a device index (0 or more), not {args.device}")
+        data = snapshot_file.load(args.input)  # an old PyTorch snapshot (a list) too
+        plt = _pyplot()
+        try:
+            draw(data, args.output, device=args.device, pyplot=plt)
+        except OSError as exc:
+            raise files.error(exc, f"writing the image {args.output!r}") from None
+    except AMLError as exc:
+        print(f"aml: error: {exc}", file=sys.stderr)
+        return 1
     print(args.output)
     return 0
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,7 @@ def test_guide_backend_passes_the_kit(backend: Path) -> None:
     assert proc.returncode == 0, out
     for test in (
         "test_share_with_a_child_process",
+        "test_a_pooled_block_is_opened_at_its_offset",
         "test_handle",
         "test_free_is_called_and_frees",
         "test_enomem",
@@ -107,7 +109,7 @@ with aml_core.area("host", backend="memfd", name="guide") as area:
     buf = area.mmap(1 << 20, MemfdOptions(populate=True))
     with memoryview(buf) as view:
         view[:5] = b"memfd"
-    assert "/memfd:guide" in os.readlink(f"/proc/self/fd/{buf.native}")
+    assert "/memfd:guide" in os.readlink(f"/proc/self/fd/{buf.native[0]}")
     area.munmap(buf)
     try:
         area.mmap(1 << 20, {"populate": True, "fd": 3})
@@ -152,3 +154,31 @@ def test_aml_info_lists_the_guide_backend(backend: Path) -> None:
         if b["name"] == "memfd"
     ]
     assert [(b["state"], b["distribution"]) for b in memfd] == [("available", "aml-memfd")], memfd
+
+
+def test_a_backend_that_ignores_the_offset_fails_the_kit(backend: Path, tmp_path: Path) -> None:
+    """Issue 32: the guide's aml-memfd, its import mapping from offset 0 as the guide once
+    had it, passes IpcConformance and fails PooledIpcConformance, which names the cause."""
+    broken = tmp_path / "broken"
+    shutil.copytree(backend, broken)
+    area_py = broken / "aml_memfd" / "area.py"
+    text = area_py.read_text()
+    ignoring = text.replace("start = handle.offset - handle.offset % mmap.PAGESIZE", "start = 0").replace(
+        "base + handle.offset - start", "base"
+    )
+    assert ignoring != text, "the guide's _import no longer reads handle.offset as this test expects"
+    area_py.write_text(ignoring)
+    only = ["-k", "child or offset"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "tests", *only],
+        cwd=broken,
+        env=_env(broken),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert re.search(r"PASSED \S+::test_share_with_a_child_process\b", out), out
+    assert re.search(r"FAILED \S+::test_a_pooled_block_is_opened_at_its_offset\b", out), out
+    assert "ignored handle.offset" in out, out

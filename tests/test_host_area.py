@@ -15,7 +15,7 @@ import pytest
 
 import aml_core
 from aml_core import _os
-from aml_core.errors import AMLDomainError, AMLError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
+from aml_core.errors import AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
 from aml_core.host import HostArea, Policy, allowed_nodes, online_nodes
 from aml_core.host.plugin import transparent_huge_pages
 
@@ -339,7 +339,7 @@ def test_unclosed_area_is_closed_by_the_collector() -> None:
         HostArea._free(buffer.area, buffer)
 
     area._free = fail_once  # type: ignore[method-assign]
-    with pytest.raises(AMLError):
+    with pytest.raises(AMLFailure, match="the native free failed"):
         area.munmap(buf)
     ptr = buf.ptr
     del buf

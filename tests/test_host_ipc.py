@@ -23,7 +23,7 @@ from aml_core.host.ipc import HostIpcImportArea
 from aml_core.ipc import IpcHandle
 from aml_core.pool import pool
 from aml_core.specs import Capability
-from aml_core.testing import AreaConformance, IpcConformance
+from aml_core.testing import AreaConformance, IpcConformance, PooledIpcConformance
 
 from .support.child import pickled, unpickled
 
@@ -128,9 +128,9 @@ def fds() -> int:
 
 
 # -- the kit -------------------------------------------------------------------------------
-class TestHostIpcConformance(IpcConformance):
+class TestHostIpcConformance(PooledIpcConformance):
     """Export, open in a child process (found through the host backend's entry point),
-    write there, read back here."""
+    write there, read back here; a pooled block that is not its slab's first too."""
 
     @pytest.fixture
     def area(self) -> Iterator[HostArea]:

@@ -301,3 +301,10 @@ def test_the_stream_keys_are_the_documented_ones() -> None:
         "cached_blocks.current",
     )
     assert_documented(f"`stream.<handle>.{key}`" for key in STREAM_KEYS)
+
+
+@pytest.mark.parametrize("bad", [42, None, "stats", {"bytes_in_use": 0}, object()])
+def test_pool_stats_summary_of_what_is_not_pool_stats_is_a_type_error(bad: object) -> None:
+    """Issue 32, root cause 12: it used to be a bare AttributeError."""
+    with pytest.raises(AMLTypeError, match="PoolStats"):
+        pool_stats_summary(bad)  # type: ignore[arg-type]

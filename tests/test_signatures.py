@@ -130,6 +130,17 @@ def _callables() -> dict[str, Any]:
 CALLABLES = _callables()
 
 
+def _python_function(obj: Any) -> bool:
+    """A function (or method) written in Python: ``inspect.signature`` reads it from its
+    code object, so it cannot fail; what can is compiled code (Cython functions,
+    builtins) and classes (a constructor from a compiled base)."""
+    return inspect.isfunction(inspect.unwrap(getattr(obj, "__func__", obj)))
+
+
+#: The callables whose signature can be missing: compiled functions and methods, classes.
+COMPILED = {name: obj for name, obj in CALLABLES.items() if not _python_function(obj)}
+
+
 def test_the_walk_sees_the_compiled_api() -> None:
     """The walk covers what this test is for (a guard against an empty walk)."""
     assert "aml_core.Area.mmap" in CALLABLES
@@ -138,9 +149,18 @@ def test_the_walk_sees_the_compiled_api() -> None:
     assert len(CALLABLES) > 300, len(CALLABLES)
 
 
-@pytest.mark.parametrize("qualname", sorted(CALLABLES))
+def test_the_walk_keeps_the_compiled_callables() -> None:
+    """Only Python functions are left out of test_signature (they were 471 of its 614
+    cases, which could not fail): compiled methods and every class stay."""
+    assert "aml_core.Area.munmap" in COMPILED  # compiled: AreaBase.munmap
+    assert "aml_core.Area.mmap" in COMPILED  # the compiled mmap under the area's signature
+    assert "aml_core.host.HostArea" in COMPILED  # a class: its constructor
+    assert all(_python_function(obj) for name, obj in CALLABLES.items() if name not in COMPILED)
+
+
+@pytest.mark.parametrize("qualname", sorted(COMPILED))
 def test_signature(qualname: str) -> None:
-    inspect.signature(CALLABLES[qualname])  # raises ValueError where there is none
+    inspect.signature(COMPILED[qualname])  # raises ValueError where there is none
 
 
 def test_compiled_functions_have_signatures() -> None:

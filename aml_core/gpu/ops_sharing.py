@@ -25,6 +25,21 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+#: The largest offset in a file (``off_t``).
+_OFF_MAX = (1 << 63) - 1
+
+
+def _file_size(fd: int) -> int | None:
+    """The size of the file ``fd`` (a dma-buf answers ``lseek(SEEK_END)`` with its
+    size), its position put back at 0; None where the fd cannot say."""
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        return None
+    return end
+
+
 class IpcOps(abc.ABC):
     """``IPC``: share an allocation with another process through an opaque handle of
     ``traits.ipc_handle_size`` bytes."""
@@ -65,17 +80,33 @@ class IpcOps(abc.ABC):
         """The memory at ``ptr`` (``size`` bytes of an allocation on ``device``) as a new
         dma-buf: (fd, the offset of ``ptr`` in it); the fd is the caller's.
         :class:`~aml_core.errors.AMLNotSupported` with the reason where the runtime,
-        driver or device cannot (docs/dmabuf.md). An export that "succeeds" with no file
-        descriptor or a negative offset is AMLFailure (a valid fd closed first)."""
-        fd, offset = self._dmabuf_export(checks.pointer(ptr), checks.size(size), checks.device(device))
+        driver or device cannot (docs/dmabuf.md). An export that "succeeds" with an
+        impossible answer is AMLFailure, a valid fd closed first: no file descriptor, an
+        offset that is not an int, negative, or past any file (``offset + size`` at or
+        past 2**63), or ``[offset, offset + size)`` past the dma-buf's end (its size as
+        ``lseek(fd, 0, SEEK_END)`` tells, where the fd can say)."""
+        size = checks.size(size)
+        fd, offset = self._dmabuf_export(checks.pointer(ptr), size, checks.device(device))
         valid_fd = _is_int(fd) and 0 <= fd < 1 << 31
-        if valid_fd and _is_int(offset) and offset >= 0:
+        why = ""
+        if not valid_fd:
+            why = "no file descriptor"
+        elif not _is_int(offset) or offset < 0:
+            why = "an offset that is not a non-negative int"
+        elif offset + size > _OFF_MAX:
+            why = "an offset past any file"
+        else:
+            end = _file_size(fd)
+            if end is not None and offset + size > end:
+                why = f"the buffer's {size} bytes at that offset past the dma-buf's {end}"
+        if not why:
             return fd, offset
         if valid_fd:
             with contextlib.suppress(AMLError, OSError):
                 self._dmabuf_close(fd)
         raise AMLFailure(
-            f"{self.traits.name}: the dma-buf export reported success with fd {fd!r}, offset {offset!r}"
+            f"{self.traits.name}: the dma-buf export reported success with fd {fd!r}, "
+            f"offset {offset!r}: {why}"
         )
 
     def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:

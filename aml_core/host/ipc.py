@@ -29,7 +29,10 @@ descriptor. The importer's mapping holds the memfd's pages: the memory lives unt
 process has unmapped it (the exporter's munmap does not take it from an importer). The
 exporter's thread must get the GIL to answer: an exporter blocked in native code that
 holds the GIL makes ``ipc_open`` wait (up to :data:`TIMEOUT` seconds, then
-:class:`~aml_core.errors.AMLFailure`).
+:class:`~aml_core.errors.AMLFailure`). The thread serves every connected importer at once
+(a selector): a connection that sends no token within ``_SERVE_TIMEOUT`` seconds is
+closed, and past ``_MAX_WAITING`` waiting connections the oldest is, so idle or hostile
+local clients never keep a real importer waiting.
 
 NUMA. The exporter's ``mbind`` on its shared mapping sets the shmem file's shared policy,
 which the kernel keeps with the file: the importer's ``get_mempolicy`` on its mapping
@@ -51,13 +54,14 @@ import fcntl
 import mmap as _mmap
 import os
 import secrets
+import selectors
 import socket
 import stat
 import struct
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TypedDict
 
 import attrs
@@ -89,6 +93,10 @@ SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
 TIMEOUT = 30.0
 #: Seconds the exporter's server gives one importer to send its token.
 _SERVE_TIMEOUT = 5.0
+#: Connections the server keeps waiting for their token; past it the oldest is closed.
+_MAX_WAITING = 256
+#: The longest abstract socket name: sun_path's 108 bytes, less the leading NUL.
+_NAME_MAX = 107
 
 _MAGIC = b"AMLMFD\x00\x01"  # a host memfd handle, layout version 1
 _HEAD = struct.Struct("<8sB16sQQ")  # magic, flags, token, inode, device; then the socket name
@@ -199,27 +207,84 @@ class _Server:
         self._listener, self._name, self._offers = None, b"", {}
 
     def _serve(self, sock: socket.socket) -> None:
+        """Serve every connected importer at once (one thread, a selector): a connection
+        is answered as soon as its token arrives, and closed if none came within
+        :data:`_SERVE_TIMEOUT` seconds; past :data:`_MAX_WAITING` connections waiting,
+        the oldest is closed. So idle connections (a slow, stopped or hostile client)
+        never keep a real importer waiting (they used to be served one at a time, each
+        given up to 5 s: seven idle ones made a real ``ipc_open`` time out)."""
+        sel = selectors.DefaultSelector()
+        sock.setblocking(False)
+        sel.register(sock, selectors.EVENT_READ, None)
+        waiting: dict[socket.socket, float] = {}  # connection -> its deadline, oldest first
+
+        def drop(conn: socket.socket) -> None:
+            waiting.pop(conn, None)
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                sel.unregister(conn)
+            conn.close()
+
+        while True:
+            now = time.monotonic()
+            for conn in [c for c, deadline in waiting.items() if deadline <= now]:
+                drop(conn)
+            timeout = max(0.0, min(waiting.values()) - now) if waiting else None
+            try:
+                ready = sel.select(timeout)
+            except OSError:  # pragma: no cover - the selector's own failure: retry
+                time.sleep(0.05)
+                continue
+            for key, _ in ready:
+                if key.data is None:
+                    if sock.fileno() < 0:
+                        return  # closed
+                    self._accept(sock, sel, waiting, drop)
+                    continue
+                conn = key.data  # registered with itself as its data
+                waiting.pop(conn, None)
+                sel.unregister(conn)
+                try:
+                    with conn:
+                        conn.settimeout(_SERVE_TIMEOUT)  # the answer: a few bytes and a descriptor
+                        self._answer(conn, conn.recv(64))
+                except Exception:  # one importer's failure is its own: keep serving the others
+                    continue
+
+    def _accept(
+        self,
+        sock: socket.socket,
+        sel: selectors.BaseSelector,
+        waiting: dict[socket.socket, float],
+        drop: Callable[[socket.socket], None],
+    ) -> None:
+        """Take every pending connection; refuse other users at once."""
         while True:
             try:
                 conn, _ = sock.accept()
+            except BlockingIOError:
+                return
             except OSError:
                 if sock.fileno() < 0:
-                    return  # closed
+                    return
                 time.sleep(0.05)  # out of descriptors (EMFILE...): the importer waits, retry
-                continue
+                return
             try:
-                with conn:
-                    conn.settimeout(_SERVE_TIMEOUT)
-                    self._answer(conn)
-            except Exception:  # one importer's failure is its own: keep serving the others
+                _, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
+                if uid not in (os.geteuid(), 0):
+                    with conn:
+                        conn.settimeout(0.1)
+                        conn.send(b"NO:the exporter serves only its own user and root")
+                    continue
+                conn.setblocking(False)
+                sel.register(conn, selectors.EVENT_READ, conn)
+            except Exception:
+                conn.close()
                 continue
+            waiting[conn] = time.monotonic() + _SERVE_TIMEOUT
+            if len(waiting) > _MAX_WAITING:
+                drop(next(iter(waiting)))  # the oldest waiting connection
 
-    def _answer(self, conn: socket.socket) -> None:
-        _, uid, _ = _CRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size))
-        if uid not in (os.geteuid(), 0):
-            conn.send(b"NO:the exporter serves only its own user and root")
-            return
-        token = conn.recv(64)
+    def _answer(self, conn: socket.socket, token: bytes) -> None:
         dup = -1
         with self._lock:
             entry = self._offers.get(token)
@@ -290,7 +355,7 @@ def _parse(handle: IpcHandle) -> _Head:
         )
     _, flags, token, inode, device = _HEAD.unpack_from(data)
     name = data[_HEAD.size :]
-    if flags & ~_READONLY or b"\0" in name:
+    if flags & ~_READONLY or b"\0" in name or len(name) > _NAME_MAX:
         raise AMLValueError("the host memfd IPC handle has unknown flags or a bad socket name: tampered")
     return _Head(bool(flags & _READONLY), token, inode, device, name)
 
@@ -301,6 +366,11 @@ def _fetch(handle: IpcHandle, head: _Head) -> int:
         sock.settimeout(TIMEOUT)
         try:
             sock.connect(b"\0" + head.name)
+        except TimeoutError:
+            raise AMLFailure(
+                f"the exporting process {handle.pid} accepted no connection within {TIMEOUT:g} s: its "
+                "queue of connections is full (other clients connected and sent nothing)"
+            ) from None
         except (FileNotFoundError, ConnectionRefusedError):
             raise AMLValueError(
                 f"no aml exporter answers at {head.name.decode(errors='replace')!r}: the exporting "
@@ -319,8 +389,9 @@ def _fetch(handle: IpcHandle, head: _Head) -> int:
             msg, fds, flags, _ = socket.recv_fds(sock, 1024, 1, socket.MSG_CMSG_CLOEXEC)
         except TimeoutError:
             raise AMLFailure(
-                f"the exporting process {pid} did not answer within {TIMEOUT:g} s (a thread of it "
-                "holds the GIL in native code?)"
+                f"the exporting process {pid} took the connection but did not answer within "
+                f"{TIMEOUT:g} s: its server thread did not run (the process is stopped, or a thread "
+                "of it holds the GIL in native code)"
             ) from None
         except OSError as exc:
             raise AMLFailure(f"receiving the exporter's memfd failed: {exc}") from None
@@ -329,7 +400,8 @@ def _fetch(handle: IpcHandle, head: _Head) -> int:
     for fd in fds:
         os.close(fd)
     if msg.startswith(b"NO:"):
-        raise AMLValueError(f"the exporting process {pid} refused this IPC handle: {msg[3:].decode()}")
+        why = msg[3:].decode(errors="backslashreplace")  # a hostile exporter's bytes, shown
+        raise AMLValueError(f"the exporting process {pid} refused this IPC handle: {why}")
     raise AMLFailure(f"the exporting process {pid} answered {msg[:32]!r} with {len(fds)} descriptors")
 
 

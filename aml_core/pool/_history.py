@@ -8,6 +8,7 @@ here they are converted and written."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import pickle
@@ -18,10 +19,11 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 import attrs
 
-from .. import checks
+from .. import checks, files
 from .._buffer import PoolKernel
 from ..area import Area
-from ..errors import AMLValueError
+from ..errors import AMLDomainError, AMLError, AMLMemoryError, AMLValueError
+from . import _callbacks
 
 __all__ = [
     "DEFAULT_MAX_ENTRIES",
@@ -45,6 +47,11 @@ DEFAULT_MAX_ENTRIES = 100_000
 LOG_RING = 65_536
 #: The most Python frames kept per event (``stacks="python"``).
 DEFAULT_MAX_FRAMES = 32
+#: The largest ring ``record_history`` makes: 2**24 events of 64 bytes, 1 GiB (a ring
+#: is allocated and zeroed whole; past this, AMLDomainError, before any allocation).
+MAX_ENTRIES = 1 << 24
+#: The most frames ``max_frames`` may ask (the kernel's C int).
+MAX_FRAMES = (1 << 31) - 1
 #: The columns of a CSV log: RMM's ``logging_resource_adaptor``'s.
 LOG_COLUMNS = ("Thread", "Time", "Action", "Pointer", "Size", "Stream")
 
@@ -178,9 +185,16 @@ class Snapshot:
     def dump(self, path: str | os.PathLike[str]) -> None:
         """Write :meth:`to_torch` as a pickle: ``python -m torch.cuda._memory_viz
         trace_plot PATH -o out.html``, https://pytorch.org/memory_viz, or
-        ``python -m aml_core.plot PATH -o out.png`` draw it."""
-        with open(path, "wb") as f:
-            pickle.dump(self.to_torch(), f)
+        ``python -m aml_core.plot PATH -o out.png`` draw it. ``path`` is a path (a file
+        descriptor is not: AMLTypeError, as for None); a file error is its AML error
+        (docs/reliability.md, "Files and parsers")."""
+        files.path(path, "the snapshot's path")
+        data = pickle.dumps(self.to_torch())
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as exc:
+            raise files.error(exc, f"writing the snapshot {os.fsdecode(path)!r}") from None
 
 
 def to_torch_frames(frames: tuple[Frame, ...]) -> list[dict[str, Any]]:
@@ -237,10 +251,16 @@ class AllocationLog:
         if callable(target):
             self._callback = target
         else:
-            self._file = open(target, "w", newline="")  # noqa: SIM115 - closed by close()
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(LOG_COLUMNS)
-            self._file.flush()
+            try:
+                self._file = open(target, "w", newline="")  # noqa: SIM115 - closed by close()
+                self._writer = csv.writer(self._file)
+                self._writer.writerow(LOG_COLUMNS)
+                self._file.flush()
+            except OSError as exc:
+                if self._file is not None:
+                    with contextlib.suppress(OSError):
+                        self._file.close()
+                raise files.error(exc, f"opening the allocation log {os.fsdecode(target)!r}") from None
 
     def __call__(self) -> None:
         """Write the events recorded since the last call. Never raises: an error of the
@@ -261,6 +281,8 @@ class AllocationLog:
                 self._write(events)
             if self._file is not None:
                 self._file.flush()
+        except _callbacks.Interrupted:
+            pass  # held: the pool raises the interrupt once its operation is whole
         except Exception as exc:  # a callback's or the file's error: the pool's operation stands
             warnings.warn(f"the pool's allocation log failed: {exc!r}", RuntimeWarning, stacklevel=2)
         finally:
@@ -276,7 +298,7 @@ class AllocationLog:
                 name = action
             record = LogRecord(thread, time_ns / 1e9, name, addr, requested, stream or 0)
             if self._callback is not None:
-                self._callback(record)
+                _callbacks.call(self._callback, record)
             else:
                 self._writer.writerow(record.row())
 
@@ -322,11 +344,26 @@ class Recording(Area):
                 raise AMLValueError(f'stacks must be "python" or None, not {stacks!r}')
             entries = checks.size(max_entries, "max_entries")
             frames = checks.size(max_frames, "max_frames")
-            self._history_entries = entries
-            self._history_frames = frames if stacks else 0
+            if entries > MAX_ENTRIES:
+                raise AMLDomainError(
+                    f"max_entries {entries} is past the largest history ring, {MAX_ENTRIES} events"
+                )
+            if frames > MAX_FRAMES:
+                raise AMLDomainError(f"max_frames {frames} is past {MAX_FRAMES}")
+            wanted = (entries, frames if stacks else 0)
         else:
-            self._history_entries = self._history_frames = 0
-        self._set_trace()
+            wanted = (0, 0)
+        old = (self._history_entries, self._history_frames)
+        self._history_entries, self._history_frames = wanted
+        try:
+            self._set_trace()
+        except (MemoryError, OverflowError, RuntimeError) as exc:  # the ring not allocated
+            self._history_entries, self._history_frames = old  # a refused size is forgotten
+            if isinstance(exc, AMLError):
+                raise
+            raise AMLMemoryError(
+                f"the history ring of {wanted[0]} events cannot be allocated ({type(exc).__name__}: {exc})"
+            ) from None
 
     def log_to(
         self,
@@ -341,14 +378,18 @@ class Recording(Area):
         (and closes the file). While a log is on, every event takes the pool's Python
         path, the framework hooks' too, and is written right after it; a callback's
         error is a warning."""
+        log = None
+        if target is not None:  # made first: a refused target changes nothing
+            if not callable(target):
+                files.path(target, "log_to's target (a path, a callable or None)")
+            log = AllocationLog(self._kernel, target, segments)
         old, self._log = self._log, None
         if old is not None:
             self._kernel.sink = None
             old.close()
-        if target is not None:
-            if not callable(target) and not isinstance(target, str | os.PathLike):
-                raise AMLValueError(f"log_to takes a path, a callable or None, not {type(target).__name__}")
-            self._log = log = AllocationLog(self._kernel, target, segments)
+        if log is not None:
+            log._next = self._kernel.recorded  # after what the old log wrote
+            self._log = log
             self._kernel.sink = log
         self._set_trace()
 

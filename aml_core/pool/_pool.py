@@ -24,6 +24,7 @@ from ..protocols import (
     StreamOrdering,
 )
 from ..specs import Capability, format_size
+from . import _callbacks
 from ._history import Recording
 from ._sharing import Sharing
 from ._values import (
@@ -256,13 +257,13 @@ class Pool(Recording, Sharing):
         close the pool; an allocation it makes from the pool does not call it again.
         None: no callback."""
         callback: OnOom | None = self._kernel.on_oom
-        return callback
+        return getattr(callback, "__wrapped__", callback)
 
     @on_oom.setter
     def on_oom(self, callback: OnOom | None) -> None:
         if callback is not None and not callable(callback):
             raise AMLTypeError(f"on_oom must be a callable or None, not {type(callback).__name__}")
-        self._kernel.on_oom = callback
+        self._kernel.on_oom = None if callback is None else _callbacks.guard(callback)
 
     def set_on_oom(self, callback: OnOom | None) -> None:
         """Set :attr:`on_oom` (None removes it)."""
@@ -325,11 +326,18 @@ class Pool(Recording, Sharing):
     def _free(self, buffer: Buffer) -> None:
         with self._kernel:
             self._kernel.free(buffer.ptr, None)
+        _callbacks.after_free(buffer)
 
     def _free_on(self, buffer: Buffer, stream: int) -> None:
         """munmap_on's slow path (the kernel's fast give_on declined)."""
         with self._kernel:
             self._kernel.free(buffer.ptr, stream)
+        _callbacks.after_free(buffer)
+
+    def _restore(self, buf: Buffer) -> None:
+        if _callbacks.was_freed(buf):
+            return  # freed: a callback's interrupt came after (aml_core.pool._callbacks)
+        super()._restore(buf)
 
     def _cuda_array_interface(self, buffer: Buffer) -> dict[str, Any] | None:
         return area_cuda_array_interface(self._area, buffer)  # None unless the area below has one
@@ -345,8 +353,18 @@ class Pool(Recording, Sharing):
         if self._area.closed:
             self._area._check_open()
         handle = None if stream is None else self._stream_handle(stream)
+        kernel = self._kernel
+        try:
+            with kernel:
+                addr = int(kernel.alloc(size, handle))
+        except BaseException:
+            _callbacks.deliver()  # an on_oom interrupted: its interrupt, not the ENOMEM it caused
+            raise
+        return _callbacks.after_take(addr, self._give_block_back)
+
+    def _give_block_back(self, addr: int) -> None:
         with self._kernel:
-            return int(self._kernel.alloc(size, handle))
+            self._kernel.free(addr, None)
 
     def _hook_alloc(self, size: int, stream: int | None) -> int:
         """A block for a framework hook (no Buffer): its address; the pool's errors."""
@@ -359,6 +377,7 @@ class Pool(Recording, Sharing):
         handle = None if stream is None else self._stream_handle(stream)
         with self._kernel:
             self._kernel.free(ptr, handle)
+        _callbacks.deliver()  # the free is done
 
     # -- streams ----------------------------------------------------------------------------
     # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
@@ -398,7 +417,9 @@ class Pool(Recording, Sharing):
         self._check_open()
         keep = checks.size(keep, "keep", zero=True)
         with self._kernel:
-            return int(self._kernel.trim(keep))
+            released = int(self._kernel.trim(keep))
+        _callbacks.deliver()  # the trim is done
+        return released
 
     def reset_peak(self) -> None:
         """Restart the peaks of :attr:`pool_stats` from the current values."""
@@ -493,6 +514,7 @@ class Pool(Recording, Sharing):
             self.log_to(None)  # the last events written, the file closed
         if error is not None:
             raise error
+        _callbacks.deliver()  # the close is done
 
     def _free_reservation(self) -> None:
         """Free an expandable pool's reservation once no chunk is mapped in it (close;

@@ -26,7 +26,13 @@ except ModuleNotFoundError as exc:  # pragma: no cover - tested in a child witho
     ) from exc
 
 from ..registry import Registry
-from .conformance import AreaConformance, IpcConformance, ManagedConformance, VirtualMemoryConformance
+from .conformance import (
+    AreaConformance,
+    IpcConformance,
+    ManagedConformance,
+    PooledIpcConformance,
+    VirtualMemoryConformance,
+)
 
 __all__ = [
     "GPU2_MARKER",
@@ -34,6 +40,7 @@ __all__ = [
     "AreaConformance",
     "IpcConformance",
     "ManagedConformance",
+    "PooledIpcConformance",
     "VirtualMemoryConformance",
     "aml_registry",
 ]

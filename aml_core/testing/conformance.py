@@ -28,14 +28,20 @@ they share (:mod:`.conformance_base`).
 from __future__ import annotations
 
 from .conformance_discovery import DiscoveryChecks
-from .conformance_ipc import IpcConformance
+from .conformance_ipc import IpcConformance, PooledIpcConformance
 from .conformance_lifetime import LifetimeChecks
 from .conformance_managed import ManagedConformance
 from .conformance_mapping import MappingChecks
 from .conformance_views import ViewChecks
 from .conformance_vmm import VirtualMemoryConformance
 
-__all__ = ["AreaConformance", "IpcConformance", "ManagedConformance", "VirtualMemoryConformance"]
+__all__ = [
+    "AreaConformance",
+    "IpcConformance",
+    "ManagedConformance",
+    "PooledIpcConformance",
+    "VirtualMemoryConformance",
+]
 
 
 class AreaConformance(MappingChecks, DiscoveryChecks, ViewChecks, LifetimeChecks):

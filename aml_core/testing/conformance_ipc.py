@@ -20,7 +20,7 @@ from ..errors import (
 from ..specs import Capability
 from .conformance_base import DataAccess, pattern
 
-__all__ = ["IpcConformance"]
+__all__ = ["IpcConformance", "PooledIpcConformance"]
 
 _IPC_CHILD = """
 import base64, importlib, json, pickle, sys
@@ -130,3 +130,70 @@ class IpcConformance(DataAccess):
         assert report["closed"], "buf.area.munmap(buf) did not close the imported buffer"
         assert self.read(area, buf, 64) == child, "the parent did not see the child's bytes"
         area.munmap(buf)
+
+
+class PooledIpcConformance(IpcConformance):
+    """The IPC contract under a pool (docs/backend-authoring.md#ipc, "A pooled block"):
+    ``pool.ipc_export(block)`` sends the slab's handle with the block's ``offset`` in it
+    and the block's ``size``, and the backend's ``ipc_open`` must map ``size`` bytes at
+    ``offset`` of the memory the handle names. Checked with a block that is not its
+    slab's first: the child must see that block's bytes (not the slab's first block's,
+    which a backend that maps from offset 0 shows), and what it writes lands there, the
+    neighbours untouched. Same fixture and hooks as :class:`IpcConformance`."""
+
+    #: The blocks' size: several share one slab of the pool, the second at an offset that
+    #: is not a multiple of the page size (an import that maps from the page below must
+    #: add the rest to its pointer).
+    block: ClassVar[int] = 3 * 512
+
+    def test_a_pooled_block_is_opened_at_its_offset(self, area: Area) -> None:
+        from ..pool import pool as make_pool
+
+        self._area(area)
+        pool = make_pool(area)
+        try:
+            blocks = [pool.mmap(self.block) for _ in range(3)]
+            slabs = [pool.slab_of(b) for b in blocks]
+            assert len({s.ptr if s is not None else None for s, _ in slabs}) == 1, (
+                "three small blocks did not share one slab"
+            )
+            first, target, after = blocks
+            offset = slabs[1][1]
+            assert offset > 0, "the second block is at the slab's start"
+            fill = {id(b): pattern(self.block) for b in blocks}
+            for b in blocks:
+                self.write(pool, b, fill[id(b)])
+            handle = pool.ipc_export(target).handle
+            assert (handle.offset, handle.size) == (offset, self.block)
+            child = pattern(64)
+            request = {
+                "handle": base64.b64encode(pickle.dumps(handle)).decode(),
+                "plugin": self.plugin,
+                "backend": area.backend,
+                "write": child.hex(),
+            }
+            proc = subprocess.run(
+                [sys.executable, "-c", _IPC_CHILD],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                env=self.child_env(area),
+                timeout=120,
+                check=False,
+            )
+            assert proc.returncode == 0, proc.stderr
+            report = json.loads(proc.stdout.strip().splitlines()[-1])
+            seen = bytes.fromhex(report["seen"])
+            assert seen != fill[id(first)][:64], (
+                "the child read the slab's first block: the backend's ipc_open ignored "
+                f"handle.offset ({offset})"
+            )
+            assert seen == fill[id(target)][:64], "the child did not see the pooled block's bytes"
+            assert report["size"] == self.block
+            assert self.read(pool, target, 64) == child, "the child's bytes did not land in the block"
+            assert self.read(pool, first, self.block) == fill[id(first)], "the child wrote the first block"
+            assert self.read(pool, after, self.block) == fill[id(after)], "the child wrote the next block"
+            for b in blocks:
+                pool.munmap(b)
+        finally:
+            pool.close()

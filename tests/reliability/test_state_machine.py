@@ -13,7 +13,7 @@ import os
 import warnings
 
 import pytest
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
@@ -68,18 +68,24 @@ class AreaMachine(RuleBasedStateMachine):
         faulty = isinstance(self.area, FaultyArea) and fail
         if faulty:
             self.area.fail_frees = 1  # type: ignore[attr-defined]
+        viewed = any(v.obj is buf for v in self.views.get(buf.ptr, ()))
         try:
             self.area.munmap(buf)
         except AMLBusyError:
-            assert self.views.get(buf.ptr)
+            assert viewed
+            event("munmap: EBUSY, viewed")
         except AMLValueError:
             assert self.live.get(buf.ptr) is not buf
+            event("munmap: EINVAL")
         except AMLError:
             assert faulty
             assert not buf.freed
+            event("munmap: the free failed")
         else:
+            assert not viewed, "munmap succeeded while a view of the buffer was live"
             assert self.live.pop(buf.ptr) is buf
             self.unmaps += 1
+            event("munmap: freed")
         finally:
             if faulty:
                 self.area.fail_frees = 0  # type: ignore[attr-defined]
@@ -213,25 +219,36 @@ class PoolBesideAreaMachine(RuleBasedStateMachine):
             assert error.code is ErrorCode.EINVAL
             assert buf.freed or area.closed
 
+    def _viewed(self, buf: Buffer) -> bool:
+        return any(v.obj is buf for v in self.views)
+
     @rule(buf=pooled)
     def pool_munmap(self, buf: Buffer) -> None:
+        viewed = self._viewed(buf)
         try:
             self.pool.munmap(buf)
         except AMLError as exc:
             error = exc
         else:
+            assert not viewed, "a pool's munmap succeeded while a view of the buffer was live"
+            event("pool munmap: freed")
             del self.stamps[id(buf)]
             return
+        event(f"pool munmap: {type(error).__name__}")
         self._refused(error, buf, self.pool)
 
     @rule(buf=direct)
     def area_munmap(self, buf: Buffer) -> None:
+        viewed = self._viewed(buf)
         try:
             self.area.munmap(buf)
         except AMLError as exc:
             error = exc
         else:
+            assert not viewed, "the area's munmap succeeded while a view of the buffer was live"
+            event("area munmap: freed")
             return
+        event(f"area munmap: {type(error).__name__}")
         self._refused(error, buf, self.area)
 
     @rule(buf=pooled, how=st.sampled_from(["ptr", "ptr, size"]))
@@ -401,12 +418,61 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
 
     @rule(buf=PoolBesideAreaMachine.pooled, stream=st.sampled_from(STREAMS))
     def pool_munmap_on(self, buf: Buffer, stream: int) -> None:
+        viewed = self._viewed(buf)
         try:
             self.pool.munmap_on(buf, stream)
         except AMLError as exc:
+            event(f"munmap_on: {type(exc).__name__}")
             self._refused(exc, buf, self.pool)
         else:
+            assert not viewed, "munmap_on succeeded while a view of the buffer was live"
+            event("munmap_on: freed")
             del self.stamps[id(buf)]
+
+    @precondition(PoolBesideAreaMachine._open)
+    @rule(
+        target=PoolBesideAreaMachine.pooled,
+        pair=st.permutations(STREAMS).map(lambda s: s[:2]),
+        fail=st.sampled_from([None, None, "event_create", "event_record", "stream_wait_event"]),
+    )
+    def hand_over(self, pair: tuple[int, int], fail: str | None) -> Buffer | MultipleResults[Buffer]:
+        """A 4 KiB block freed on ``source``, then 4 KiB asked on ``to``: when ``to`` has
+        none of its own and host order none free, the block is handed over (an event
+        recorded on ``source``, waited on by ``to``); ``fail``: that call fails first."""
+        source, to = pair
+        first = self._map(4096, source)
+        if not isinstance(first, Buffer):
+            return multiple()
+        self.pool.munmap_on(first, source)
+        del self.stamps[id(first)]
+        if fail is not None:
+            self.host.runtime.fail[fail] = 1
+        calls = len(self.host.runtime.calls)
+        got = self._map(4096, to)
+        waits = [c for c in self.host.runtime.calls[calls:] if c[0] == "stream_wait_event"]
+        if waits:
+            event("hand-over: done")
+        elif any(c[0].endswith(" failed") for c in self.host.runtime.calls[calls:]):
+            event("hand-over: a stream call failed")
+        else:
+            event("hand-over: served otherwise (a free block on the stream or in host order)")
+        return got
+
+    @invariant()
+    def every_hand_over_waits_on_an_event_recorded_on_the_other_stream(self) -> None:
+        """The order of a hand-over: the event recorded on the stream the block was freed
+        on, then waited on by the stream that takes it; never a wait on an event not
+        recorded since it was made, nor a block's own stream waiting on itself."""
+        recorded: dict[int, int] = {}  # event -> the stream it was last recorded on
+        for call in self.host.runtime.calls:
+            if call[0] == "event_record":
+                recorded[call[1]] = call[2]
+            elif call[0] == "stream_wait_event":
+                stream, ev = call[1], call[2]
+                assert ev in recorded, f"stream 0x{stream:x} waited on event {ev} never recorded"
+                assert recorded[ev] != stream, f"stream 0x{stream:x} waited on its own event"
+            elif call[0] == "event_destroy":
+                recorded.pop(call[1], None)
 
     @precondition(PoolBesideAreaMachine._open)
     @rule(target=PoolBesideAreaMachine.direct, size=st.integers(1, 3 * 4096))

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck
+from hypothesis import HealthCheck, event
 from hypothesis import settings as Settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -302,6 +302,23 @@ class IpcMachine(RuleBasedStateMachine):
         object.__setattr__(handle, field, self.ipc.pid if value == "peer" else value)  # a tampered pickle
         with pytest.raises(error):
             self.ipc.open(handle)
+        event(f"tampered: {case}")
+        self._check_bytes(buf)
+
+    @precondition(lambda self: bool(self._exportable()))
+    @rule(which=st.integers(0, 255))
+    def open_every_tampered(self, which: int) -> None:
+        """Every tampered case of :attr:`TAMPERED` on one buffer, in one step: each run
+        that reaches this rule tries them all (one drawn at a time, most were drawn in no
+        given run). Each is its error in the importer, mapping nothing."""
+        buf = self._pick(which, opened=False)
+        for case in sorted(self.TAMPERED):
+            field, value, error = self.TAMPERED[case]
+            handle = copy.copy(self._handle(buf))
+            object.__setattr__(handle, field, self.ipc.pid if value == "peer" else value)
+            with pytest.raises(error):
+                self.ipc.open(handle)
+        event("tampered: every case at once")
         self._check_bytes(buf)
 
     # -- invariants -----------------------------------------------------------------------

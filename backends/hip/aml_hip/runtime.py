@@ -157,12 +157,18 @@ class HipRuntime(
         return value.value
 
     def _attribute_or(self, attr: int | None, device: int, default: int) -> int:
+        """The attribute, or ``default`` where this library does not know it (it answers
+        hipErrorInvalidValue or hipErrorNotSupported); any other failure is raised (a
+        failing query must not report a default such as VMM support)."""
         if attr is None:
             return default
         try:
             return self.attribute(attr, device)
-        except (AMLValueError, AMLNotSupported):
-            return default
+        except (AMLValueError, AMLNotSupported) as exc:
+            native = exc.native
+            if native is not None and native.code in (C.hipErrorInvalidValue, C.hipErrorNotSupported):
+                return default
+            raise
 
     def _device_info(self, device: int) -> DeviceInfo:
         d = device

@@ -30,7 +30,7 @@ from aml_core.errors import (
     ErrorCode,
 )
 from aml_core.specs import Capability, Kind
-from aml_core.testing import AreaConformance, IpcConformance
+from aml_core.testing import AreaConformance, PooledIpcConformance
 from tests.support.bad_copies import bad_copies, refused_before_any_copy
 
 F = HipFlags
@@ -85,9 +85,10 @@ class TestConformance(AreaConformance):
         return sum(self.double.live().values())
 
 
-class TestIpcConformance(IpcConformance):
-    """The kit's IPC class over the double: export, open in a child process (the same
-    double, through hip.env()), write there, read back here."""
+class TestIpcConformance(PooledIpcConformance):
+    """The kit's IPC classes over the double: export, open in a child process (the same
+    double, through hip.env()), write there, read back here; a pooled block that is not
+    its slab's first too (the handle's offset honoured by aml_hip's import)."""
 
     @pytest.fixture
     def area(self, hip: HipDouble) -> Iterator[Area]:

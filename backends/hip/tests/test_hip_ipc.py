@@ -18,7 +18,7 @@ from aml_hip import HipFlags, IpcHandle
 from aml_hip.abi import hip_version
 from hip_helpers import HipDouble
 
-from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError, ErrorCode
+from aml_core.errors import AMLError, AMLFailure, AMLNotSupported, AMLTypeError, AMLValueError, ErrorCode
 from tests.support.child import pickled
 
 CHILD = Path(__file__).resolve().parent / "hip_children.py"
@@ -171,9 +171,9 @@ def test_handles_are_checked_before_the_call(hip: HipDouble) -> None:
     for bad in (b"", b"x" * 63, b"x" * 65):
         with pytest.raises(AMLValueError):
             rt.ipc_open_handle(bad, 4096)
-    with pytest.raises(AMLError):
+    with pytest.raises(AMLTypeError):  # a str is not bytes: the wrong type
         rt.ipc_open_handle("x" * 64, 4096)  # type: ignore[arg-type]
-    with pytest.raises(AMLError):
+    with pytest.raises(AMLTypeError):  # not an IpcHandle
         aml_hip.ipc_open(object())  # type: ignore[arg-type]
     foreign = IpcHandle(backend="cuda", device=0, size=4096, data=b"\0" * 64, pid=1)
     with pytest.raises(AMLValueError, match="cuda"):

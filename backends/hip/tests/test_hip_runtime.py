@@ -13,6 +13,7 @@ from typing import Any
 
 import aml_hip
 import pytest
+from aml_hip import abi as C
 from aml_hip import native as library
 from aml_hip.abi import hip_version
 from aml_hip.errors import HIP_ERROR_CODES, HipErrorNames, make_error_table
@@ -353,3 +354,31 @@ def test_streams(hip: HipDouble) -> None:
         assert hip.last("hipStreamSynchronize") == (s.handle,)
         assert hip.live()["stream"] == 1
     assert hip.live()["stream"] == 0
+
+
+@pytest.mark.host_double
+@pytest.mark.parametrize(
+    ("error", "answered"),
+    [
+        (C.hipErrorInvalidValue, True),  # an attribute this HIP does not know: the default
+        (C.hipErrorNotSupported, True),
+        (C.hipErrorInvalidDevice, False),  # EINVAL too, but a failing query: raised
+        (C.hipErrorOutOfMemory, False),
+        (C.hipErrorUnknown, False),
+    ],
+)
+def test_a_failing_attribute_query_is_not_read_as_a_default(
+    hip: HipDouble, error: int, answered: bool
+) -> None:
+    """Issue 32: ``_attribute_or`` took any EINVAL as "not known" and answered its default
+    (VMM support: 1) for a query that failed."""
+    hip.need_devices(1, 1 << 28)
+    rt = aml_hip.get_runtime()
+    hip.inject("hipDeviceGetAttribute", error, times=-1)
+    if answered:
+        assert rt._attribute_or(C.hipDeviceAttributeManagedMemory, 0, 7) == 7
+    else:
+        with pytest.raises(AMLError) as info:
+            rt._attribute_or(C.hipDeviceAttributeManagedMemory, 0, 7)
+        assert info.value.native is not None
+        assert info.value.native.code == error
