@@ -90,7 +90,9 @@ def measure(repeat: int, env: dict[str, str]) -> dict[str, float | int]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=41)
     parser.add_argument("--plugin", action="store_true", help="also measure with one third-party plugin")
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON and markdown results")

@@ -127,18 +127,17 @@ class Registry:
         """The isolated check: None when the probe finished there (it then runs here),
         else the isolated outcome (crashed, timed out...), which is the answer."""
         outcome = run_child(b, timeout)
-        if not outcome.finished:
-            return outcome
-        self._trust.remember(b.plugin, b.desc.name)
-        return None
+        self._trust.record(b.plugin, b.desc.name, outcome)
+        return None if outcome.finished else outcome
 
     def statuses(self, *, isolated: bool = False) -> tuple[BackendStatus, ...]:
         """Every known backend, best first (cached after the first call): available
         backends first, then by priority (higher first), then by name.
 
         ``isolated=True`` (what ``aml info`` uses) probes each third-party entry-point
-        backend (not aml-core's host backend) in a separate interpreter, so a probe that crashes the process or hangs in native
-        code is reported instead of taking the caller down; it is not cached. At most
+        backend (not aml-core's host backend) in a separate interpreter, so a probe that
+        crashes the process or hangs in native code is reported instead of taking the
+        caller down; it is not cached. At most
         :func:`~.config.isolated_parallelism` run at once, in rank order, all within
         ``AML_INFO_TIMEOUT`` seconds (default 60): a probe the limit stopped or kept from
         starting is ``unavailable``, saying so. Plugins given to :meth:`register` are
@@ -155,8 +154,7 @@ class Registry:
                 remote = [b for b in active if b.plugin.third_party]
                 outcomes.update(probe_isolated(remote, cfg.timeout, TimeLimit.start(cfg.info_timeout)))
                 for b in remote:
-                    if outcomes[b.desc.name].finished:
-                        self._trust.remember(b.plugin, b.desc.name)
+                    self._trust.record(b.plugin, b.desc.name, outcomes[b.desc.name])
             jobs = {b.desc.name: self._job(b, cfg.timeout) for b in active if b.desc.name not in outcomes}
             for name, job in jobs.items():
                 outcomes[name] = job.wait()
@@ -201,6 +199,12 @@ class Registry:
             if unknown:
                 notes.append(f"AML_DISABLE_BACKENDS names unknown backends: {', '.join(unknown)}")
             return tuple(notes)
+
+    def notes(self) -> tuple[str, ...]:
+        """What was ignored and why, for ``aml info --verbose``: a probe cache that fails
+        the trust rules (:mod:`.trust`; a FIFO, a device, a huge file, one of another
+        user or writable by others), one line each. Reads the cache (bounded)."""
+        return self._trust.check()
 
     def descriptor(self, name: str) -> BackendDescriptor:
         """The descriptor of a backend by name (AMLNotSupported if unknown)."""

@@ -106,7 +106,9 @@ class TimeLimit:
         """A probe the limit stopped (``what``: "probe stopped") or kept from starting
         ("not probed"): unavailable, not broken (the probe did nothing wrong), and not
         seen to finish."""
-        return Outcome(ProbeResult.unavailable(f"{what}: {self.ran_out_text()}"), broken=False, finished=False)
+        return Outcome(
+            ProbeResult.unavailable(f"{what}: {self.ran_out_text()}"), broken=False, finished=False
+        )
 
     def ran_out_text(self) -> str:
         return f"aml info's time limit of {self.seconds:g} s (AML_INFO_TIMEOUT) ran out"
