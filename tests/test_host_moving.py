@@ -258,9 +258,12 @@ THP = transparent_huge_pages() is not None
 
 @pytest.mark.skipif(not THP, reason="this kernel has no transparent huge pages")
 def test_interleaved_buffers_are_not_huge_unless_asked() -> None:
-    """ "auto" in an interleaving area advises MADV_NOHUGEPAGE from 2 MiB (page-by-page
-    interleave); True advises MADV_HUGEPAGE and aligns to 2 MiB (whole huge pages
+    """ "auto" and False in an interleaving area advise MADV_NOHUGEPAGE from 2 MiB
+    (page-by-page interleave); True advises MADV_HUGEPAGE and aligns to 2 MiB (whole huge pages
     interleave evenly); a bound area's 4 MiB still gets MADV_HUGEPAGE (NumPy's rule)."""
+    with HostArea("interleave", NODES, transparent_huge_pages=False) as off:
+        buf = off.mmap(8 << 20)
+        assert "nh" in _vm_flags(buf.ptr)  # off: off also where the kernel's mode is "always"
     with (
         HostArea("interleave", NODES) as auto,
         HostArea("interleave", NODES, transparent_huge_pages=True) as huge,

@@ -7,7 +7,8 @@ with ``ipc=True`` a shared mapping of a memfd of its own that ``ipc_export`` sha
 other processes (:mod:`aml_core.host.ipc`), bound to the node set with ``mbind`` when a
 policy other than DEFAULT is set; anonymous mappings of 4 MiB and more are advised
 ``MADV_HUGEPAGE`` unless ``transparent_huge_pages=False`` (NumPy's rule for its arrays),
-except in an interleaving area, whose mappings of 2 MiB and more are advised
+except in an interleaving area, whose mappings of 2 MiB and more are advised (also with
+``transparent_huge_pages=False``)
 ``MADV_NOHUGEPAGE`` so that they interleave page by page (docs/numa.md, "Placement").
 A fresh mapping is bound without MPOL_MF_MOVE (it has no pages to move); one made with
 MAP_POPULATE or MAP_LOCKED, whose pages exist before the mbind, is bound with
@@ -212,8 +213,10 @@ class _Placement:
     #: mmap flags of the fast path (default options, no huge pages, thp not True, not
     #: ipc), 0 when it does not apply.
     fast_flags: int
-    #: "auto" applies (no explicit huge pages, not ipc).
-    thp_auto: bool
+    #: the advice of an anonymous mapping: (MADV_*, from this many bytes) or None.
+    #: "auto": MADV_HUGEPAGE from 4 MiB; in an interleaving area "auto" and False:
+    #: MADV_NOHUGEPAGE from 2 MiB; none with explicit huge pages or in an ipc area.
+    advice: tuple[int, int] | None
     #: the fast path's mbind: (mode, nodes) or None for DEFAULT.
     fast_bind: tuple[int, list[int]] | None
 
@@ -281,7 +284,11 @@ class HostArea(Area):
         default): advise the anonymous mappings of at least :data:`THP_AUTO_MIN` bytes
         (4 MiB), as NumPy does its arrays, but not MAP_NORESERVE ones (sparse: a touched
         byte would commit a huge page), and ignore a refusal (it is advice); False:
-        never advise (AML's plain mmap); ``alignment``: a power of two the
+        never advise (AML's plain mmap). In an interleaving area (INTERLEAVE,
+        WEIGHTED_INTERLEAVE) "auto" and False advise ``MADV_NOHUGEPAGE`` from 2 MiB, so
+        that pages interleave one by one even where the kernel's THP mode is "always",
+        and True aligns mappings to 2 MiB, so that whole huge pages interleave
+        (docs/numa.md, "Placement"); ``alignment``: a power of two the
         mappings' addresses are aligned to (0: the page size). Wrong values raise
         :class:`~aml_core.errors.AMLValueError`/:class:`~aml_core.errors.AMLTypeError`,
         nodes this process may not use :class:`~aml_core.errors.AMLDomainError`.
@@ -321,9 +328,19 @@ class HostArea(Area):
             nodes=node_set,
             fast_flags=flags if plain else 0,
             # "auto" advises large anonymous mappings; not with explicit huge pages or a memfd.
-            thp_auto=thp == "auto" and not self.huge_page_size and not self.ipc,
+            advice=self._advice(pol),
             fast_bind=None if pol is Policy.DEFAULT else (int(pol), list(node_set)),
         )
+
+    def _advice(self, pol: Policy) -> tuple[int, int] | None:
+        thp = self.transparent_huge_pages
+        if self.huge_page_size or self.ipc or thp is True:
+            return None
+        if pol in _INTERLEAVING:
+            # A huge page is one allocation: a THP-backed buffer interleaves 2 MiB at a
+            # time, so "off" (and "auto") must say so where the kernel's mode is "always".
+            return (MADV_NOHUGEPAGE, THP_INTERLEAVE_MIN)
+        return (MADV_HUGEPAGE, THP_AUTO_MIN) if thp == "auto" else None
 
     @property
     def policy(self) -> Policy:
@@ -392,8 +409,8 @@ class HostArea(Area):
                     raise numa.os_error(
                         exc, f"mbind({placed.policy.name}, nodes={list(placed.nodes)}) failed"
                     ) from None
-            if placed.thp_auto:
-                _advise_auto(ptr, size, placed.policy)
+            if placed.advice is not None and size >= placed.advice[1]:
+                _advise(ptr, size, placed.advice[0])
             return self._new_buffer(ptr, size, host_accessible=True, dl_device=_CPU, native=size)
         prot = options.prot
         if prot not in (_mmap.PROT_READ, _PROT_RW):
@@ -457,10 +474,12 @@ class HostArea(Area):
                     _os.madvise(ptr, length, MADV_HUGEPAGE)
                 except OSError as exc:
                     raise numa.os_error(exc, "transparent huge pages are not available") from None
-            elif placed.thp_auto and fd < 0 and not extra & _NORESERVE:
+            elif (
+                placed.advice is not None and length >= placed.advice[1] and fd < 0 and not extra & _NORESERVE
+            ):
                 # (a MAP_NORESERVE mapping is a sparse reservation: a touched byte would
                 # commit a whole huge page)
-                _advise_auto(ptr, length, placed.policy)
+                _advise(ptr, length, placed.advice[0])
         except BaseException:
             _os.munmap(ptr, length)
             if record is not None:
@@ -578,15 +597,8 @@ def _mapped_length(buffer: Buffer) -> int:
     return native_as(buffer, int)
 
 
-def _advise_auto(ptr: int, length: int, policy: Policy) -> None:
-    """``transparent_huge_pages="auto"``'s advice: MADV_HUGEPAGE from 4 MiB (NumPy's rule),
-    but MADV_NOHUGEPAGE from 2 MiB in an interleaving area (so it interleaves page by
-    page, also where THP is "always"). A kernel without transparent huge pages (EINVAL)
-    keeps the small pages, as NumPy's arrays do there."""
-    if policy in _INTERLEAVING:
-        if length >= THP_INTERLEAVE_MIN:
-            with contextlib.suppress(OSError):
-                _os.madvise(ptr, length, MADV_NOHUGEPAGE)
-    elif length >= THP_AUTO_MIN:
-        with contextlib.suppress(OSError):
-            _os.madvise(ptr, length, MADV_HUGEPAGE)
+def _advise(ptr: int, length: int, advice: int) -> None:
+    """An area's own advice (``_Placement.advice``): a kernel without transparent huge
+    pages (EINVAL) keeps the small pages, as NumPy's arrays do there."""
+    with contextlib.suppress(OSError):
+        _os.madvise(ptr, length, advice)
