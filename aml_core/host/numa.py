@@ -26,6 +26,7 @@ import attrs
 from .. import _os, checks
 from ..errors import (
     AMLDomainError,
+    AMLMemoryError,
     AMLNotSupported,
     AMLTypeError,
     AMLValueError,
@@ -162,6 +163,31 @@ def node_memory(node: int) -> int:
     if node == 0:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return 0
+
+
+def free_huge_pages(node: int, size: int) -> int:
+    """Free huge pages of ``size`` bytes on a node (its ``free_hugepages``; 0 if unknown)."""
+    path = f"/sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB/free_hugepages"
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def check_huge_pages(nodes: tuple[int, ...], count: int, size: int) -> None:
+    """ENOMEM unless ``nodes`` have ``count`` free huge pages of ``size`` bytes together.
+
+    A hugetlb mapping bound (BIND) to nodes without them maps, since the kernel reserves
+    huge pages for the whole machine, but its first touch is SIGBUS (no page on the set,
+    and BIND never takes another node's): checked before the mapping is made."""
+    free = sum(free_huge_pages(node, size) for node in nodes)
+    if free < count:
+        raise AMLMemoryError(
+            f"BIND to nodes {list(nodes)} needs {count} huge pages of {size >> 10} KiB and they have "
+            f"{free} free (reserve them per node: /sys/devices/system/node/node<N>/hugepages/"
+            f"hugepages-{size >> 10}kB/nr_hugepages)"
+        )
 
 
 def as_nodes(nodes: Iterable[int] | int | None) -> tuple[int, ...]:
