@@ -119,11 +119,10 @@ def free_bytes(node: int) -> int:
     raise AssertionError(f"no MemFree for node {node}")
 
 
-def run_child(code: str, *args: str, timeout: float = 300) -> tuple[int, dict[str, Any] | None, str]:
+def run_child(code: str, *args: str, timeout: float = 300) -> tuple[int, list[dict[str, Any]], str]:
     """Run ``code`` in a child Python (the repository on its path), first in line for
     the OOM killer (``oom_score_adj`` 1000). Returns its exit status (negative: the
-    signal that killed it), the JSON of its last stdout line (None if none) and its
-    stderr."""
+    signal that killed it), the JSON objects of its stdout lines and its stderr."""
     prelude = "open('/proc/self/oom_score_adj', 'w').write('1000')\n"
     proc = subprocess.run(
         [sys.executable, "-c", prelude + code, *args],
@@ -134,6 +133,5 @@ def run_child(code: str, *args: str, timeout: float = 300) -> tuple[int, dict[st
         timeout=timeout,
         check=False,
     )
-    lines = proc.stdout.strip().splitlines()
-    out = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else None
+    out = [json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")]
     return proc.returncode, out, proc.stderr

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import mmap
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -99,9 +101,9 @@ buf.free()
         with HostArea("bind", [node], ipc=True) as area:
             buf = area.mmap(4 * MiB)
             export = area.ipc_export(buf)
-            rc, out, err = run_child(code, pickled(export.handle))
+            rc, outs, err = run_child(code, pickled(export.handle))
             assert rc == 0, err
-            assert out is not None
+            out = outs[-1]
             assert out["policy"] == ["BIND", [node]]
             assert out["pages"] == {str(node): buf.size // PAGE}, out
             all_on(buf, node)
@@ -150,32 +152,39 @@ def test_preferred_node_first(lab_topology: LabTopology) -> None:
 # -- INTERLEAVE -----------------------------------------------------------------------------
 
 
-def test_interleave_even_on_small_pages(lab_topology: LabTopology) -> None:
-    # THP off: base pages, dealt round-robin by their offset in the mapping: counts within 1.
-    with thp_mode("never"):
+@pytest.mark.parametrize("mode", ["always", "never"])
+@pytest.mark.parametrize("thp", ["auto", False])
+def test_interleave_page_by_page(lab_topology: LabTopology, mode: str, thp: bool | str) -> None:
+    # Without huge pages asked for, base pages are dealt round-robin by their offset in the
+    # mapping, whatever the kernel's THP mode (an interleaving area advises MADV_NOHUGEPAGE):
+    # counts within one page, consecutive pages on different nodes.
+    with thp_mode(mode):
         for nodes in _sets(lab_topology):
             if len(nodes) < 2:
                 continue
-            with HostArea("interleave", nodes, transparent_huge_pages=False) as area:
+            with HostArea("interleave", nodes, transparent_huge_pages=thp) as area:
                 buf = area.mmap(8 * MiB + 3 * PAGE)
                 touch(buf)
+                assert anon_huge_kib(buf.ptr) == 0
                 counts = placed(buf)
                 assert set(counts) == set(nodes), counts
                 assert max(counts.values()) - min(counts.values()) <= 1, counts
-                # page by page: consecutive pages on consecutive nodes of the set
                 each = area.page_nodes(buf)
                 assert all(a != b for a, b in itertools.pairwise(each)), each[:16]
 
 
-def test_interleave_even_on_huge_pages(lab_topology: LabTopology) -> None:
-    # THP on, 2 MiB aligned: whole huge pages are dealt round-robin: counts of 512 pages.
-    with thp_mode("always"):
+@pytest.mark.parametrize("mode", ["always", "madvise"])
+def test_interleave_whole_huge_pages(lab_topology: LabTopology, mode: str) -> None:
+    # transparent_huge_pages=True: 2 MiB aligned and advised, whole huge pages are dealt
+    # round-robin: the same number of 512-page huge pages on each node.
+    with thp_mode(mode):
         for nodes in _sets(lab_topology):
             if len(nodes) < 2:
                 continue
             n_huge = 2 * len(nodes)
-            with HostArea("interleave", nodes, transparent_huge_pages=True, alignment=HUGE) as area:
+            with HostArea("interleave", nodes, transparent_huge_pages=True) as area:
                 buf = area.mmap(n_huge * HUGE)
+                assert buf.ptr % HUGE == 0
                 touch(buf)
                 assert anon_huge_kib(buf.ptr) == n_huge * HUGE >> 10, "not backed by huge pages"
                 counts = placed(buf)
@@ -230,8 +239,7 @@ def test_interleave_over_a_full_node_spills_its_share(lab_topology: LabTopology)
 
 
 _FILL = """
-import json, sys
-import numpy as np
+import json, mmap, sys
 from aml_core.errors import AMLMemoryError
 from aml_core.host import HostArea, page_nodes
 node, step = int(sys.argv[1]), int(sys.argv[2])
@@ -239,32 +247,60 @@ area = HostArea("bind", [node], transparent_huge_pages=False)
 held, where = [], {}
 try:
     while True:
-        buf = area.mmap(step)
-        arr = np.frombuffer(buf, dtype=np.uint8); arr[::4096] = 1; del arr
+        buf = area.mmap(step, {"flags": mmap.MAP_POPULATE})
         held.append(buf)
         for k, v in page_nodes(buf.ptr, buf.size, summary=True).items():
             where[k] = where.get(k, 0) + v
 except AMLMemoryError as exc:
-    print(json.dumps({"buffers": len(held), "pages": where, "error": str(exc), "code": int(exc.code)}))
+    print(json.dumps({"buffers": len(held), "pages": where, "live": area.stats.live_mappings,
+                      "code": int(exc.code)}))
+"""
+
+_TOUCH_PAST = """
+import json, sys
+import numpy as np
+from aml_core.host import HostArea, page_nodes
+node, size, step = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+area = HostArea("bind", [node], transparent_huge_pages=False)
+buf = area.mmap(size)
+arr = np.frombuffer(buf, dtype=np.uint8)
+for start in range(0, size, step):
+    arr[start : start + step : 4096] = 1
+    counts = page_nodes(buf.ptr + start, step, summary=True)
+    print(json.dumps({"at": start + step, "pages": counts}), flush=True)
 """
 
 
 @pytest.mark.numa_lab("small-node")
 def test_bind_to_a_full_node_is_enomem_never_a_spill(lab_topology: LabTopology) -> None:
-    # One buffer larger than the node: ENOMEM at mmap, nothing mapped.
+    # A populated buffer larger than the node: ENOMEM at mmap, nothing left mapped.
     with HostArea("bind", [SMALL]) as area:
         with pytest.raises(AMLMemoryError):
-            area.mmap(128 * MiB)
+            area.mmap(128 * MiB, {"flags": mmap.MAP_POPULATE})
         assert area.stats.live_mappings == 0
-    # Buffers bound to the node, each touched, until the node is full: every page of
-    # every buffer on the node, then ENOMEM (in a child: should the OOM killer come, it
-    # takes the child, and the test fails with its signal).
-    rc, out, err = run_child(_FILL, str(SMALL), str(4 * MiB))
+    # Populated buffers bound to the node until it is full: every page of every buffer on
+    # the node, then ENOMEM (in a child: were the OOM killer to come, it takes the child).
+    rc, outs, err = run_child(_FILL, str(SMALL), str(4 * MiB))
     assert rc == 0, f"the child died (rc {rc}): {err[-2000:]}"
-    assert out is not None, err
+    out = outs[-1]
     assert out["code"] == 2, out  # ENOMEM
     assert out["buffers"] >= 4, out
+    assert out["live"] == out["buffers"], out
     assert set(out["pages"]) == {str(SMALL)}, out
+
+
+@pytest.mark.numa_lab("small-node")
+def test_bind_touched_past_the_node_never_spills(lab_topology: LabTopology) -> None:
+    # Unpopulated, mmap cannot know: the pages touched past the node's memory are the
+    # kernel's to refuse (reclaim, then the OOM killer ends the child); until then every
+    # page touched is on the node, none elsewhere.
+    step = 4 * MiB
+    rc, progress, err = run_child(_TOUCH_PAST, str(SMALL), str(128 * MiB), str(step))
+    assert rc == -signal.SIGKILL, (rc, err[-2000:])
+    # it got well into the node before the end, and every chunk it touched is on it
+    assert len(progress) >= 4, progress
+    for line in progress:
+        assert line["pages"] == {str(SMALL): step // PAGE}, line
 
 
 @pytest.mark.numa_lab("small-node")
