@@ -25,11 +25,8 @@ import aml_core
 
 REPO = Path(aml_core.__file__).resolve().parent.parent
 
-pytestmark = [
-    pytest.mark.numa_lab(),
-    # Until tests/numa/conftest.py (the lab's) is merged: outside the lab, skip as it does.
-    pytest.mark.skipif(not os.environ.get("AML_NUMA_LAB"), reason="runs in the NUMA lab (tox -e numa)"),
-]
+#: One topology is enough: what is slow is the guest's Python, whatever its nodes.
+pytestmark = pytest.mark.numa_lab("two-node")
 
 PLUGIN = """
 from aml_core import BackendDescriptor, Kind, ProbeResult, hookimpl
