@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from aml_core.descriptor import ProbeResult
 from aml_core.registry import trust as trust_module
@@ -326,3 +328,36 @@ def test_record_remembers_only_a_finished_probe(
     assert not ProbeTrust().trusted(PLUGIN, "b")
     trust.record(PLUGIN, "b", Outcome(ProbeResult.unavailable("probe failed: OSError"), broken=True))
     assert ProbeTrust().trusted(PLUGIN, "b"), "a probe that raised finished: it is remembered"
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    content=st.binary(max_size=512)
+    | JSON_VALUES.map(lambda v: json.dumps(v).encode())
+    | st.builds(
+        lambda found: json.dumps({"version": 1, "finished": found}).encode(),
+        st.lists(JSON_VALUES, max_size=4),
+    )
+)
+def test_any_cache_content_is_read_without_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes
+) -> None:
+    """Whatever the file holds (bytes, any JSON, the right shape with junk entries), the
+    cache is read without raising, and only strings are ever taken as remembered keys."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "aml").mkdir(mode=0o700, exist_ok=True)
+    path = tmp_path / "aml" / "probes.json"
+    path.write_bytes(content)
+    path.chmod(0o600)
+    trust = ProbeTrust()
+    assert trust.trusted(PLUGIN, "b") is False
+    assert all(isinstance(note, str) for note in trust.notes)
+    trust.remember(PLUGIN, "b")  # a corrupt cache is replaced, never a failure
+    assert ProbeTrust().trusted(PLUGIN, "b")
