@@ -8,6 +8,9 @@ so that a busy moment of a shared machine falls on both. Medians over ``--repeat
 pairs; the one-minute load average before and after is recorded, since on a loaded
 machine both figures grow.
 
+``--baseline DIR`` measures a checkout of older code (built in place) in the same run,
+interleaved with this one (its ``aml_core`` first on PYTHONPATH): the before and after.
+
 ``--plugin`` adds a third-party backend (a temporary ``.dist-info`` on PYTHONPATH whose
 probe returns at once, as an installed plugin's would): ``aml info`` then runs its probe
 in its own interpreter (the isolation it keeps), while ``backends()`` runs it in-process
@@ -59,23 +62,36 @@ def _site(root: Path) -> None:
 
 
 def _run(args: list[str], env: dict[str, str]) -> float:
+    """One fresh interpreter, from a neutral directory (``-m`` and ``-c`` put the current
+    directory first on the import path, where a checkout would shadow the aml_core under test)."""
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, *args], env=env, capture_output=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, *args], env=env, cwd=env["XDG_CACHE_HOME"], capture_output=True, check=False
+    )
     took = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{args} failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
     return took
 
 
-def measure(repeat: int, env: dict[str, str]) -> dict[str, float | int]:
-    info: list[float] = []
-    backends: list[float] = []
-    _run(INFO, env)  # warm the page cache (and the probe cache) once
-    _run(["-c", BACKENDS], env)
+def measure(repeat: int, envs: dict[str, dict[str, str]]) -> dict[str, dict[str, float | int]]:
+    """For each named environment, ``aml info`` and ``backends()``, all interleaved: every
+    repetition runs each environment's pair, in an order that alternates."""
+    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in envs}
+    for env in envs.values():
+        _run(INFO, env)  # warm the page cache (and the probe cache) once
+        _run(["-c", BACKENDS], env)
     for i in range(repeat):
-        pair = ((INFO, info), (["-c", BACKENDS], backends))
-        for args, sink in pair if i % 2 == 0 else pair[::-1]:
-            sink.append(_run(args, env))
+        names = list(envs) if i % 2 == 0 else list(envs)[::-1]
+        for name in names:
+            info, backends = times[name]
+            pair = ((INFO, info), (["-c", BACKENDS], backends))
+            for args, sink in pair if i % 2 == 0 else pair[::-1]:
+                sink.append(_run(args, envs[name]))
+    return {name: _figures(repeat, *times[name]) for name in envs}
+
+
+def _figures(repeat: int, info: list[float], backends: list[float]) -> dict[str, float | int]:
     mi, mb = statistics.median(info), statistics.median(backends)
     return {
         "repeat": repeat,
@@ -89,12 +105,25 @@ def measure(repeat: int, env: dict[str, str]) -> dict[str, float | int]:
     }
 
 
+def _commit(tree: Path) -> str:
+    proc = subprocess.run(
+        ["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return proc.stdout.strip() or str(tree)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--repeat", type=int, default=41)
     parser.add_argument("--plugin", action="store_true", help="also measure with one third-party plugin")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="a checkout of older code, built in place, measured in the same run (PYTHONPATH)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="directory for the JSON and markdown results")
     parser.add_argument("--name", default=platform.node(), help="machine name used in the result file names")
     args = parser.parse_args()
@@ -102,13 +131,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         base = {k: v for k, v in os.environ.items() if not k.startswith("AML_")}
         base["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
-        rows = {"host only": measure(args.repeat, base)}
+        Path(base["XDG_CACHE_HOME"]).mkdir()
+        envs = {"host only": base}
+        if args.baseline is not None:
+            old = dict(base, PYTHONPATH=str(args.baseline.resolve()))
+            envs[f"host only, baseline {_commit(args.baseline)}"] = old
         if args.plugin:
             site = Path(tmp) / "site"
             site.mkdir()
             _site(site)
-            env = dict(base, PYTHONPATH=os.pathsep.join([str(site), *sys.path[1:]]))
-            rows["host + one third-party plugin"] = measure(args.repeat, env)
+            envs["host + one third-party plugin"] = dict(
+                base, PYTHONPATH=os.pathsep.join([str(site), *sys.path[1:]])
+            )
+        rows = measure(args.repeat, envs)
     load_after = os.getloadavg()
     report = {
         "machine": args.name,
