@@ -15,6 +15,8 @@ Quick start::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 # First: imports the Cython modules, or says how to build them. In an unbuilt source tree
 # (the clone's root as the current directory) it hands over to the installed aml-core of the
 # same version: sys.modules["aml_core"] is then the installed package, which this import
@@ -42,7 +44,12 @@ from .errors import (
 from .hookspecs import hookimpl
 from .ipc import IpcExport, IpcHandle
 from .memory import memory_stats, memory_summary
-from .pool import Pool, PoolStats, pool
+from .pool import Pool, PoolStats
+
+if TYPE_CHECKING:  # type checkers see the factory (a callable module is beyond them)
+    from .pool import pool as pool
+else:  # the module, callable as its factory: aml_core.pool(area) and import aml_core.pool as p
+    from . import pool
 from .registry import area, backends, choose, default_registry, register, unregister
 from .specs import AreaSpec, AreaStats, BackendStatus, Capability, DeviceInfo, Kind
 

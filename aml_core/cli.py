@@ -70,6 +70,7 @@ def info_data() -> dict[str, object]:
         "aml_core_path": os.path.dirname(os.path.abspath(__file__)),
         "python": platform.python_version(),
         "warnings": list(reg.warnings()),
+        "notes": list(reg.notes()),
         "backends": [s.to_json() for s in _display_order(statuses)],
         "chosen": chosen,
         "topology": topology_data(),
@@ -178,6 +179,11 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
     assert isinstance(notes, list)
     for note in notes:
         wrapped(f"warning: {note}")
+    if verbose:  # what was ignored, and why (the probe cache's trust rules)
+        notes_ignored = data.get("notes") or []
+        assert isinstance(notes_ignored, list)
+        for note in notes_ignored:
+            wrapped(f"note: {note}")
     backends = data["backends"]
     assert isinstance(backends, list)
     out.append("")

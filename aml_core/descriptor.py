@@ -22,8 +22,9 @@ __all__ = ["BackendDescriptor", "ProbeResult"]
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-def _devices(devices: Any) -> tuple[DeviceInfo, ...]:
-    if isinstance(devices, (str, bytes)) or not isinstance(devices, Iterable):
+def _devices(devices: Iterable[DeviceInfo]) -> tuple[DeviceInfo, ...]:
+    given: object = devices  # what a probe gave, checked at run time whatever its type
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
         raise AMLTypeError(f"ProbeResult.devices must be DeviceInfo objects, not {type(devices).__name__}")
     return tuple(devices)
 
@@ -36,8 +37,9 @@ def _check_devices(instance: object, attribute: attrs.Attribute[Any], value: obj
             raise AMLTypeError(f"ProbeResult.devices[{i}] must be a DeviceInfo, not {type(dev).__name__}")
 
 
-def _versions(mapping: Any) -> Mapping[str, str]:
-    if not isinstance(mapping, Mapping):
+def _versions(mapping: Mapping[str, str]) -> Mapping[str, str]:
+    given: object = mapping  # checked at run time whatever its type
+    if not isinstance(given, Mapping):
         raise AMLTypeError(f"ProbeResult.versions must be a mapping, not {type(mapping).__name__}")
     return MappingProxyType(dict(mapping))
 
@@ -60,7 +62,9 @@ def _check_type(kind: type) -> Callable[[object, attrs.Attribute[Any], object], 
     return check
 
 
-def _kinds(values: Any) -> frozenset[Kind]:
+def _kinds(values: Iterable[Kind | str] | Kind | str) -> frozenset[Kind]:
+    """A kind, a kind's name, or several: the converter of ``BackendDescriptor.kinds``
+    (a wrong type is refused by ``as_kind``, typed)."""
     if isinstance(values, (str, Kind)):
         values = [values]
     return frozenset(as_kind(v) for v in values)

@@ -391,12 +391,19 @@ def _table(title: str, f: _Figures, streams: _Streams) -> list[str]:
     return out
 
 
+def _memory_of(backend: str, kind: str) -> str:
+    """``"cuda device memory"``, ``"cuda host memory"``; the host backend's host memory is
+    ``"host memory"`` (it used to read "host host memory")."""
+    return f"{kind} memory" if backend == kind else f"{backend} {kind} memory"
+
+
 def _describe(area: Area) -> str:
     device = "" if area.device is None else f", device {area.device}"
+    what = _memory_of(area.backend, area.kind.value)
     if isinstance(area, Pool):
         cap = "" if area.limit is None else f", limit {format_size(area.limit)}"
-        return f"Pool over {type(area.area).__name__} ({area.backend} {area.kind.value} memory{device}{cap})"
-    return f"{type(area).__name__} ({area.backend} {area.kind.value} memory{device})"
+        return f"Pool over {type(area.area).__name__} ({what}{device}{cap})"
+    return f"{type(area).__name__} ({what}{device})"
 
 
 def memory_summary(area_or_pool: Area | Pool | None = None) -> str:
@@ -426,7 +433,7 @@ def memory_summary(area_or_pool: Area | Pool | None = None) -> str:
             backend, kind, device = group
             where = "" if device == "-" else f", device {device}"
             out += _table(
-                f"{backend} {kind} memory{where}: {figures.pools} pool(s), {figures.areas} area(s)",
+                f"{_memory_of(backend, kind)}{where}: {figures.pools} pool(s), {figures.areas} area(s)",
                 figures,
                 streams.get(group, {}),
             )

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from aml_core.backend_list import BACKENDS
+
 CHILD = r"""
 import json, sys, time
 
@@ -42,13 +44,7 @@ print(json.dumps({"seconds": t1 - t0, "hook_seconds": t2 - t1, "new_libraries": 
                   "descriptors": [d.name for d in descriptors]}))
 """
 
-PLUGINS = {
-    "host": "aml_core.host.plugin",
-    "cuda": "aml_cuda.plugin",
-    "hip": "aml_hip.plugin",
-    "ze": "aml_ze.plugin",
-    "hsa": "aml_hsa.plugin",
-}
+PLUGINS = {"host": "aml_core.host.plugin", **{b.name: f"{b.package}.plugin" for b in BACKENDS}}
 
 
 def _vendor(paths: list[str]) -> list[str]:

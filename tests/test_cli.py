@@ -226,3 +226,21 @@ def test_json_matches_its_documented_schema(capsys: pytest.CaptureFixture[str]) 
     assert {"available", "broken", "shadowed"} <= states
     for choice in data["chosen"].values():
         assert set(choice) == _documented_keys("Choice object (`chosen.<kind>`)")
+
+
+def test_verbose_notes_an_ignored_probe_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO at the probe cache's path is ignored (never opened for reading: it would
+    block) with a note that --verbose prints; the plain report stays as it was."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    (tmp_path / "aml").mkdir(mode=0o700)
+    os.mkfifo(tmp_path / "aml" / "probes.json")
+    note = f"probe cache ignored: {tmp_path / 'aml' / 'probes.json'} is a FIFO"
+    assert main(["info", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["notes"] == [note]
+    monkeypatch.setenv("COLUMNS", "400")
+    assert main(["info", "--verbose"]) == 0
+    assert " ".join(capsys.readouterr().out.split()).count(f"note: {note}") == 1
+    assert main(["info"]) == 0
+    assert "probe cache ignored" not in capsys.readouterr().out

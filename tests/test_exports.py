@@ -15,13 +15,14 @@ from types import ModuleType
 
 import pytest
 
+from aml_core import backend_list
 from aml_core.lazy import read_stub
 
 from .test_typing import _mypy
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("aml_core.gpu", "aml_cuda", "aml_hip", "aml_ze", "aml_hsa")
-BACKENDS = ("aml_cuda", "aml_hip", "aml_ze", "aml_hsa")
+BACKENDS = tuple(b.package for b in backend_list.BACKENDS)
+PACKAGES = ("aml_core.gpu", *BACKENDS)
 
 
 def _package(name: str) -> ModuleType:

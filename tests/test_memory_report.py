@@ -106,7 +106,7 @@ def test_an_area_reports_its_own_mappings() -> None:
         assert (stats["native_allocations.total"], stats["native_frees.total"]) == (2, 1)
         assert (stats["pools.current"], stats["areas.current"]) == (0, 1)
         summary = aml_core.memory_summary(area)
-        assert "HostArea (host host memory)" in summary
+        assert "HostArea (host memory)" in summary
         assert row(summary, "Reserved memory") == ["4.0 KiB", "3.0 MiB"]
 
 
@@ -135,7 +135,7 @@ def test_all_areas_and_pools_count_each_byte_once() -> None:
             k.removeprefix("all."): v for k, v in stats.items() if k.startswith("all.")
         }
         summary = aml_core.memory_summary()
-        assert "host host memory: 2 pool(s), 1 area(s)" in summary
+        assert "host memory: 2 pool(s), 1 area(s)" in summary
         assert "All:" not in summary  # one group: its table is the total
         assert row(summary, "Live buffers") == ["3", ""]
         for buf, holder in ((direct, base), (x, outer), (y, inner)):
@@ -159,8 +159,9 @@ def test_groups_by_backend_kind_and_device() -> None:
             if not key.startswith("fragmentation"):
                 assert stats[f"all.{key}"] == expected, key
         summary = aml_core.memory_summary()
-        assert "host host memory: 0 pool(s), 1 area(s)" in summary
-        assert "host host memory, device 0: 1 pool(s), 1 area(s)" in summary
+        assert "host memory: 0 pool(s), 1 area(s)" in summary
+        assert "host host" not in summary  # the host backend's host memory, said once
+        assert "host memory, device 0: 1 pool(s), 1 area(s)" in summary
         assert "All: 1 pool(s), 2 area(s)" in summary
         del kept
 

@@ -14,9 +14,11 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from aml_core import backend_list
+
 ROOT = Path(__file__).resolve().parents[1]
 VERSION = (ROOT / "VERSION").read_text().strip()
-BACKENDS = ("cuda", "hip", "ze", "hsa")
+BACKENDS = tuple(b.name for b in backend_list.BACKENDS)
 DISTRIBUTIONS = {"aml-core": ROOT, **{f"aml-{name}": ROOT / "backends" / name for name in BACKENDS}}
 
 

@@ -29,9 +29,10 @@ import attrs
 import pytest
 
 import aml_core
+from aml_core import backend_list
 from aml_core.area import MMAP_ERRORS, Area, NoOptions
 
-BACKENDS = ("aml_cuda", "aml_hip", "aml_ze", "aml_hsa")
+BACKENDS = tuple(b.package for b in backend_list.BACKENDS)
 ROOT = Path(__file__).resolve().parent.parent
 
 

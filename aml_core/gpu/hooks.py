@@ -55,6 +55,7 @@ from typing import Any
 
 from .. import _hooks
 from ..area import Area
+from ..backend_list import label_of
 from ..buffer import Buffer
 from ..errors import AMLBusyError, AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..pool import Pool
@@ -64,7 +65,6 @@ from .area import GpuArea
 __all__ = ["CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"]
 
 #: The memory each backend calls its device memory in messages.
-_LABELS = {"cuda": "CUDA", "hip": "HIP"}
 
 _lock = threading.Lock()
 _installed: CupyHook | None = None
@@ -361,7 +361,7 @@ class TorchHook:
     def uninstall(self) -> None:
         """PyTorch cannot swap its allocator back once it has allocated: always
         :class:`~aml_core.errors.AMLNotSupported`; the hook stays for the process."""
-        label = _LABELS.get(self.backend, self.backend)
+        label = label_of(self.backend)
         raise AMLNotSupported(
             f"PyTorch cannot change its {label} allocator once it is in use; the aml hook stays installed"
         )
@@ -426,7 +426,7 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
         try:
             memory.change_current_allocator(allocator)
         except RuntimeError as exc:
-            label = _LABELS.get(backend, backend)
+            label = label_of(backend)
             raise AMLBusyError(
                 f"PyTorch has allocated {label} memory already; call use_with_torch first ({exc})"
             ) from exc

@@ -186,6 +186,9 @@ Garbage collection
 
 from __future__ import annotations
 
+import inspect
+import sys
+import types
 from typing import Any
 
 from ..area import Area
@@ -248,3 +251,20 @@ def pool(
         small_slab=small_slab,
         medium_slab=medium_slab,
     )
+
+
+class _PoolModule(types.ModuleType):
+    """``aml_core.pool`` is this module, and calling it calls its factory :func:`pool`:
+    ``aml_core.pool(area, limit=...)`` makes a pool, as it always did, while
+    ``import aml_core.pool as p`` gives the module (``p.Pool``, ``help(p.Pool.log_to)``),
+    which used to be the function (issue 31: ``'function' object has no attribute
+    'Pool'``). Nothing is renamed, so no call needs to change; ``aml_core.pool.pool`` and
+    ``aml_core.Pool(area, ...)`` are the same factory by name."""
+
+    def __call__(self, area: Area, /, **kwargs: Any) -> Pool:
+        return pool(area, **kwargs)
+
+
+#: What ``inspect.signature(aml_core.pool)`` and ``help()`` show: the factory's.
+__signature__ = inspect.signature(pool)
+sys.modules[__name__].__class__ = _PoolModule

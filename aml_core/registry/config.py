@@ -18,10 +18,12 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "ISOLATED_STARTUP_LIMIT",
     "MAX_PROBE_TIMEOUT",
+    "STARTUP_SCALE_MAX",
     "AMLConfigWarning",
     "Settings",
     "settings",
     "isolated_parallelism",
+    "startup_limit",
     "warn",
 ]
 
@@ -30,8 +32,11 @@ CORE_DISTRIBUTION = "aml-core"
 DEFAULT_PROBE_TIMEOUT = 5.0
 #: The largest AML_PROBE_TIMEOUT accepted; larger values are lowered to it.
 MAX_PROBE_TIMEOUT = 3600.0
-#: How long an isolated probe's interpreter may take to start and load its plugin.
+#: How long an isolated probe's interpreter may take to start and load its plugin on an
+#: idle machine; :func:`startup_limit` scales it with the load.
 ISOLATED_STARTUP_LIMIT = 30.0
+#: The most :func:`startup_limit` scales ISOLATED_STARTUP_LIMIT by.
+STARTUP_SCALE_MAX = 8.0
 #: How long ``aml info`` (``statuses(isolated=True)``) may probe, all backends together.
 DEFAULT_INFO_TIMEOUT = 60.0
 
@@ -39,11 +44,27 @@ DEFAULT_INFO_TIMEOUT = 60.0
 def isolated_parallelism() -> int:
     """How many isolated probes run at once: the CPUs this process may use, at least 8
     (a probe mostly waits on a driver) and at most 32 (each is an interpreter)."""
+    return min(32, max(8, _cpus()))
+
+
+def _cpus() -> int:
     try:
-        cpus = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return min(32, max(8, cpus))
+        return os.cpu_count() or 1
+
+
+def startup_limit() -> float:
+    """How long an isolated probe's interpreter may take to start and load its plugin:
+    ISOLATED_STARTUP_LIMIT on an idle machine, scaled by how many runnable processes
+    there are per CPU (the one-minute load average) on a busy one, at most
+    STARTUP_SCALE_MAX times. A child not started by then is "slow", never "broken"."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    scale = load / _cpus() if math.isfinite(load) else 1.0
+    return ISOLATED_STARTUP_LIMIT * min(STARTUP_SCALE_MAX, max(1.0, scale))
 
 
 class AMLConfigWarning(UserWarning):

@@ -121,27 +121,23 @@ class Registry:
     def _trusted(self, b: Backend) -> bool:
         """Whether ``b``'s probe may run in this process without an isolated check first:
         aml-core's and in-process plugins', and those seen to finish (:mod:`.trust`)."""
-        plugin = b.plugin
-        if plugin.entry_point is None or plugin.distribution == CORE_DISTRIBUTION:
-            return True
-        return self._trust.trusted(plugin, b.desc.name)
+        return not b.plugin.third_party or self._trust.trusted(b.plugin, b.desc.name)
 
     def _check_isolated(self, b: Backend, timeout: float) -> Outcome | None:
         """The isolated check: None when the probe finished there (it then runs here),
         else the isolated outcome (crashed, timed out...), which is the answer."""
         outcome = run_child(b, timeout)
-        if not outcome.finished:
-            return outcome
-        self._trust.remember(b.plugin, b.desc.name)
-        return None
+        self._trust.record(b.plugin, b.desc.name, outcome)
+        return None if outcome.finished else outcome
 
     def statuses(self, *, isolated: bool = False) -> tuple[BackendStatus, ...]:
         """Every known backend, best first (cached after the first call): available
         backends first, then by priority (higher first), then by name.
 
-        ``isolated=True`` (what ``aml info`` uses) probes each entry-point backend in a
-        separate interpreter, so a probe that crashes the process or hangs in native
-        code is reported instead of taking the caller down; it is not cached. At most
+        ``isolated=True`` (what ``aml info`` uses) probes each third-party entry-point
+        backend (not aml-core's host backend) in a separate interpreter, so a probe that
+        crashes the process or hangs in native code is reported instead of taking the
+        caller down; it is not cached. At most
         :func:`~.config.isolated_parallelism` run at once, in rank order, all within
         ``AML_INFO_TIMEOUT`` seconds (default 60): a probe the limit stopped or kept from
         starting is ``unavailable``, saying so. Plugins given to :meth:`register` are
@@ -153,11 +149,12 @@ class Registry:
             active = [b for b in self._backends.values() if b.desc.name not in cfg.disabled]
             outcomes: dict[str, Outcome] = {}
             if isolated:
-                remote = [b for b in active if b.plugin.entry_point is not None]
+                # aml-core's own backend (host) is probed here, as backends() does: it
+                # never needs a process of its own (issue 29: aml info on a slow machine).
+                remote = [b for b in active if b.plugin.third_party]
                 outcomes.update(probe_isolated(remote, cfg.timeout, TimeLimit.start(cfg.info_timeout)))
                 for b in remote:
-                    if outcomes[b.desc.name].finished:
-                        self._trust.remember(b.plugin, b.desc.name)
+                    self._trust.record(b.plugin, b.desc.name, outcomes[b.desc.name])
             jobs = {b.desc.name: self._job(b, cfg.timeout) for b in active if b.desc.name not in outcomes}
             for name, job in jobs.items():
                 outcomes[name] = job.wait()
@@ -202,6 +199,12 @@ class Registry:
             if unknown:
                 notes.append(f"AML_DISABLE_BACKENDS names unknown backends: {', '.join(unknown)}")
             return tuple(notes)
+
+    def notes(self) -> tuple[str, ...]:
+        """What was ignored and why, for ``aml info --verbose``: a probe cache that fails
+        the trust rules (:mod:`.trust`; a FIFO, a device, a huge file, one of another
+        user or writable by others), one line each. Reads the cache (bounded)."""
+        return self._trust.check()
 
     def descriptor(self, name: str) -> BackendDescriptor:
         """The descriptor of a backend by name (AMLNotSupported if unknown)."""

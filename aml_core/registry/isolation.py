@@ -12,6 +12,12 @@ plugin is loaded (the probe's own time starts then) and one JSON line with the r
 once, in rank order (priority, then name), within one :class:`TimeLimit` for them all
 (``AML_INFO_TIMEOUT``): a probe still running when it runs out is stopped, one not yet
 started is not started, and both are ``unavailable``, saying so.
+
+A slow machine is never a broken backend: a child whose interpreter has not started the
+probe (written ``started``) within :func:`~.config.startup_limit` (30 s, scaled with the
+load) or before ``AML_INFO_TIMEOUT`` runs out is ``unavailable`` with "probe slow: ...";
+only a probe that started and then crashed, hung past ``AML_PROBE_TIMEOUT`` or answered
+junk is ``broken``.
 """
 
 from __future__ import annotations
@@ -31,12 +37,12 @@ import attrs
 
 from ..codec import result_from_json, result_to_json
 from ..descriptor import ProbeResult
-from .config import ISOLATED_STARTUP_LIMIT, isolated_parallelism
+from .config import isolated_parallelism, startup_limit
 from .manager import PluginManager, describe, dist_of, entry_points
 from .probes import Outcome, probe_once, timed_out
 from .ranking import Backend
 
-__all__ = ["TimeLimit", "probe_child", "probe_isolated", "run_child"]
+__all__ = ["TimeLimit", "probe_child", "probe_isolated", "run_child", "slow"]
 
 _CHILD = "import aml_core.registry.isolation as i; i.probe_child()"
 
@@ -100,8 +106,12 @@ class TimeLimit:
         """A probe the limit stopped (``what``: "probe stopped") or kept from starting
         ("not probed"): unavailable, not broken (the probe did nothing wrong), and not
         seen to finish."""
-        reason = f"{what}: aml info's time limit of {self.seconds:g} s (AML_INFO_TIMEOUT) ran out"
-        return Outcome(ProbeResult.unavailable(reason), broken=False, finished=False)
+        return Outcome(
+            ProbeResult.unavailable(f"{what}: {self.ran_out_text()}"), broken=False, finished=False
+        )
+
+    def ran_out_text(self) -> str:
+        return f"aml info's time limit of {self.seconds:g} s (AML_INFO_TIMEOUT) ran out"
 
 
 def probe_isolated(
@@ -150,14 +160,28 @@ def _failed(reason: str) -> Outcome:
     return Outcome(ProbeResult.unavailable(reason), broken=True, finished=False)
 
 
+def slow(waited: float, why: str = "") -> Outcome:
+    """A child that had not started its probe (Python starting, the plugin loading) when
+    the wait ran out: the machine is slow or busy, which says nothing against the
+    backend. Unavailable, not broken, and not seen to finish (so not remembered)."""
+    reason = (
+        f"probe slow: its process had not started after {waited:.3g} s "
+        f"(a slow or busy machine, not a broken backend){why}"
+    )
+    return Outcome(ProbeResult.unavailable(reason), broken=False, finished=False)
+
+
 def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Outcome:
-    """One isolated probe: the startup bounded by ISOLATED_STARTUP_LIMIT, the probe by
-    ``timeout``, both by ``limit``."""
+    """One isolated probe: the startup bounded by :func:`~.config.startup_limit` (scaled
+    with the load), the probe by ``timeout``, both by ``limit``. A child that has not
+    started when its startup budget or ``limit`` runs out is :func:`slow`, not broken;
+    one that started and then outlives ``timeout`` is broken (timed out)."""
     assert b.plugin.entry_point is not None
     group, ep_name = b.plugin.entry_point
     # -P: the child's import path is the parent's (PYTHONPATH, from _child_env) and never the
     # current directory, where a source tree of aml_core would shadow the installed one.
     cmd = [sys.executable, "-P", "-c", _CHILD, group, ep_name, b.plugin.distribution, b.desc.name]
+    spawned = time.monotonic()
     try:
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env()
@@ -172,21 +196,20 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
     sel.register(proc.stdout, selectors.EVENT_READ)
     sel.register(proc.stderr, selectors.EVENT_READ)
     started: float | None = None
-    end = time.monotonic() + ISOLATED_STARTUP_LIMIT
-    late = ""
+    end = spawned + startup_limit()
     stopped: Outcome | None = None
     try:
         while sel.get_map():
             now = time.monotonic()
             if limit is not None and limit.end < end and now >= limit.end:
-                stopped = limit.outcome("probe stopped")
+                stopped = (
+                    limit.outcome("probe stopped")
+                    if started is not None
+                    else slow(now - spawned, f", when {limit.ran_out_text()}")
+                )
                 break
             if now >= end:
-                late = (
-                    timed_out(timeout)
-                    if started is not None
-                    else (f"the probe process did not start within {ISOLATED_STARTUP_LIMIT:g} s")
-                )
+                stopped = _failed(timed_out(timeout)) if started is not None else slow(now - spawned)
                 break
             wait = end - now if limit is None else min(end, limit.end) - now
             for key, _ in sel.select(max(0.0, wait)):
@@ -200,15 +223,13 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
                 end = started + timeout
     finally:
         sel.close()
-        if late or stopped is not None:
+        if stopped is not None:
             proc.kill()
         rc = proc.wait()
         proc.stdout.close()
         proc.stderr.close()
     if stopped is not None:
         return stopped
-    if late:
-        return _failed(late)
     return _parse_child(bytes(out), bytes(err), rc)
 
 

@@ -21,6 +21,7 @@ import pluggy
 
 from .. import hookspecs
 from ..descriptor import BackendDescriptor
+from .config import CORE_DISTRIBUTION
 
 __all__ = ["NO_HOOK", "Plugin", "PluginManager", "describe"]
 
@@ -50,6 +51,14 @@ class Plugin:
 
     def label(self) -> str:
         return f"{self.distribution}:{self.name}" if self.distribution else self.name
+
+    @property
+    def third_party(self) -> bool:
+        """An entry point of a distribution other than aml-core: the plugins whose probes
+        ``aml info`` runs in their own interpreter, and that run isolated first
+        in-process until seen to finish (:mod:`.trust`). aml-core's own entry point (the
+        built-in host backend) and plugins given to ``register`` never need it."""
+        return self.entry_point is not None and self.distribution != CORE_DISTRIBUTION
 
     def broken(self, error: str) -> Plugin:
         return attrs.evolve(self, obj=None, error=error, state="broken")

@@ -276,7 +276,9 @@ def test_many_backends_stop_at_the_time_limit(tmp_path: Path) -> None:
         if b["state"] == "available":
             continue
         assert b["state"] == "unavailable", b
-        assert b["reason"] in (f"not probed: {limit}", f"probe stopped: {limit}"), b["reason"]
+        # Stopped, kept from starting, or its interpreter had not started yet (slow, not broken).
+        slow = b["reason"].startswith("probe slow: ") and b["reason"].endswith(f"when {limit}")
+        assert slow or b["reason"] in (f"not probed: {limit}", f"probe stopped: {limit}"), b["reason"]
         not_probed.append(b["name"])
     assert not_probed, "200 probes within 2 s on this machine: raise the count"
     # Probed in rank order (priority, then name): the limit cuts the end of the list.

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from aml_core._buffer import NativeAllocator
+from aml_core.backend_api import NativeAllocator
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported
 from aml_core.gpu import runtime as core

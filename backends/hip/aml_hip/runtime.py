@@ -24,7 +24,7 @@ from ctypes import byref, c_int, c_size_t, c_void_p
 from typing import NoReturn
 
 from aml_core import checks
-from aml_core._buffer import NativeAllocator
+from aml_core.backend_api import NativeAllocator
 from aml_core.buffer import DLDeviceType
 from aml_core.errors import AMLNotSupported, AMLValueError
 from aml_core.gpu import runtime as core

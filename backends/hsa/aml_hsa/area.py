@@ -19,11 +19,11 @@ import attrs
 
 from aml_core import checks
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
+from aml_core.backend_api import RuntimeMemory
 from aml_core.buffer import Buffer
 from aml_core.dmabuf import DmabufHandle
 from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLNotSupported, AMLValueError
-from aml_core.gpu._device_area import RuntimeMemory
 from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
 from aml_core.specs import Capability, Kind
 

@@ -34,13 +34,12 @@ from typing import Any
 import attrs
 
 from aml_core import checks
-from aml_core._buffer import AreaLock
 from aml_core.area import Area, NoOptions, NoOptionsDict, compiled_mmap
+from aml_core.backend_api import AreaLock, RuntimeMemory
 from aml_core.buffer import Buffer, DLDeviceType
 from aml_core.dmabuf import DmabufHandle
 from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
-from aml_core.gpu._device_area import RuntimeMemory
 from aml_core.gpu.backend import BackendBase
 from aml_core.gpu.ipc import IpcExport, IpcHandle
 from aml_core.gpu.runtime import Group
