@@ -432,6 +432,23 @@ def test_every_topology_key_is_documented() -> None:
         assert f"`{key}`" in doc, key
 
 
+# -- the user guide's examples ----------------------------------------------------------------
+def tiers_guide_examples() -> list[str]:
+    """The Python blocks of docs/numa.md's "Memory tiers and asking for memory by what it
+    is" section (tests/numa/test_tiers.py runs them in the tiered guest too)."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "numa.md").read_text()
+    section = text.split("## Memory tiers and asking for memory by what it is", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n```", 1)[0] for block in section.split("```python\n")[1:]]
+
+
+def test_the_guides_examples_run_here(capsys: pytest.CaptureFixture[str]) -> None:
+    blocks = tiers_guide_examples()
+    assert len(blocks) == 5
+    for block in blocks:
+        exec(compile(block, "docs/numa.md", "exec"), {})
+    assert "no HMAT" in capsys.readouterr().out or topology.memory_topology().hmat
+
+
 # -- "never an error: topology is a report" (issue 32, root cause 9) ----------------------------
 #: What the readers read, relative to a fake sysfs root made by _hostile_tree.
 _FILES = [
