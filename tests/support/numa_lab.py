@@ -1,0 +1,455 @@
+"""The NUMA lab: emulated multi-node machines that run the tests of ``tests/numa``.
+
+Every machine here has one NUMA node, so multi-node placement cannot be tested on it
+directly. The lab boots an emulated machine with `virtme-ng <https://github.com/arighi/virtme-ng>`_
+(``vng``) and QEMU over this machine's own root filesystem (read-only, with the repository
+mapped read-write), on Debian's kernel (``linux-image-amd64`` in ``/boot``), and runs a
+command inside it, by default ``python -m pytest tests/numa`` with ``AML_NUMA_LAB=<topology>``
+set. The installed venv runs unchanged inside the guest. ``tox -e numa`` runs every
+topology; ``tests/numa/conftest.py`` selects the tests of the running topology and turns a
+skip into a failure there.
+
+Topologies (:data:`TOPOLOGIES`; ``--list`` prints them):
+
+* ``two-node``: 2 nodes with a CPU each, distance 21;
+* ``tiered``: 4 nodes with HMAT: 2 with a CPU each, a CPU-less "fast" node (HBM-like: high
+  bandwidth, low latency) attached to node 0 and a CPU-less "far" node (CXL-like: low
+  bandwidth, high latency) attached to node 1, distances set;
+* ``small-node``: 2 nodes with a CPU each and a tiny CPU-less third node (64 MiB): BIND's
+  ENOMEM, PREFERRED's spill, INTERLEAVE over a full node.
+
+Acceleration: QEMU's TCG (emulation) by default, as KVM guests hang at boot on this
+project's machines; ``--accel kvm`` tries KVM. Where QEMU, ``vng`` or a Debian kernel is
+missing, the lab says why and exits 0 (``tox -e numa`` then skips; nothing ran).
+
+Usage (from a repository root with aml_core built in place)::
+
+    python -m tests.support.numa_lab --list
+    python -m tests.support.numa_lab                      # every topology, tests/numa
+    python -m tests.support.numa_lab --topology two-node -- pytest tests/numa/test_placement.py -x
+    python -m tests.support.numa_lab --topology tiered -- cat /sys/devices/system/node/node2/distance
+
+On a shared machine, ``--lock /work/coord/qemu.lock`` (or ``flock FILE python -m ...``) runs
+one guest at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import glob
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import attrs
+
+__all__ = [
+    "ENV",
+    "SKIP_REASON",
+    "TOPOLOGIES",
+    "HmatLink",
+    "LabNode",
+    "LabTopology",
+    "current",
+    "find_kernel",
+    "guest_script",
+    "main",
+    "missing",
+    "vng_command",
+]
+
+#: The environment variable naming the topology a guest runs (unset outside the lab).
+ENV = "AML_NUMA_LAB"
+#: Why a lab test skips outside the lab.
+SKIP_REASON = "runs in the NUMA lab (tox -e numa)"
+#: The repository's root (the guest's working directory).
+ROOT = Path(__file__).resolve().parents[2]
+#: Host environment variables passed into the guest (by prefix or name).
+PASSED_PREFIXES = ("AML_", "OMPI_", "PYTHON", "HYPOTHESIS", "PYTEST")
+#: The guest's PATH after this Python's bin.
+GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+@attrs.frozen
+class LabNode:
+    """One NUMA node of an emulated machine: its memory (MiB), its CPUs (none: a CPU-less
+    memory node) and, for a CPU-less node under HMAT, its initiator (the node whose CPUs
+    it is attached to)."""
+
+    node: int
+    memory_mib: int
+    cpus: tuple[int, ...] = ()
+    initiator: int | None = None
+
+    @property
+    def has_cpu(self) -> bool:
+        return bool(self.cpus)
+
+
+@attrs.frozen
+class HmatLink:
+    """The HMAT access attributes QEMU is given from an initiator node to a target node:
+    latency in nanoseconds, bandwidth in MB/s (Linux shows the best initiator's under
+    ``/sys/devices/system/node/node<target>/access0/initiators/``)."""
+
+    initiator: int
+    target: int
+    latency_ns: int
+    bandwidth_mbps: int
+
+
+@attrs.frozen
+class LabTopology:
+    """An emulated machine: its nodes, the distances between them (``{(a, b): d}`` for
+    a < b; 10 on the diagonal), and the HMAT links (empty: no HMAT)."""
+
+    name: str
+    description: str
+    nodes: tuple[LabNode, ...]
+    distances: dict[tuple[int, int], int] = attrs.field(factory=dict)
+    hmat: tuple[HmatLink, ...] = ()
+
+    @property
+    def node_ids(self) -> tuple[int, ...]:
+        return tuple(n.node for n in self.nodes)
+
+    @property
+    def cpu_nodes(self) -> tuple[int, ...]:
+        """The nodes with CPUs."""
+        return tuple(n.node for n in self.nodes if n.cpus)
+
+    @property
+    def cpuless_nodes(self) -> tuple[int, ...]:
+        """The CPU-less (memory-only) nodes."""
+        return tuple(n.node for n in self.nodes if not n.cpus)
+
+    @property
+    def cpus(self) -> int:
+        return sum(len(n.cpus) for n in self.nodes)
+
+    @property
+    def memory_mib(self) -> int:
+        return sum(n.memory_mib for n in self.nodes)
+
+    def node(self, node: int) -> LabNode:
+        for n in self.nodes:
+            if n.node == node:
+                return n
+        raise KeyError(node)
+
+    def distance(self, a: int, b: int) -> int:
+        """The distance between two nodes, as ``/sys/devices/system/node/node<a>/distance``
+        shows it (10 to itself; 20 where none was set, QEMU's default for remote nodes)."""
+        if a == b:
+            return 10
+        return self.distances.get((min(a, b), max(a, b)), 20)
+
+    def link(self, initiator: int, target: int) -> HmatLink | None:
+        for link in self.hmat:
+            if (link.initiator, link.target) == (initiator, target):
+                return link
+        return None
+
+    def qemu_args(self) -> list[str]:
+        """QEMU's memory backends, nodes, distances and HMAT (``-machine hmat=on``)."""
+        args: list[str] = []
+        for n in self.nodes:
+            args += ["-object", f"memory-backend-ram,id=lab-m{n.node},size={n.memory_mib}M"]
+            spec = f"node,nodeid={n.node},memdev=lab-m{n.node}"
+            if n.cpus:
+                spec += f",cpus={n.cpus[0]}" + (f"-{n.cpus[-1]}" if len(n.cpus) > 1 else "")
+            if self.hmat:
+                spec += f",initiator={n.node if n.cpus else n.initiator}"
+            args += ["-numa", spec]
+        for (a, b), d in sorted(self.distances.items()):
+            args += ["-numa", f"dist,src={a},dst={b},val={d}"]
+        if self.hmat:
+            args = ["-machine", "hmat=on", *args]
+            for link in self.hmat:
+                base = f"hmat-lb,initiator={link.initiator},target={link.target},hierarchy=memory"
+                args += ["-numa", f"{base},data-type=access-latency,latency={link.latency_ns}"]
+                args += ["-numa", f"{base},data-type=access-bandwidth,bandwidth={link.bandwidth_mbps}M"]
+        return args
+
+
+def _links(table: dict[tuple[int, int], tuple[int, int]]) -> tuple[HmatLink, ...]:
+    return tuple(HmatLink(i, t, lat, bw) for (i, t), (lat, bw) in sorted(table.items()))
+
+
+#: The lab's machines, by name.
+TOPOLOGIES: dict[str, LabTopology] = {
+    t.name: t
+    for t in (
+        LabTopology(
+            name="two-node",
+            description="2 nodes with a CPU each (512 MiB each), distance 21",
+            nodes=(LabNode(0, 512, (0,)), LabNode(1, 512, (1,))),
+            distances={(0, 1): 21},
+        ),
+        LabTopology(
+            name="tiered",
+            description=(
+                "4 nodes with HMAT: 0 and 1 with a CPU each (512 MiB), 2 a CPU-less fast node "
+                "(HBM-like, 256 MiB, attached to node 0), 3 a CPU-less far node (CXL-like, "
+                "256 MiB, attached to node 1)"
+            ),
+            nodes=(
+                LabNode(0, 512, (0,)),
+                LabNode(1, 512, (1,)),
+                LabNode(2, 256, initiator=0),
+                LabNode(3, 256, initiator=1),
+            ),
+            distances={(0, 1): 21, (0, 2): 14, (1, 2): 24, (0, 3): 28, (1, 3): 17, (2, 3): 30},
+            # (initiator, target): (latency ns, bandwidth MB/s)
+            hmat=_links(
+                {
+                    (0, 0): (10, 20480),
+                    (0, 1): (20, 10240),
+                    (0, 2): (8, 51200),
+                    (0, 3): (100, 4096),
+                    (1, 0): (20, 10240),
+                    (1, 1): (10, 20480),
+                    (1, 2): (16, 25600),
+                    (1, 3): (80, 5120),
+                }
+            ),
+        ),
+        LabTopology(
+            name="small-node",
+            description=(
+                "2 nodes with a CPU each (512 MiB each, distance 21) and a tiny CPU-less node 2 "
+                "(64 MiB, distances 17 and 28): too small for the tests' buffers"
+            ),
+            nodes=(LabNode(0, 512, (0,)), LabNode(1, 512, (1,)), LabNode(2, 64)),
+            distances={(0, 1): 21, (0, 2): 17, (1, 2): 28},
+        ),
+    )
+}
+
+
+def current() -> LabTopology | None:
+    """The topology this process runs in (``AML_NUMA_LAB``), None outside the lab.
+    An unknown name is an error (a misspelt topology must not pass as "outside the lab")."""
+    name = os.environ.get(ENV)
+    if not name:
+        return None
+    try:
+        return TOPOLOGIES[name]
+    except KeyError:
+        raise ValueError(f"{ENV}={name!r} names no lab topology; known: {', '.join(TOPOLOGIES)}") from None
+
+
+# -- the host side: booting a guest ---------------------------------------------------------
+
+
+def find_kernel() -> Path | None:
+    """Debian's kernel in /boot (``vmlinuz-*-amd64``, the newest), or None. Its modules
+    (9p, virtio) must be in /lib/modules, as linux-image-amd64 puts them."""
+    found = []
+    for path in glob.glob("/boot/vmlinuz-*-amd64"):
+        release = Path(path).name.removeprefix("vmlinuz-")
+        if Path("/lib/modules", release).is_dir():
+            found.append(path)
+
+    def version(path: str) -> list[int]:
+        return [int(x) for x in re.findall(r"\d+", Path(path).name)]
+
+    return Path(max(found, key=version)) if found else None
+
+
+def _vng() -> str | None:
+    beside = Path(sys.executable).parent / "vng"
+    return str(beside) if beside.exists() else shutil.which("vng")
+
+
+def missing() -> str | None:
+    """Why no guest can boot here (None: one can)."""
+    if not sys.platform.startswith("linux"):
+        return f"the NUMA lab needs Linux, not {sys.platform}"
+    if shutil.which("qemu-system-x86_64") is None:
+        return "qemu-system-x86_64 is not installed (Debian: apt-get install qemu-system-x86)"
+    if _vng() is None:
+        return "vng is not installed (pip install virtme-ng)"
+    if shutil.which("busybox") is None:
+        return "busybox is not installed (Debian: apt-get install busybox-static)"
+    kernel = find_kernel()
+    if kernel is None:
+        return "no Debian kernel in /boot with its modules (Debian: apt-get install linux-image-amd64)"
+    if not os.access(kernel, os.R_OK):
+        return f"{kernel} is not readable by this user (run as root)"
+    return None
+
+
+def guest_script(topology: LabTopology, command: Sequence[str], cwd: Path) -> str:
+    """The shell script the guest runs: this process's AML_/OMPI_/PYTHON*/HYPOTHESIS*
+    variables, PATH with this Python's bin first, ``AML_NUMA_LAB``, then the command in
+    ``cwd``."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
+    env.pop("PYTHONHOME", None)
+    env[ENV] = topology.name
+    env["PATH"] = f"{Path(sys.executable).parent}:{GUEST_PATH}"
+    lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines.append(f"cd {shlex.quote(str(cwd))}")
+    lines.append(shlex.join(command))
+    return "; ".join(lines)
+
+
+def _mapped_dirs(cwd: Path) -> list[Path]:
+    """The directories mapped read-write into the guest: the working directory and this
+    Python's environment (a tox venv may live outside it), each unless it is under another,
+    so that a clone under /tmp (which the guest mounts afresh) is the host's."""
+    dirs: list[Path] = []
+    for path in sorted({cwd.resolve(), Path(sys.prefix).resolve()}, key=lambda p: len(p.parts)):
+        if path != Path("/") and not any(path.is_relative_to(d) for d in dirs):
+            dirs.append(path)
+    return dirs
+
+
+def vng_command(
+    topology: LabTopology, command: Sequence[str], *, accel: str = "tcg", cwd: Path | None = None
+) -> list[str]:
+    """The ``vng`` command line that boots ``topology`` and runs ``command`` in it."""
+    kernel = find_kernel()
+    vng = _vng()
+    if kernel is None or vng is None:
+        raise RuntimeError(missing() or "no kernel or vng")
+    where = (cwd or Path.cwd()).resolve()
+    args = [vng, "--run", str(kernel), "--cpus", str(topology.cpus), "--memory", f"{topology.memory_mib}M"]
+    args += ["--disable-microvm", "--disable-monitor", "--cwd", str(where)]
+    if accel == "tcg":
+        args.append("--disable-kvm")
+    for path in _mapped_dirs(where):
+        args.append(f"--rwdir={path}={path}")
+    # "=": the values start with "-" and would read as options
+    args.append(f"--qemu-opts={shlex.join(topology.qemu_args())}")
+    args.append(f"--exec={guest_script(topology, command, where)}")
+    return args
+
+
+def boot(
+    topology: LabTopology,
+    command: Sequence[str],
+    *,
+    accel: str = "tcg",
+    timeout: float = 900,
+    log: Path | None = None,
+) -> int:
+    """Boot ``topology``, run ``command`` in it and return its exit status (124 when it
+    ran past ``timeout`` seconds). Output goes to this process's stdout, and to ``log``."""
+    argv = vng_command(topology, command, accel=accel)
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+    print(f"numa-lab: booting {topology.name} ({topology.description}; {accel})", flush=True)
+    start = time.monotonic()
+    out = open(log, "w") if log is not None else None  # noqa: SIM115 - closed below
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+        assert proc.stdout is not None
+        deadline = start + timeout
+        for raw in proc.stdout:
+            line = raw.decode(errors="replace")
+            sys.stdout.write(line)
+            if out is not None:
+                out.write(line)
+            if time.monotonic() > deadline:
+                proc.kill()
+                break
+        try:
+            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            rc = 124
+        if time.monotonic() > deadline:
+            rc = 124
+    finally:
+        if out is not None:
+            out.close()
+    print(f"numa-lab: {topology.name}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
+    return rc
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m tests.support.numa_lab",
+        description=(
+            "Boot emulated NUMA machines (virtme-ng + QEMU over this root filesystem, Debian's "
+            "kernel) and run a command inside each, with AML_NUMA_LAB=<topology> set. Without a "
+            "command: python -m pytest -p no:cacheprovider tests/numa. Exits with the first "
+            "failing guest's status; 0 with the reason when no guest can boot here."
+        ),
+        epilog="topologies: "
+        + "; ".join(f"{t.name}: {t.description}" for t in TOPOLOGIES.values())
+        + ". Example: python -m tests.support.numa_lab --topology two-node -- pytest tests/numa -x",
+    )
+    parser.add_argument(
+        "--topology",
+        "-t",
+        action="append",
+        choices=sorted(TOPOLOGIES),
+        help="a topology to boot (repeatable; default: every one)",
+    )
+    parser.add_argument(
+        "--accel",
+        choices=("tcg", "kvm"),
+        default=os.environ.get("AML_NUMA_LAB_ACCEL", "tcg"),
+        help="QEMU acceleration (default tcg, or $AML_NUMA_LAB_ACCEL; KVM guests hang at boot here)",
+    )
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per guest (default 900)")
+    parser.add_argument("--lock", type=Path, help="hold an flock on this file while a guest runs")
+    parser.add_argument("--log-dir", type=Path, help="write each guest's output to <dir>/<topology>.log")
+    parser.add_argument("--list", action="store_true", help="print the topologies and exit")
+    parser.add_argument("--dry-run", action="store_true", help="print the vng command lines and exit")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run in the guest")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.list:
+        for t in TOPOLOGIES.values():
+            print(f"{t.name}: {t.description}")
+            print(f"    qemu: {shlex.join(t.qemu_args())}")
+        return 0
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/numa"]
+    names = args.topology or list(TOPOLOGIES)
+    why = missing()
+    if why is not None:
+        print(f"numa-lab: SKIPPED, no guest can boot here: {why}")
+        return 0
+    if args.dry_run:
+        for name in names:
+            print(shlex.join(vng_command(TOPOLOGIES[name], command, accel=args.accel)))
+        return 0
+    if args.log_dir is not None:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, int] = {}
+    for name in names:
+        log = args.log_dir / f"{name}.log" if args.log_dir is not None else None
+        lock = open(args.lock, "a") if args.lock is not None else None  # noqa: SIM115
+        try:
+            if lock is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+            results[name] = boot(TOPOLOGIES[name], command, accel=args.accel, timeout=args.timeout, log=log)
+        finally:
+            if lock is not None:
+                lock.close()
+    summary = ", ".join(f"{n} {'ok' if rc == 0 else f'FAILED ({rc})'}" for n, rc in results.items())
+    print(f"numa-lab: {summary}")
+    return next((rc for rc in results.values() if rc), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
