@@ -289,16 +289,20 @@ def _touch_and_check(area: HostArea, node: int) -> None:
 
 @pytest.mark.usefixtures("fake_machine")
 def test_an_area_by_what_its_memory_is() -> None:
-    with aml_core.area(kind="host", memspace="highest_bandwidth", near=0) as area:
+    with aml_core.area(kind="host", backend="host", memspace="highest_bandwidth", near=0) as area:
         assert isinstance(area, HostArea)
         assert (area.policy, area.nodes) == (Policy.BIND, (0,))  # node 2 is faster, not allowed
         assert area.memspace is not None
         assert area.memspace.basis == "hmat_read_bandwidth"
         _touch_and_check(area, 0)
-    with aml_core.area(kind="host", memspace=Memspace.LOWEST_LATENCY, near=0, policy="preferred") as area:
+    with aml_core.area(
+        kind="host", backend="host", memspace=Memspace.LOWEST_LATENCY, near=0, policy="preferred"
+    ) as area:
         assert (area.policy, area.nodes) == (Policy.PREFERRED, (0,))
         _touch_and_check(area, 0)
-    with aml_core.area(kind="host", memspace="highest_capacity", policy=Policy.INTERLEAVE) as area:
+    with aml_core.area(
+        kind="host", backend="host", memspace="highest_capacity", policy=Policy.INTERLEAVE
+    ) as area:
         assert (area.policy, area.nodes) == (Policy.INTERLEAVE, (0,))
     assert HostArea().memspace is None  # an area given its nodes says nothing of memspaces
 
@@ -307,7 +311,7 @@ def test_an_area_by_what_its_memory_is() -> None:
 def test_a_pool_over_such_an_area() -> None:
     from aml_core.pool import pool
 
-    with aml_core.area(kind="host", memspace="lowest_latency", near=0) as area:
+    with aml_core.area(kind="host", backend="host", memspace="lowest_latency", near=0) as area:
         p = pool(area)
         try:
             block = p.mmap(8192)
@@ -322,19 +326,19 @@ def test_a_pool_over_such_an_area() -> None:
 @pytest.mark.usefixtures("fake_machine")
 def test_bad_memspace_area_requests() -> None:
     with pytest.raises(AMLNotSupported, match="no memspace cpu_less"):  # every CPU-less node is forbidden
-        aml_core.area(kind="host", memspace="cpu_less")
+        aml_core.area(kind="host", backend="host", memspace="cpu_less")
     with pytest.raises(AMLValueError, match="not both"):
         aml_core.area(kind="host", device=0, memspace="highest_bandwidth")
     with pytest.raises(AMLValueError, match="not both"):
         aml_core.area(kind="host", nodes=[0], memspace="highest_bandwidth")
     with pytest.raises(AMLValueError, match="not DEFAULT"):
-        aml_core.area(kind="host", memspace="highest_bandwidth", policy="default")
+        aml_core.area(kind="host", backend="host", memspace="highest_bandwidth", policy="default")
     with pytest.raises(AMLValueError, match="give memspace= too"):
         aml_core.area(kind="host", near=0)
     with pytest.raises(AMLValueError, match="unknown memspace"):
-        aml_core.area(kind="host", memspace="hbm")
+        aml_core.area(kind="host", backend="host", memspace="hbm")
     with pytest.raises(AMLDomainError):
-        aml_core.area(kind="host", memspace="highest_bandwidth", near=9)
+        aml_core.area(kind="host", backend="host", memspace="highest_bandwidth", near=9)
 
 
 # -- aml info -----------------------------------------------------------------------------------
