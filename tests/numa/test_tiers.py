@@ -1,8 +1,9 @@
-"""Memory tiers on the lab's ``tiered`` guest: what aml_core.topology reads from the guest's
-sysfs is what QEMU was given (nodes, CPUs, sizes, distances, the HMAT attributes Linux
-derives from QEMU's table, the kernel's memory tiers), memspaces choose the nodes the lab's
-table says they should, areas made by what their memory is place every page there, and
-``aml info --json`` and the user guide's examples show the same."""
+"""Memory tiers in the NUMA lab. On the ``tiered`` guest: what aml_core.topology reads
+from the guest's sysfs is what QEMU was given (nodes, CPUs, sizes, distances, the HMAT
+attributes Linux derives from QEMU's table, the kernel's memory tiers), memspaces choose
+the nodes the lab's table says they should, areas made by what their memory is place
+every page there, and ``aml info --json`` and the user guide's examples show the same. On
+the ``two-node`` guest (no HMAT): memspaces rank by distance and say so."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import pytest
 
 import aml_core
 from aml_core import topology
+from aml_core.errors import AMLNotSupported
 from aml_core.host import HostArea, Policy
 from tests.support.numa_lab import LabTopology
 from tests.test_tiers import tiers_guide_examples
 
-pytestmark = pytest.mark.numa_lab("tiered")
+tiered = pytest.mark.numa_lab("tiered")
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -77,6 +79,7 @@ def _place(area: HostArea, size: int = 4 << 20) -> dict[int, int]:
         buf.free()
 
 
+@tiered
 def test_the_nodes_are_what_qemu_was_given(lab_topology: LabTopology) -> None:
     topo = topology.memory_topology()
     assert [n.node for n in topo.nodes] == list(lab_topology.node_ids)
@@ -89,6 +92,7 @@ def test_the_nodes_are_what_qemu_was_given(lab_topology: LabTopology) -> None:
     assert [n.node for n in topo.nodes if not n.has_cpu] == list(lab_topology.cpuless_nodes)
 
 
+@tiered
 def test_the_hmat_attributes_are_the_labs_table(lab_topology: LabTopology) -> None:
     topo = topology.memory_topology()
     assert topo.hmat
@@ -112,6 +116,7 @@ def test_the_hmat_attributes_are_the_labs_table(lab_topology: LabTopology) -> No
             )
 
 
+@tiered
 def test_the_memory_tiers_hold_every_node(lab_topology: LabTopology) -> None:
     tiers = topology.memory_tiers()
     assert tiers is not None, "Linux 6.1 lists /sys/devices/virtual/memory_tiering"
@@ -127,6 +132,7 @@ def test_the_memory_tiers_hold_every_node(lab_topology: LabTopology) -> None:
     }
 
 
+@tiered
 @pytest.mark.parametrize("kind", ["highest_bandwidth", "lowest_latency"])
 def test_memspaces_follow_the_hmat_table(lab_topology: LabTopology, kind: str) -> None:
     for near in lab_topology.cpu_nodes:
@@ -141,6 +147,7 @@ def test_memspaces_follow_the_hmat_table(lab_topology: LabTopology, kind: str) -
     assert "ranked by NUMA distance" in got.note
 
 
+@tiered
 def test_capacity_and_cpu_less_memspaces(lab_topology: LabTopology) -> None:
     sizes = {n.node: n.memory or 0 for n in topology.numa_nodes()}
     got = topology.memspace("highest_capacity", 0)
@@ -154,6 +161,7 @@ def test_capacity_and_cpu_less_memspaces(lab_topology: LabTopology) -> None:
     )
 
 
+@tiered
 def test_the_calling_threads_node(lab_topology: LabTopology) -> None:
     for node in lab_topology.cpu_nodes:
         with _on_cpus(set(lab_topology.node(node).cpus)):
@@ -163,6 +171,7 @@ def test_the_calling_threads_node(lab_topology: LabTopology) -> None:
             assert got.nodes == _expected(lab_topology, "highest_bandwidth", node)
 
 
+@tiered
 def test_areas_by_what_their_memory_is_place_every_page_there(lab_topology: LabTopology) -> None:
     fast = _expected(lab_topology, "highest_bandwidth", 0)
     with aml_core.area(kind="host", backend="host", memspace="highest_bandwidth", near=0) as area:
@@ -188,6 +197,7 @@ def test_areas_by_what_their_memory_is_place_every_page_there(lab_topology: LabT
         assert _place(area) == {want: (4 << 20) // PAGE}
 
 
+@tiered
 def test_a_pool_over_the_fast_memory(lab_topology: LabTopology) -> None:
     from aml_core.pool import pool
 
@@ -206,6 +216,7 @@ def test_a_pool_over_the_fast_memory(lab_topology: LabTopology) -> None:
             p.close()
 
 
+@tiered
 def test_aml_info_json_shows_the_tiers(lab_topology: LabTopology) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "aml_core", "info", "--json"],
@@ -232,6 +243,7 @@ def test_aml_info_json_shows_the_tiers(lab_topology: LabTopology) -> None:
     print(text.stdout)  # the lab log keeps what the guest showed
 
 
+@tiered
 def test_the_guides_examples(capsys: pytest.CaptureFixture[str], lab_topology: LabTopology) -> None:
     for block in tiers_guide_examples():
         exec(compile(block, "docs/numa.md", "exec"), {})
@@ -240,3 +252,31 @@ def test_the_guides_examples(capsys: pytest.CaptureFixture[str], lab_topology: L
     assert f"{fast} hmat_read_bandwidth" in out
     assert str(lab_topology.cpuless_nodes) in out
     print(out)
+
+
+@pytest.mark.numa_lab("two-node")
+def test_without_hmat_memspaces_rank_by_distance(lab_topology: LabTopology) -> None:
+    topo = topology.memory_topology()
+    assert not topo.hmat
+    assert all(n.access == () and n.has_cpu for n in topo.nodes)
+    for near in lab_topology.cpu_nodes:
+        for kind in ("highest_bandwidth", "lowest_latency"):
+            got = topology.memspace(kind, near)
+            assert got.by_distance
+            assert got.nodes == (near,)
+            assert got.ranking == tuple(
+                sorted(
+                    ((n, lab_topology.distance(near, n)) for n in lab_topology.node_ids),
+                    key=lambda x: (x[1], x[0]),
+                )
+            )
+            assert "ranked by NUMA distance" in got.note
+        cpus = set(lab_topology.node(near).cpus)
+        with _on_cpus(cpus), aml_core.area(kind="host", backend="host", memspace="lowest_latency") as area:
+            assert area.memspace is not None
+            assert area.memspace.by_distance
+            assert _place(area) == {near: (4 << 20) // PAGE}
+    with pytest.raises(AMLNotSupported, match="every NUMA node with memory here has CPUs"):
+        topology.memspace("cpu_less", 0)
+    with pytest.raises(AMLNotSupported):
+        aml_core.area(kind="host", backend="host", memspace="cpu_less")
