@@ -393,6 +393,7 @@ class MemoryTopology:
         return any(n.access for n in self.nodes)
 
     def node(self, number: int) -> NumaNode | None:
+        """Node ``number``, None when sysfs does not list it."""
         return next((n for n in self.nodes if n.node == number), None)
 
 
