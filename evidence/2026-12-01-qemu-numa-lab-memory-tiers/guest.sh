@@ -5,5 +5,5 @@ cat /sys/devices/system/node/has_cpu
 ls /sys/devices/virtual/memory_tiering/ /sys/devices/virtual/memory_tiering/memory_tier*
 cat /sys/devices/virtual/memory_tiering/memory_tier*/nodelist
 python -m aml_core info
-python -m aml_core info --json > evidence/2026-12-01-qemu-tiered-memory-tiers/aml-info.json
-python -m pytest -p no:cacheprovider tests/numa/test_tiers.py tests/numa/test_lab_machine.py -v -s --junitxml=evidence/2026-12-01-qemu-tiered-memory-tiers/junit.xml
+python -m aml_core info --json > evidence/2026-12-01-qemu-numa-lab-memory-tiers/aml-info.json
+python -m pytest -p no:cacheprovider tests/numa/test_tiers.py tests/numa/test_lab_machine.py -v -s --junitxml=evidence/2026-12-01-qemu-numa-lab-memory-tiers/junit.xml
