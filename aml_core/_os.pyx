@@ -237,6 +237,77 @@ def page_nodes(unsigned long long address, unsigned long long length, /):
         PyMem_RawFree(status)
 
 
+def move_pages(unsigned long long address, unsigned long long length, nodes, int flags, /):
+    """move_pages(address, length, nodes, flags) -> (rc, {status: pages}): move each page of
+    a page-aligned range to a node of ``nodes``, page i to ``nodes[i % len(nodes)]`` (one
+    move_pages(2) call); rc is the call's result (the number of pages it could not move,
+    0 when all were), the dict counts the per-page status: a node number for a page now
+    there, -errno for one not moved (-ENOENT: no page yet)"""
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+    if address % page != 0 or length == 0:
+        raise_errno(EINVAL, "move_pages")
+    cdef size_t count = (<size_t>length + page - 1) // page
+    if count > (1u << 24):
+        raise_errno(E2BIG, "move_pages")
+    cdef list targets = list(nodes)
+    cdef size_t ntargets = len(targets)
+    if ntargets == 0 or ntargets > MAX_NODES:
+        raise_errno(EINVAL, "move_pages")
+    cdef int target[MAX_NODES]
+    cdef size_t i, j
+    cdef long node
+    for i in range(ntargets):
+        node = targets[i]
+        if node < 0 or node >= MAX_NODES:
+            raise ValueError(f"NUMA node {node} is outside 0..{MAX_NODES - 1}")
+        target[i] = <int>node
+    cdef void **pages = <void **>PyMem_RawMalloc(count * sizeof(void *))
+    cdef int *dest = <int *>PyMem_RawMalloc(count * sizeof(int))
+    cdef int *status = <int *>PyMem_RawMalloc(count * sizeof(int))
+    # per-page results: nodes 0..MAX_NODES-1, then -1..-4095 (errno values)
+    cdef size_t *counts = <size_t *>PyMem_RawMalloc((MAX_NODES + 4096) * sizeof(size_t))
+    cdef long rc
+    cdef int err = 0
+    cdef int st
+    try:
+        if pages == NULL or dest == NULL or status == NULL or counts == NULL:
+            raise MemoryError()
+        memset(counts, 0, (MAX_NODES + 4096) * sizeof(size_t))
+        with nogil:
+            j = 0
+            for i in range(count):
+                pages[i] = <void *><uintptr_t>(address + i * page)
+                dest[i] = target[j]
+                status[i] = -ENOENT
+                j += 1
+                if j == ntargets:
+                    j = 0
+            rc = syscall(SYS_move_pages, 0, <unsigned long>count, pages, dest, status, flags)
+            if rc < 0:
+                err = errno
+            else:
+                for i in range(count):
+                    st = status[i]
+                    if 0 <= st < MAX_NODES:
+                        counts[st] += 1
+                    elif -4096 < st < 0:
+                        counts[MAX_NODES - 1 - st] += 1
+                    else:
+                        counts[MAX_NODES + 4095] += 1
+        if rc < 0:
+            raise_errno(err, "move_pages")
+        out = {}
+        for i in range(MAX_NODES + 4096):
+            if counts[i]:
+                out[<long>i if i < MAX_NODES else MAX_NODES - 1 - <long>i] = counts[i]
+        return rc, out
+    finally:
+        PyMem_RawFree(pages)
+        PyMem_RawFree(dest)
+        PyMem_RawFree(status)
+        PyMem_RawFree(counts)
+
+
 def touch(unsigned long long address, unsigned long long length, unsigned long long stride, int byte, /):
     """touch(address, length, stride, byte): write ``byte`` every ``stride`` bytes
     (first-touch pages for placement checks and benchmarks)"""

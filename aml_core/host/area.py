@@ -6,7 +6,16 @@ anonymous private (or shared) mapping, or a file mapping when ``options.fd`` is 
 with ``ipc=True`` a shared mapping of a memfd of its own that ``ipc_export`` shares with
 other processes (:mod:`aml_core.host.ipc`), bound to the node set with ``mbind`` when a
 policy other than DEFAULT is set; anonymous mappings of 4 MiB and more are advised
-``MADV_HUGEPAGE`` unless ``transparent_huge_pages=False`` (NumPy's rule for its arrays).
+``MADV_HUGEPAGE`` unless ``transparent_huge_pages=False`` (NumPy's rule for its arrays),
+except in an interleaving area, whose mappings of 2 MiB and more are advised (also with
+``transparent_huge_pages=False``)
+``MADV_NOHUGEPAGE`` so that they interleave page by page (docs/numa.md, "Placement").
+A fresh mapping is bound without MPOL_MF_MOVE (it has no pages to move); one made with
+MAP_POPULATE or MAP_LOCKED, whose pages exist before the mbind, is bound with
+MPOL_MF_MOVE (AML's flag), and under BIND with MPOL_MF_STRICT too, so that a page that
+cannot be placed on the set is ENOMEM rather than a spill.
+``area.move(buf, nodes)`` moves a live buffer's pages (:class:`~aml_core.host.numa.MoveReport`)
+and ``area.rebind(policy, nodes)`` changes the policy of the area's future buffers.
 Buffers are host memory: they speak
 the buffer protocol and DLPack (``kDLCPU``), so ``memoryview(buf)``,
 ``numpy.frombuffer(buf, ...)`` and ``numpy.from_dlpack(buf)`` see the same bytes.
@@ -42,7 +51,7 @@ from ..specs import Capability, Kind, format_size
 from ..topology import MemspaceNodes
 from . import ipc as _ipc
 from . import numa
-from .numa import Policy
+from .numa import MoveReport, Policy
 
 __all__ = ["HostArea", "HostMmapOptions"]
 
@@ -50,6 +59,13 @@ PAGE_SIZE: int = _os.PAGE_SIZE
 MAP_HUGETLB = getattr(_mmap, "MAP_HUGETLB", 0x40000)
 MAP_HUGE_SHIFT = 26
 MADV_HUGEPAGE = getattr(_mmap, "MADV_HUGEPAGE", 14)
+MADV_NOHUGEPAGE = getattr(_mmap, "MADV_NOHUGEPAGE", 15)
+#: An interleaving area's "auto" advises its anonymous mappings of at least this many
+#: bytes (the smallest that can hold a transparent huge page) MADV_NOHUGEPAGE: a huge
+#: page is one allocation, so a THP-backed buffer interleaves 2 MiB at a time (a 64 MiB
+#: buffer on nodes 0-1 gave 7,936 and 8,448 pages: issue 29), not page by page.
+THP_INTERLEAVE_MIN = 2 << 20
+_INTERLEAVING = (Policy.INTERLEAVE, Policy.WEIGHTED_INTERLEAVE)
 #: ``transparent_huge_pages="auto"`` (the default) advises anonymous mappings of at least
 #: this many bytes, NumPy's rule for its arrays (numpy/_core/src/multiarray/alloc.c: 4 MiB;
 #: checked: a 4 MiB array's pages are advised, one page less is not). Without it, a 64 MiB
@@ -62,6 +78,8 @@ _EXTRA_FLAGS = {
     "MAP_LOCKED": 0x2000,
 }
 _NORESERVE = _EXTRA_FLAGS["MAP_NORESERVE"]
+#: Flags whose mapping has its pages before the mbind (so the mbind must move them).
+_HAS_PAGES = _EXTRA_FLAGS["MAP_POPULATE"] | _EXTRA_FLAGS["MAP_LOCKED"]
 _EXTRA_MASK = 0
 for _bit in _EXTRA_FLAGS.values():
     _EXTRA_MASK |= _bit
@@ -170,6 +188,40 @@ def _default_huge_page_size() -> int:
     return 2 << 20
 
 
+def _placement(
+    policy: Policy | str | int, nodes: Iterable[int] | int | None
+) -> tuple[Policy, tuple[int, ...]]:
+    """A checked (policy, nodes) pair: the rules of HostArea() and HostArea.rebind."""
+    pol = Policy.parse(policy)
+    node_set = numa.as_nodes(nodes)
+    if pol is Policy.DEFAULT and node_set:
+        raise AMLValueError("the DEFAULT policy takes no nodes; use BIND, PREFERRED or INTERLEAVE")
+    if pol in (Policy.BIND, Policy.INTERLEAVE, Policy.WEIGHTED_INTERLEAVE) and not node_set:
+        raise AMLValueError(f"the {pol.name} policy needs at least one node")
+    if pol is Policy.PREFERRED and len(node_set) > 1:
+        raise AMLValueError("the PREFERRED policy takes a single node")
+    numa.check_supported(pol)
+    return pol, node_set
+
+
+@attrs.frozen
+class _Placement:
+    """An area's placement, replaced as one object by rebind (a mapping made while
+    another thread rebinds sees the old placement or the new one, never half of each)."""
+
+    policy: Policy
+    nodes: tuple[int, ...]
+    #: mmap flags of the fast path (default options, no huge pages, thp not True, not
+    #: ipc), 0 when it does not apply.
+    fast_flags: int
+    #: the advice of an anonymous mapping: (MADV_*, from this many bytes) or None.
+    #: "auto": MADV_HUGEPAGE from 4 MiB; in an interleaving area "auto" and False:
+    #: MADV_NOHUGEPAGE from 2 MiB; none with explicit huge pages or in an ipc area.
+    advice: tuple[int, int] | None
+    #: the fast path's mbind: (mode, nodes) or None for DEFAULT.
+    fast_bind: tuple[int, list[int]] | None
+
+
 class HostArea(Area):
     """Host memory from the Linux kernel, placed by a NUMA policy."""
 
@@ -236,20 +288,17 @@ class HostArea(Area):
         default): advise the anonymous mappings of at least :data:`THP_AUTO_MIN` bytes
         (4 MiB), as NumPy does its arrays, but not MAP_NORESERVE ones (sparse: a touched
         byte would commit a huge page), and ignore a refusal (it is advice); False:
-        never advise (AML's plain mmap); ``alignment``: a power of two the
+        never advise (AML's plain mmap). In an interleaving area (INTERLEAVE,
+        WEIGHTED_INTERLEAVE) "auto" and False advise ``MADV_NOHUGEPAGE`` from 2 MiB, so
+        that pages interleave one by one even where the kernel's THP mode is "always",
+        and True aligns mappings to 2 MiB, so that whole huge pages interleave
+        (docs/numa.md, "Placement"); ``alignment``: a power of two the
         mappings' addresses are aligned to (0: the page size). Wrong values raise
         :class:`~aml_core.errors.AMLValueError`/:class:`~aml_core.errors.AMLTypeError`,
         nodes this process may not use :class:`~aml_core.errors.AMLDomainError`.
         Per-mapping options (a file to map...) go to ``mmap`` (:class:`HostMmapOptions`).
         """
-        pol = Policy.parse(policy)
-        node_set = numa.as_nodes(nodes)
-        if pol is Policy.DEFAULT and node_set:
-            raise AMLValueError("the DEFAULT policy takes no nodes; use BIND, PREFERRED or INTERLEAVE")
-        if pol in (Policy.BIND, Policy.INTERLEAVE) and not node_set:
-            raise AMLValueError(f"the {pol.name} policy needs at least one node")
-        if pol is Policy.PREFERRED and len(node_set) > 1:
-            raise AMLValueError("the PREFERRED policy takes a single node")
+        pol, node_set = _placement(policy, nodes)
         for name, value in (("shared", shared), ("ipc", ipc)):
             if not isinstance(value, bool):
                 raise AMLTypeError(f"{name} must be a bool, not {type(value).__name__}")
@@ -258,24 +307,91 @@ class HostArea(Area):
             raise AMLTypeError(f"transparent_huge_pages must be a bool or 'auto', not {type(thp).__name__}")
         if isinstance(thp, str) and thp != "auto":
             raise AMLValueError(f"transparent_huge_pages must be True, False or 'auto', not {thp!r}")
-        self.policy = pol
-        self.nodes = node_set
         self.shared = shared or ipc
         self.ipc = ipc
         self.huge_page_size = _huge_page_size(huge_pages)
         self.transparent_huge_pages = transparent_huge_pages
         self.alignment = _alignment(alignment)
-        # mmap flags of the common case (default options, no policy, no huge pages):
-        # it skips the per-call option handling.
-        plain = pol is Policy.DEFAULT and not self.huge_page_size and thp is not True and not ipc
-        # "auto" advises large anonymous mappings; not with explicit huge pages or a memfd.
-        self._thp_auto = thp == "auto" and not self.huge_page_size and not ipc
-        self._fast_flags = (
-            (_mmap.MAP_SHARED if shared else _mmap.MAP_PRIVATE) | _mmap.MAP_ANONYMOUS if plain else 0
-        )
-        device = node_set[0] if len(node_set) == 1 else None
+        self._placed = self._make_placement(pol, node_set)
         caps = CAPABILITIES | Capability.IPC if ipc else CAPABILITIES
-        super().__init__(backend="host", kind=Kind.HOST, device=device, capabilities=caps)
+        super().__init__(backend="host", kind=Kind.HOST, device=self._device(node_set), capabilities=caps)
+
+    @staticmethod
+    def _device(nodes: tuple[int, ...]) -> int | None:
+        return nodes[0] if len(nodes) == 1 else None
+
+    def _make_placement(self, pol: Policy, node_set: tuple[int, ...]) -> _Placement:
+        thp = self.transparent_huge_pages
+        # mmap flags of the common case (default options, no huge pages, a policy or
+        # none): it skips the per-call option handling; a policy is one mbind, without
+        # MPOL_MF_MOVE (a fresh mapping has no pages to move).
+        plain = not self.huge_page_size and thp is not True and not self.ipc
+        flags = (_mmap.MAP_SHARED if self.shared else _mmap.MAP_PRIVATE) | _mmap.MAP_ANONYMOUS
+        return _Placement(
+            policy=pol,
+            nodes=node_set,
+            fast_flags=flags if plain else 0,
+            # "auto" advises large anonymous mappings; not with explicit huge pages or a memfd.
+            advice=self._advice(pol),
+            fast_bind=None if pol is Policy.DEFAULT else (int(pol), list(node_set)),
+        )
+
+    def _advice(self, pol: Policy) -> tuple[int, int] | None:
+        thp = self.transparent_huge_pages
+        if self.huge_page_size or self.ipc or thp is True:
+            return None
+        if pol in _INTERLEAVING:
+            # A huge page is one allocation: a THP-backed buffer interleaves 2 MiB at a
+            # time, so "off" (and "auto") must say so where the kernel's mode is "always".
+            return (MADV_NOHUGEPAGE, THP_INTERLEAVE_MIN)
+        return (MADV_HUGEPAGE, THP_AUTO_MIN) if thp == "auto" else None
+
+    @property
+    def policy(self) -> Policy:
+        """The NUMA policy of the area's future mappings (:meth:`rebind` changes it)."""
+        return self._placed.policy
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        """The nodes that policy names (``()`` for DEFAULT)."""
+        return self._placed.nodes
+
+    def rebind(self, policy: Policy | str | int, nodes: Iterable[int] | int | None = None) -> None:
+        """Change the NUMA policy of the area's future mappings: buffers mapped after the
+        call follow ``policy`` over ``nodes`` (the rules of ``HostArea(policy, nodes)``:
+        EDOM for nodes outside the allowed set, EINVAL for a policy/node count that does
+        not fit, AMLNotSupported for a policy this kernel lacks; checked before anything
+        changes). Live buffers keep their pages and policy: :meth:`move` moves pages. A
+        pool over the area keeps the slabs it holds (they were mapped before); its new
+        slabs follow the new policy. ``device`` becomes the node of a one-node policy."""
+        pol, node_set = _placement(policy, nodes)
+        with self._lock:
+            self._check_open()
+            self._placed = self._make_placement(pol, node_set)
+            self.device = self._device(node_set)
+
+    def move(self, buffer: Buffer, nodes: Iterable[int] | int) -> MoveReport:
+        """Move the pages a live buffer of this area has now to ``nodes`` (move_pages(2)):
+        all to the node for one node; page i to ``nodes[i % len(nodes)]`` for several.
+        The buffer's address and bytes do not change, so NumPy arrays, memoryviews and
+        DLPack consumers over it stay valid while its pages move. Pages not yet touched
+        have nothing to move (``MoveReport.untouched``): they are placed by the buffer's
+        policy when first touched. Pages mapped by another process too (an exported ipc
+        buffer) are not moved (``EACCES`` in ``MoveReport.errors``). Returns the
+        :class:`~aml_core.host.numa.MoveReport` of the move.
+
+        Errors, before the call: :class:`~aml_core.errors.AMLValueError` for a buffer that
+        is freed or another area's, or an empty node set;
+        :class:`~aml_core.errors.AMLDomainError` for nodes outside the allowed set;
+        :class:`~aml_core.errors.AMLTypeError` for something not a Buffer."""
+        if not isinstance(buffer, Buffer):
+            raise AMLTypeError(f"move takes a Buffer of this area, not {type(buffer).__name__}")
+        targets = numa.as_nodes(nodes)
+        if not targets:
+            raise AMLValueError("move needs at least one target node")
+        with self._lock:
+            self._lookup(buffer, None)
+            return numa.move_pages(buffer.ptr, _mapped_length(buffer), targets)
 
     def _coerce_options(self, options: Any) -> Any:
         if options is None:
@@ -283,13 +399,22 @@ class HostArea(Area):
         return super()._coerce_options(options)
 
     def _allocate(self, size: int, options: HostMmapOptions) -> Buffer:
-        if options is _DEFAULT_OPTIONS and self._fast_flags:
+        placed = self._placed
+        if options is _DEFAULT_OPTIONS and placed.fast_flags:
             try:
-                ptr = _os.mmap(size, _PROT_RW, self._fast_flags, -1, 0, self.alignment)
+                ptr = _os.mmap(size, _PROT_RW, placed.fast_flags, -1, 0, self.alignment)
             except OSError as exc:
                 raise numa.os_error(exc) from None
-            if size >= THP_AUTO_MIN and self._thp_auto:
-                _advise_huge_pages(ptr, size)
+            if placed.fast_bind is not None:
+                try:
+                    _os.mbind(ptr, size, placed.fast_bind[0], placed.fast_bind[1], 0)
+                except OSError as exc:
+                    _os.munmap(ptr, size)
+                    raise numa.os_error(
+                        exc, f"mbind({placed.policy.name}, nodes={list(placed.nodes)}) failed"
+                    ) from None
+            if placed.advice is not None and size >= placed.advice[1]:
+                _advise(ptr, size, placed.advice[0])
             return self._new_buffer(ptr, size, host_accessible=True, dl_device=_CPU, native=size)
         prot = options.prot
         if prot not in (_mmap.PROT_READ, _PROT_RW):
@@ -318,11 +443,18 @@ class HostArea(Area):
         elif not self.ipc:
             flags |= _mmap.MAP_ANONYMOUS
         hp = self.huge_page_size
+        if self.transparent_huge_pages is True and placed.policy in _INTERLEAVING and fd < 0:
+            # Interleaving huge pages: whole ones, so the interleave is even at 2 MiB.
+            align = max(align, THP_INTERLEAVE_MIN)
         if hp:
             length = -(-size // hp) * hp
             align = max(align, hp)
             if not self.ipc:  # a hugetlbfs memfd is mapped as a file
                 flags |= MAP_HUGETLB | ((hp.bit_length() - 1) << MAP_HUGE_SHIFT)
+            if placed.policy is Policy.BIND and not extra & _HAS_PAGES:
+                # (a fault on a set without free huge pages is SIGBUS; a populated
+                # mapping's strict move reports ENOMEM itself)
+                numa.check_huge_pages(placed.nodes, length // hp, hp)
         record = None
         try:
             if self.ipc:
@@ -341,17 +473,21 @@ class HostArea(Area):
                 hint = f"no {hp >> 20} MiB huge pages available (see /proc/sys/vm/nr_hugepages)"
             raise numa.os_error(exc, hint) from None
         try:
-            if self.policy is not Policy.DEFAULT:
-                numa.bind(ptr, length, self.policy, self.nodes)
+            if placed.policy is not Policy.DEFAULT:
+                # A fresh mapping has no pages: no MPOL_MF_MOVE (and no cost for it), unless
+                # MAP_POPULATE or MAP_LOCKED made them before this call (AML's move).
+                numa.bind(ptr, length, placed.policy, placed.nodes, move=bool(extra & _HAS_PAGES))
             if self.transparent_huge_pages is True:
                 try:
                     _os.madvise(ptr, length, MADV_HUGEPAGE)
                 except OSError as exc:
                     raise numa.os_error(exc, "transparent huge pages are not available") from None
-            elif length >= THP_AUTO_MIN and self._thp_auto and fd < 0 and not extra & _NORESERVE:
+            elif (
+                placed.advice is not None and length >= placed.advice[1] and fd < 0 and not extra & _NORESERVE
+            ):
                 # (a MAP_NORESERVE mapping is a sparse reservation: a touched byte would
                 # commit a whole huge page)
-                _advise_huge_pages(ptr, length)
+                _advise(ptr, length, placed.advice[0])
         except BaseException:
             _os.munmap(ptr, length)
             if record is not None:
@@ -461,8 +597,16 @@ class HostArea(Area):
         return f"<aml HostArea {self.policy.name.lower()}{nodes} {self._stats()[2]} live, {nbytes}>"
 
 
-def _advise_huge_pages(ptr: int, length: int) -> None:
-    """``transparent_huge_pages="auto"``'s advice: a kernel without transparent huge pages
-    (EINVAL) keeps the small pages, as NumPy's arrays do there."""
+def _mapped_length(buffer: Buffer) -> int:
+    """The bytes the kernel mapped for a buffer (its huge-page-rounded length)."""
+    record = buffer.native
+    if isinstance(record, _ipc.Memfd):
+        return record.length
+    return native_as(buffer, int)
+
+
+def _advise(ptr: int, length: int, advice: int) -> None:
+    """An area's own advice (``_Placement.advice``): a kernel without transparent huge
+    pages (EINVAL) keeps the small pages, as NumPy's arrays do there."""
     with contextlib.suppress(OSError):
-        _os.madvise(ptr, length, MADV_HUGEPAGE)
+        _os.madvise(ptr, length, advice)
