@@ -39,7 +39,7 @@ import textwrap
 import warnings
 from collections.abc import Iterator, Sequence
 
-from . import __version__, topology
+from . import __version__, codec, topology
 from .errors import AMLError
 from .registry import AMLConfigWarning, default_registry
 from .specs import BackendStatus, Kind, format_size
@@ -79,10 +79,16 @@ def info_data() -> dict[str, object]:
 
 def topology_data() -> dict[str, object]:
     """The node's topology that no backend reports: the NUMA nodes sysfs lists and the
-    distance table between them (``numactl --hardware``'s), row i for ``numa_nodes[i]``."""
+    distance table between them (``numactl --hardware``'s), row i for ``numa_nodes[i]``;
+    and the memory as what it is (each node's CPUs, memory, HMAT access attributes and
+    memory tier, and the tiers: :func:`aml_core.codec.memory_topology_to_json`)."""
     table = topology.numa_distances()
     nodes = sorted(table)
-    return {"numa_nodes": nodes, "numa_distances": [[table[a][b] for b in nodes] for a in nodes]}
+    return {
+        "numa_nodes": nodes,
+        "numa_distances": [[table[a][b] for b in nodes] for a in nodes],
+        **codec.memory_topology_to_json(topology.memory_topology()),
+    }
 
 
 def _display_order(statuses: Sequence[BackendStatus]) -> list[BackendStatus]:
@@ -152,6 +158,89 @@ def _distance_lines(data: dict[str, object]) -> list[str]:
     w = max(4, *(len(str(x)) + 1 for row in rows for x in row), *(len(str(n)) + 1 for n in nodes))
     out = ["NUMA distances:", "  node" + "".join(f"{n:>{w}}" for n in nodes)]
     out += [f"  {n:>4}" + "".join(f"{d:>{w}}" for d in row) for n, row in zip(nodes, rows, strict=True)]
+    return out
+
+
+def _ids(ids: Sequence[object]) -> str:
+    """``[0, 1, 2, 5]`` as ``"0-2,5"`` (the kernel's list form); ``"none"`` when empty."""
+    parts: list[str] = []
+    run: list[int] = []
+    for x in sorted(i for i in ids if isinstance(i, int)):
+        if run and x == run[-1] + 1:
+            run.append(x)
+            continue
+        if run:
+            parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [x]
+    if run:
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(parts) or "none"
+
+
+def _tier_lines(data: dict[str, object]) -> list[str]:
+    """The memory as what it is: a row per NUMA node (CPUs, memory, memory tier, and the
+    HMAT bandwidth and latency from its initiators; a second row for access class 1, the
+    best CPU initiators, when it differs from class 0), then the memory tiers. None for
+    a machine of one node without HMAT (the host backend's device says it all)."""
+    topo = data.get("topology")
+    if not isinstance(topo, dict):
+        return []
+    nodes = [n for n in topo.get("nodes") or [] if isinstance(n, dict)]
+    hmat = bool(topo.get("hmat"))
+    if len(nodes) < 2 and not hmat:
+        return []
+    head: tuple[str, ...] = ("node", "CPUs", "memory", "tier")
+    if hmat:
+        head += ("from", "rd MiB/s", "wr MiB/s", "rd ns", "wr ns")
+    rows: list[tuple[str, ...]] = [head]
+    for n in nodes:
+        memory = n.get("memory")
+        left: tuple[str, ...] = (
+            str(n.get("node")),
+            _ids(n.get("cpus") or []),
+            _size(memory) if isinstance(memory, int) else "?",
+            "-" if n.get("tier") is None else str(n.get("tier")),
+        )
+        access = [a for a in n.get("access") or [] if isinstance(a, dict)]
+        shown: list[dict[str, object]] = []
+        for a in access:  # class 1 repeats class 0 on most machines: shown once
+            if not any({**a, "access_class": 0} == {**b, "access_class": 0} for b in shown):
+                shown.append(a)
+        if not hmat:
+            rows.append(left)
+            continue
+        if not shown:
+            rows.append((*left, "none", "", "", "", ""))
+        for i, a in enumerate(shown):
+            initiators = a.get("initiators")
+            where = _ids(initiators if isinstance(initiators, list) else [])
+            c = a.get("access_class")
+            if c != 0:
+                where = f"CPUs of {where}" if c == 1 else f"class {c}: {where}"
+            values = tuple(
+                "?" if a.get(k) is None else str(a.get(k))
+                for k in ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
+            )
+            rows.append(((*left,) if i == 0 else ("",) * 4) + (where, *values))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    align = "><>><>>>>"
+    out = ['Memory nodes (HMAT: bandwidth and latency from the initiator nodes in "from"):']
+    for r in rows:
+        cells = (f"{x:{a}{w}}" for x, a, w in zip(r, align, widths, strict=False))
+        out.append(("  " + "  ".join(cells)).rstrip())
+    if not hmat:
+        out.append("  (no HMAT attributes: memspaces rank bandwidth and latency by NUMA distance)")
+    tiers = topo.get("memory_tiers")
+    if tiers is None:
+        out.append("Memory tiers: none listed (no /sys/devices/virtual/memory_tiering)")
+    elif isinstance(tiers, list):
+        out.append("Memory tiers (fastest first):")
+        for t in tiers:
+            if isinstance(t, dict):
+                span = t.get("abstract_distance")
+                lo, hi = span if isinstance(span, list) and len(span) == 2 else ("?", "?")
+                nodes_text = _ids(t.get("nodes") or [])
+                out.append(f"  memory_tier{t.get('tier')}: nodes {nodes_text} (abstract distance {lo}-{hi})")
     return out
 
 
@@ -244,6 +333,11 @@ def render(data: dict[str, object], *, width: int = 80, verbose: bool = False) -
     if distances:
         out.append("")
         out.extend(distances)
+    tiers = _tier_lines(data)
+    if tiers:
+        out.append("")
+        for text in tiers:
+            line(text)
     out.append("")
     out.append("aml_core.area(kind=...) would use:")
     chosen = data["chosen"]

@@ -1,7 +1,9 @@
 """JSON of the registry's value objects, in one place: :class:`DeviceInfo`,
 :class:`ProbeResult` (the isolated probe's answer) and :class:`BackendStatus`
-(``aml info --json``). ``*_to_json`` gives plain JSON types; ``*_from_json`` reads them
-back and validates through the classes' own validators."""
+(``aml info --json``), and of the machine's memory topology
+(:class:`~aml_core.topology.MemoryTopology`, ``aml info --json``'s ``topology``).
+``*_to_json`` gives plain JSON types; ``*_from_json`` reads them back and validates
+through the classes' own validators."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import Any, TypeVar
 from .descriptor import ProbeResult
 from .errors import AMLError, AMLValueError
 from .specs import BackendStatus, Capability, DeviceInfo
+from .topology import Access, MemoryTier, MemoryTopology, NumaNode
 
 _T = TypeVar("_T")
 
@@ -28,7 +31,15 @@ def _reading(what: str, read: Callable[[], _T]) -> _T:
         raise AMLValueError(f"not the JSON of {what}: {type(exc).__name__}: {exc}") from None
 
 
-__all__ = ["device_from_json", "device_to_json", "result_from_json", "result_to_json", "status_to_json"]
+__all__ = [
+    "device_from_json",
+    "device_to_json",
+    "memory_topology_from_json",
+    "memory_topology_to_json",
+    "result_from_json",
+    "result_to_json",
+    "status_to_json",
+]
 
 
 def device_to_json(device: DeviceInfo) -> dict[str, object]:
@@ -105,3 +116,77 @@ def status_to_json(status: BackendStatus) -> dict[str, object]:
         "versions": dict(status.versions),
         "description": status.description,
     }
+
+
+_ACCESS_VALUES = ("read_bandwidth", "write_bandwidth", "read_latency", "write_latency")
+
+
+def access_to_json(access: Access) -> dict[str, object]:
+    return {
+        "access_class": access.access_class,
+        "initiators": list(access.initiators),
+        **{name: getattr(access, name) for name in _ACCESS_VALUES},
+    }
+
+
+def access_from_json(data: Mapping[str, Any]) -> Access:
+    return Access(
+        access_class=data["access_class"],
+        initiators=tuple(data["initiators"]),
+        **{name: data[name] for name in _ACCESS_VALUES},
+    )
+
+
+def numa_node_to_json(node: NumaNode) -> dict[str, object]:
+    return {
+        "node": node.node,
+        "cpus": list(node.cpus),
+        "has_cpu": node.has_cpu,
+        "memory": node.memory,
+        "distances": [list(pair) for pair in node.distances],
+        "access": [access_to_json(a) for a in node.access],
+        "tier": node.tier,
+    }
+
+
+def numa_node_from_json(data: Mapping[str, Any]) -> NumaNode:
+    return NumaNode(
+        node=data["node"],
+        cpus=tuple(data["cpus"]),
+        has_cpu=data["has_cpu"],
+        memory=data["memory"],
+        distances=tuple((a, b) for a, b in data["distances"]),
+        access=tuple(access_from_json(a) for a in data["access"]),
+        tier=data["tier"],
+    )
+
+
+def memory_topology_to_json(topology: MemoryTopology) -> dict[str, object]:
+    """``nodes`` (one object per NUMA node), ``memory_tiers`` (null without
+    ``memory_tiering``) and ``hmat`` (docs/aml-info-json.md)."""
+    tiers = topology.tiers
+    return {
+        "nodes": [numa_node_to_json(n) for n in topology.nodes],
+        "memory_tiers": None
+        if tiers is None
+        else [
+            {"tier": t.tier, "nodes": list(t.nodes), "abstract_distance": list(t.abstract_distance)}
+            for t in tiers
+        ],
+        "hmat": topology.hmat,
+    }
+
+
+def memory_topology_from_json(data: Mapping[str, Any]) -> MemoryTopology:
+    """The inverse of :func:`memory_topology_to_json`; malformed JSON is AMLValueError."""
+    return _reading("a memory topology", lambda: _memory_topology(data))
+
+
+def _memory_topology(data: Mapping[str, Any]) -> MemoryTopology:
+    tiers = data["memory_tiers"]
+    return MemoryTopology(
+        nodes=tuple(numa_node_from_json(n) for n in data["nodes"]),
+        tiers=None
+        if tiers is None
+        else tuple(MemoryTier(tier=t["tier"], nodes=tuple(t["nodes"])) for t in tiers),
+    )

@@ -48,6 +48,7 @@ from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
 from ..ipc import IpcExport
 from ..specs import Capability, Kind, format_size
+from ..topology import MemspaceNodes
 from . import ipc as _ipc
 from . import numa
 from .numa import MoveReport, Policy
@@ -225,6 +226,9 @@ class HostArea(Area):
     """Host memory from the Linux kernel, placed by a NUMA policy."""
 
     options_type = HostMmapOptions
+    #: How ``aml_core.area(kind="host", memspace=...)`` chose this area's nodes
+    #: (:class:`aml_core.topology.MemspaceNodes`); None for an area given its nodes.
+    memspace: MemspaceNodes | None = None
 
     @compiled_mmap
     def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer:

@@ -320,6 +320,9 @@ def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
 #: What :func:`page_nodes` says of a page not yet touched (no physical page behind it):
 #: ``-ENOENT``, as move_pages(2) reports it. Other negative values are other errnos.
 NOT_TOUCHED = -errno.ENOENT
+#: What Linux 6.1 says of an untouched anonymous page with no page table yet (``-EFAULT``:
+#: follow_page's FOLL_DUMP answer; newer kernels say -ENOENT): reported as NOT_TOUCHED.
+_NO_PAGE_TABLE = -errno.EFAULT
 #: Pages per move_pages query (aml_core._os refuses more than 2**24 at once).
 _PAGE_QUERY = 1 << 20
 
@@ -330,7 +333,8 @@ def page_nodes(address: int, length: int, *, summary: Literal[False] = False) ->
 def page_nodes(address: int, length: int, *, summary: Literal[True]) -> dict[int, int]: ...
 def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int] | dict[int, int]:
     """The node of each page of a range (:data:`NOT_TOUCHED` for pages not yet touched,
-    another negative errno for a page move_pages cannot read). With ``summary=True``,
+    also where Linux 6.1 answers -EFAULT for them, another negative errno for a page
+    move_pages cannot read). With ``summary=True``,
     the number of pages per node instead, as numastat counts them: ``{node: pages}``,
     nodes in ascending order (negative keys first: untouched or unreadable pages)."""
     # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
@@ -342,6 +346,8 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
     try:
         for start in range(0, length, step):
             chunk = _os.page_nodes(address + start, min(step, length - start))
+            if _NO_PAGE_TABLE in chunk:
+                chunk = [NOT_TOUCHED if s == _NO_PAGE_TABLE else s for s in chunk]
             if summary:
                 counts.update(chunk)
             else:

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..descriptor import BackendDescriptor, ProbeResult
-from ..errors import AMLError, AMLNotSupported, AMLTypeError
+from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..hookspecs import hookimpl
 from ..specs import Capability, DeviceInfo, Kind
+from ..topology import MemspaceNodes
 
 PRIORITY = 0
 NODE_ROOT = "/sys/devices/system/node"
@@ -149,24 +150,70 @@ def probe() -> ProbeResult:
 
 def create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
     """``aml_core.area(kind="host", device=node, **HostArea options)``; a device index
-    binds the area to that NUMA node."""
+    binds the area to that NUMA node. ``memspace=`` (and ``near=``) asks for memory by
+    what it is instead (:func:`memspace_options`)."""
     from .area import HostArea
     from .numa import Policy
 
     if kind is not Kind.HOST:
         raise AMLNotSupported(f"the host backend provides host memory, not {kind.value}")
+    choice = memspace_options(device, options)
+    if choice is not None:
+        area = _host_area(HostArea, options)
+        area.memspace = choice
+        return area
     if device is not None and device >= 0:
         if "nodes" in options:
             raise AMLNotSupported("give either device (a NUMA node) or nodes, not both")
         options.setdefault("policy", Policy.BIND)
         options["nodes"] = [device]
+    return _host_area(HostArea, options)
+
+
+def _host_area(cls: Any, options: dict[str, Any]) -> Any:
     try:
-        return HostArea(**options)
+        return cls(**options)
     except TypeError as exc:
         if isinstance(exc, AMLError):
             raise
         # An unknown keyword: the caller's mistake, not a broken plugin.
         raise AMLTypeError(f"bad host area option: {exc}") from None
+
+
+def memspace_options(device: int | None, options: dict[str, Any]) -> MemspaceNodes | None:
+    """``memspace=`` (a :class:`~aml_core.topology.Memspace` or its name) and ``near=``
+    (a node; None: the calling thread's) of ``aml_core.area(kind="host", ...)``, taken
+    out of ``options`` and resolved, before the area is made, to the nodes that hold
+    that memory among those this process may use (:func:`aml_core.topology.memspace`):
+    ``options`` gets ``nodes=`` and ``policy=`` (BIND unless given; PREFERRED takes the
+    best-ranked node, INTERLEAVE every chosen node). The answer is returned (and kept
+    as the area's ``memspace``); None when no memspace was asked for.
+
+    Errors: :class:`~aml_core.errors.AMLValueError` for ``memspace=`` with a device
+    index, ``nodes=`` or the DEFAULT policy, or ``near=`` without ``memspace=``; and
+    those of :func:`aml_core.topology.memspace` (a machine that cannot tell:
+    :class:`~aml_core.errors.AMLNotSupported`)."""
+    from .. import topology
+    from . import numa
+    from .numa import Policy
+
+    if "memspace" not in options:
+        if "near" in options:
+            raise AMLValueError("near= is the node a memspace= is relative to: give memspace= too")
+        return None
+    kind = options.pop("memspace")
+    near = options.pop("near", None)
+    if (device is not None and device >= 0) or options.get("nodes") is not None:
+        raise AMLValueError("give memspace= or the nodes (device=, nodes=), not both")
+    policy = Policy.parse(options.get("policy", Policy.BIND))
+    if policy is Policy.DEFAULT:
+        raise AMLValueError(
+            "memspace= places memory on nodes; use BIND, PREFERRED or INTERLEAVE (not DEFAULT)"
+        )
+    choice = topology.memspace(kind, near, allowed=numa.allowed_nodes())
+    options["policy"] = policy
+    options["nodes"] = list(choice.nodes[:1] if policy is Policy.PREFERRED else choice.nodes)
+    return choice
 
 
 def ipc_open(handle: Any) -> Any:

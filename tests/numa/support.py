@@ -34,8 +34,10 @@ def touch(buf: aml_core.Buffer, value: int = 1) -> None:
 
 
 def placed(buf: aml_core.Buffer) -> dict[int, int]:
-    """Pages per node of a buffer (any area's: a pool's block too)."""
-    return page_nodes(buf.ptr, buf.size, summary=True)
+    """Pages per node of the pages a buffer spans (any area's: a pool's block, which need
+    not start on a page, too)."""
+    start = buf.ptr - buf.ptr % PAGE
+    return page_nodes(start, buf.ptr + buf.size - start, summary=True)
 
 
 def all_on(buf: aml_core.Buffer, nodes: set[int] | int) -> None:
@@ -44,7 +46,8 @@ def all_on(buf: aml_core.Buffer, nodes: set[int] | int) -> None:
     counts = placed(buf)
     assert NOT_TOUCHED not in counts, counts
     assert set(counts) <= want, f"pages outside {sorted(want)}: {counts}"
-    assert sum(counts.values()) == -(-buf.size // PAGE)
+    start = buf.ptr - buf.ptr % PAGE
+    assert sum(counts.values()) == -(-(buf.ptr + buf.size - start) // PAGE)
 
 
 def anon_huge_kib(ptr: int) -> int:
