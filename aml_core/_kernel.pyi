@@ -2,6 +2,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from ._allocator import NativeStreams
 from ._buffer import AreaBase
 from ._fastpath import FastPath
 
@@ -30,11 +31,11 @@ class PoolKernel(FastPath):
     hook_munmaps: int
     keep_fast: bool
     closing: bool
-    streams_ready: bool
-    stream_ops: Any
-    event: int | None
-    options_type: Any
-    stream_type: Any
+    @property
+    def event(self) -> int | None: ...
+    @property
+    def streams(self) -> NativeStreams | None: ...
+    def set_streams(self, streams: NativeStreams | None) -> None: ...
     on_oom: Callable[[int, Any], bool] | None
     free_memory: Callable[[], int | None] | None
     sink: Callable[[], None] | None

@@ -206,10 +206,10 @@ def _blocks(pool: aml_core.Pool, n: int) -> int:
 
 def test_a_pool_on_streams_reports_each_stream() -> None:
     with StreamedHost() as host, aml_core.pool(host) as pool:
-        a, b, c = pool.mmap(1000, {"stream": S1}), pool.mmap(5000, {"stream": S2}), pool.mmap(100)
-        d = pool.mmap(4096, {"stream": S1})
+        a, b, c = pool.mmap(1000, stream=S1), pool.mmap(5000, stream=S2), pool.mmap(100)
+        d = pool.mmap(4096, stream=S1)
         pool.munmap(d)  # onto S1's free list: the stream it was allocated on
-        pool.munmap_on(b, S1)  # freed in S1's order: onto S1's list too, S2 has nothing left
+        pool.munmap(b, stream=S1)  # freed in S1's order: onto S1's list too, S2 has nothing left
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, S1]
         host_order, s1 = by_stream[None], by_stream[S1]
@@ -233,7 +233,7 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
             format_size(s1.bytes_cached),
         ]
         # a request on S2 is served from free memory in host order first: S1 keeps its list
-        e = pool.mmap(4096, {"stream": S2})
+        e = pool.mmap(4096, stream=S2)
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert (by_stream[S2].bytes_in_use, by_stream[S2].live_blocks) == (4096, 1)
         assert by_stream[S1] == s1
@@ -249,10 +249,10 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
 
 def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
     with StreamedHost() as host, aml_core.pool(host, small_slab=4096, small_max=4096) as pool:
-        pool.munmap(pool.mmap(4096, {"stream": S1}))  # the only free block, on S1's list
+        pool.munmap(pool.mmap(4096, stream=S1))  # the only free block, on S1's list
         s1 = {s.stream: s for s in pool.stream_stats}[S1]
         assert (s1.bytes_in_use, s1.bytes_cached, s1.live_blocks, s1.cached_blocks) == (0, 4096, 0, 1)
-        b = pool.mmap(4096, {"stream": S2})  # S2 waits for S1's event and takes it
+        b = pool.mmap(4096, stream=S2)  # S2 waits for S1's event and takes it
         assert host.allocs == 1
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, S2]
@@ -268,7 +268,7 @@ def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
 
 def test_the_process_adds_pools_up_by_stream() -> None:
     with StreamedHost() as h1, StreamedHost() as h2, aml_core.pool(h1) as p1, aml_core.pool(h2) as p2:
-        kept = [p1.mmap(1000, {"stream": S1}), p2.mmap(3000, {"stream": S1}), p2.mmap(700, {"stream": S2})]
+        kept = [p1.mmap(1000, stream=S1), p2.mmap(3000, stream=S1), p2.mmap(700, stream=S2)]
         plain = aml_core.pool(h1)  # no block on a stream: no stream of its own
         kept.append(plain.mmap(50))
         stats = aml_core.memory_stats()

@@ -21,9 +21,9 @@ from ..protocols import (
     MemoryCapacity,
     PoolBinding,
     StreamOrderedArea,
-    StreamOrdering,
 )
 from ..specs import Capability, format_size
+from ..stream import StreamLike, native_streams
 from ._history import Recording
 from ._sharing import Sharing
 from ._values import (
@@ -49,10 +49,6 @@ _UNSET: Any = object()
 #: Capabilities a pooled buffer does not have even if its area's buffers do: a block is
 #: not a VMM mapping or a file mapping of its own (IPC: see Pool.ipc_export).
 _NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.FILE_BACKED
-
-
-#: Stream handles are pointer-sized: 0 .. 2**64 - 1 (aml_core.gpu.stream.as_stream_handle).
-_HANDLE_END = 1 << 64
 
 
 def _round_up(n: int, to: int) -> int:
@@ -175,7 +171,15 @@ class Pool(Recording, Sharing):
             release_threshold=release_threshold,
             options=options,
         )
-        kernel.options_type = PoolOptions
+        # The stream operations, from the start: a framework hook's first request on a
+        # stream (before Python ever gave the pool one) finds them (issue 32, cause 1).
+        self._no_stream_reason: str | None = None
+        if isinstance(area, StreamOrderedArea):
+            try:
+                kernel.set_streams(native_streams(area.stream_ordering()))
+                self._take_streams()
+            except AMLNotSupported as exc:
+                self._no_stream_reason = str(exc)
         if isinstance(area, MemoryCapacity):  # for the ENOMEM message
             kernel.free_memory = functools.partial(area.free_memory, device)
         self.on_oom = on_oom
@@ -278,16 +282,17 @@ class Pool(Recording, Sharing):
 
     # -- Area -----------------------------------------------------------------------------
     @compiled_mmap
-    def mmap(self, size: int, options: PoolOptions | PoolOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: PoolOptions | PoolOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Take a block of ``size`` bytes (rounded up to the granule) from the pool: a
         cached block of that size, else a best fit from the cached slabs, else a new slab
         from the area (see the module doc). The buffer is at the block's own address.
 
-        Options (:class:`PoolOptions`, or a :class:`PoolOptionsDict` of its keys):
-
-        - ``stream``: GPU pools only: take the block in that stream's order (any stream
-          object or an int handle; None, the default: host order); see "Streams" in the
-          module doc.
+        ``stream``: GPU pools only: take the block in that stream's order (any stream
+        object or an int handle; None, the default: host order); see "Streams" in the
+        module doc. A pool takes no other option (``options``: the deprecated
+        ``{"stream": s}`` / :class:`PoolOptions`, for one minor version).
 
         Errors of pools: :class:`~aml_core.errors.AMLMemoryError` when a new slab would
         pass ``limit`` even after the cached slabs are released, or the area has no more
@@ -302,8 +307,15 @@ class Pool(Recording, Sharing):
             return NO_STREAM
         return super()._coerce_options(options)
 
-    def _allocate(self, size: int, options: Any) -> Buffer:
-        addr = self._take(size, options.stream)
+    def _no_streams(self) -> None:
+        raise AMLNotSupported(
+            self._no_stream_reason
+            or f"streams need a GPU area; the pooled {type(self._area).__name__} has no runtime "
+            "that orders work on streams"
+        )
+
+    def _allocate(self, size: int, options: Any, stream: int | None = None) -> Buffer:
+        addr = self._take(size, stream)
         kernel = self._kernel
         try:
             device_ptr, flags, dl_device, device, _slab, _offset, _n = kernel.block(addr)
@@ -322,12 +334,8 @@ class Pool(Recording, Sharing):
                 kernel.free(addr, None)
             raise
 
-    def _free(self, buffer: Buffer) -> None:
-        with self._kernel:
-            self._kernel.free(buffer.ptr, None)
-
-    def _free_on(self, buffer: Buffer, stream: int) -> None:
-        """munmap_on's slow path (the kernel's fast give_on declined)."""
+    def _free(self, buffer: Buffer, stream: int | None = None) -> None:
+        # stream None: the block's own (the kernel recorded it)
         with self._kernel:
             self._kernel.free(buffer.ptr, stream)
 
@@ -338,57 +346,29 @@ class Pool(Recording, Sharing):
         self._area._dlpack_prepare(buffer, stream)
 
     # -- the framework hooks' slow path (aml_core/_hooks.pyx: a hit never gets here) ------
-    def _take(self, size: int, stream: Any) -> int:
-        """The kernel's slow path for a checked ``size`` in ``stream``'s order (None: host
-        order): the address of a live block; the pool's errors (a closed area below
-        raises as its own mmap would)."""
+    def _take(self, size: int, stream: int | None) -> int:
+        """The kernel's slow path for a checked ``size`` in the order of ``stream`` (a
+        handle; None: host order): the address of a live block; the pool's errors (a
+        closed area below raises as its own mmap would)."""
         if self._area.closed:
             self._area._check_open()
-        handle = None if stream is None else self._stream_handle(stream)
         with self._kernel:
-            return int(self._kernel.alloc(size, handle))
+            return int(self._kernel.alloc(size, stream))
 
     def _hook_alloc(self, size: int, stream: int | None) -> int:
-        """A block for a framework hook (no Buffer): its address; the pool's errors."""
+        """A block for a framework hook (no Buffer; ``stream`` a native handle, the
+        framework's): its address; the pool's errors."""
         self._check_open()
+        if stream is not None and not self._ordered:
+            self._no_streams()
         return self._take(checks.size(size), stream)
 
     def _hook_free(self, ptr: int, stream: int | None) -> None:
         """A framework hook's free of a block it took (also after close()); EINVAL for a
-        pointer the kernel did not hand out."""
-        handle = None if stream is None else self._stream_handle(stream)
+        pointer the kernel did not hand out. A pool without stream operations frees in
+        host order."""
         with self._kernel:
-            self._kernel.free(ptr, handle)
-
-    # -- streams ----------------------------------------------------------------------------
-    # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
-    # keywords of overriding mmap/munmap: those would add a Python frame to every call.
-    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
-        """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
-        by requests on ``stream``, elsewhere after an event (see the module doc). A plain
-        munmap frees a buffer on the stream it was allocated on, if any."""
-        if type(stream) is int and 0 <= stream < _HANDLE_END and self._kernel.streams_ready:
-            self._munmap_on(buffer, stream, size)  # a handle: checked, no conversion
-        else:
-            self._munmap_on(buffer, self._stream_handle(stream), size)
-
-    def _stream_handle(self, stream: Any) -> int:
-        from ..gpu.stream import Stream, as_stream_handle
-
-        handle = as_stream_handle(stream)
-        kernel = self._kernel
-        if kernel.stream_ops is None:
-            area = self._area
-            if not isinstance(area, StreamOrderedArea):
-                raise AMLNotSupported(
-                    f"streams need a GPU area; the pooled {type(area).__name__} has no runtime "
-                    "that orders work on streams"
-                )
-            ops: StreamOrdering = area.stream_ordering()
-            kernel.stream_ops = ops
-            kernel.stream_type = Stream
-            kernel.streams_ready = True
-        return handle
+            self._kernel.free(ptr, stream)
 
     # -- public API -----------------------------------------------------------------------
     def trim(self, keep: int = 0) -> int:

@@ -4,7 +4,7 @@ the allocator kernel (aml_core/_kernel.pyx)."""
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import attrs
 
@@ -106,16 +106,15 @@ def stream_stats_of(by_stream: dict[int | None, tuple[int, int, int, int, int]])
 
 @attrs.frozen
 class PoolOptions:
-    """mmap options of a pool: ``stream`` (GPU pools) takes the block in that stream's
-    order (any stream object or int handle; see "Streams" in the module doc)."""
+    """Deprecated (removed in the next minor version): a pool's mmap takes no option;
+    ``stream`` is mmap's argument (``pool.mmap(n, stream=s)``)."""
 
-    stream: Any = None
+    stream: object = None
 
 
 class PoolOptionsDict(TypedDict, total=False):
-    """:class:`PoolOptions` as a mapping (``pool.mmap(n, {"stream": s})``), typed."""
+    """Deprecated: :class:`PoolOptions` as a mapping (``{"stream": s}``)."""
 
-    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
     stream: object
 
 
