@@ -3,10 +3,10 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from ._allocator import OPS as OPS
+from ._allocator import STREAM_OPS as STREAM_OPS
 from ._allocator import NativeAllocator as NativeAllocator
 from ._allocator import NativePath as NativePath
 from ._allocator import NativeStreams as NativeStreams
-from ._allocator import STREAM_OPS as STREAM_OPS
 from ._allocator import _noop_control as _noop_control
 from ._allocator import _noop_functions as _noop_functions
 from ._kernel import PoolKernel as PoolKernel

@@ -74,6 +74,8 @@ cdef class PoolKernel(FastPath):
     cdef size_t _small_max
     cdef size_t _small_slab
     cdef size_t _medium_slab
+    cdef bint _has_max_split  # PoolConfig.max_split_size: blocks above it are never split
+    cdef size_t _max_split
     cdef bint _limited
     cdef size_t _limit
     cdef bint _in_oom  # the on_oom callback runs

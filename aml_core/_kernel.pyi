@@ -5,6 +5,7 @@ from typing import Any
 from ._allocator import NativeStreams
 from ._buffer import AreaBase
 from ._fastpath import FastPath
+from .pool._config import PoolConfig
 
 BLOCK_STATES: tuple[str, ...]
 EVENTS: tuple[str, ...]
@@ -40,17 +41,11 @@ class PoolKernel(FastPath):
     free_memory: Callable[[], int | None] | None
     sink: Callable[[], None] | None
     def __init__(
-        self,
-        area: AreaBase,
-        *,
-        granule: int,
-        small_max: int,
-        small_slab: int,
-        medium_slab: int,
-        limit: int | None = None,
-        release_threshold: int | None = None,
-        options: Any = None,
+        self, area: AreaBase, config: PoolConfig, *, limit: int | None = None, options: Any = None
     ) -> None: ...
+    def reserve(self, size: int) -> None: ...
+    @property
+    def max_split_size(self) -> int | None: ...
     def __enter__(self) -> PoolKernel: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

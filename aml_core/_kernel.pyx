@@ -99,26 +99,34 @@ cdef enum:
 
 @cython.final
 cdef class PoolKernel(FastPath):
-    """PoolKernel(area, *, granule, small_max, small_slab, medium_slab, limit=None, release_threshold=None, options=None)
+    """PoolKernel(area, config, *, limit=None, options=None)
 --
 
-    A pool's policy and state over ``area`` (see the module doc); made by
-    ``aml_core.pool.Pool``, which documents the parameters."""
+    A pool's policy and state over ``area`` (see the module doc), configured by
+    ``config`` (an ``aml_core.pool.PoolConfig``, checked when it was made: its fields are
+    read by name here), ``limit`` (bytes, resolved by the pool) and ``options`` (the
+    area's mmap options for every slab); made by ``aml_core.pool.Pool``."""
 
     def __cinit__(self):
         pthread_mutex_init(&self._mu, NULL)
 
-    def __init__(self, area, *, granule, small_max, small_slab, medium_slab, limit=None,
-                 release_threshold=None, options=None):
+    def __init__(self, area, config, *, limit=None, options=None):
+        from .pool._config import PoolConfig
+
         if not isinstance(area, AreaBase):
             raise TypeError("a PoolKernel is over an aml area")
-        if granule < 1 or granule & (granule - 1):
-            raise ValueError("granule must be a power of two")
+        if not isinstance(config, PoolConfig):
+            raise TypeError(f"a PoolKernel takes a PoolConfig (checked once), not {type(config).__name__}")
+        granule, small_max, small_slab, medium_slab = config.layout()
+        release_threshold = config.release_threshold
+        max_split = config.max_split_size
         self._area = area
         self._mask = granule - 1
         self._small_max = small_max
         self._small_slab = small_slab
         self._medium_slab = medium_slab
+        self._has_max_split = max_split is not None
+        self._max_split = max_split if max_split is not None else 0
         self._limited = limit is not None
         self._limit = limit if limit is not None else 0
         self._has_threshold = release_threshold is not None
@@ -271,6 +279,8 @@ cdef class PoolKernel(FastPath):
         it = heap.lower_bound(HeapKey(n, 0))
         if it == heap.end():
             return NULL
+        if self._has_max_split and n <= self._max_split and deref(it).first.first > self._max_split:
+            return NULL  # max_split_size: an oversize block (never split) is not wasted on it
         return deref(it).second
 
     cdef size_t largest_free(self) noexcept nogil:
@@ -291,6 +301,8 @@ cdef class PoolKernel(FastPath):
         cdef size_t rest
         self.heap_remove(b)
         rest = b.size - n
+        if self._has_max_split and b.size > self._max_split:
+            rest = 0  # max_split_size: a block above it is never split
         if rest >= self.split_min(slab.heap):
             tail = <Block *>calloc(1, sizeof(Block))
             if tail != NULL:
@@ -994,6 +1006,21 @@ cdef class PoolKernel(FastPath):
         if failed is not None:
             error.add_note(f"releasing the pool's cached memory failed: {failed}")
         return error
+
+    def reserve(self, size_t size):
+        """Take ``size`` bytes (rounded up to the granule) from the area now, as one slab
+        (or mapped chunk) kept free in the cache (``PoolConfig.initial_size``); its
+        errors are growth's (the limit, the area's ENOMEM)."""
+        cdef size_t n = (size + self._mask) & ~self._mask
+        self.lock_gil()
+        try:
+            self._grow_once(self.heap_of(n), n)
+        finally:
+            self.unlock()
+
+    @property
+    def max_split_size(self):
+        return self._max_split if self._has_max_split else None
 
     def set_limit(self, limit):
         """The most bytes the pool may hold from the area (None: no limit), changed under

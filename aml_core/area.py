@@ -105,8 +105,8 @@ import attrs
 from ._buffer import AreaBase, AreaLock, _mmap_function
 from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
-from .stream import StreamLike
 from .specs import AreaStats, Capability, Kind, format_size
+from .stream import StreamLike
 
 __all__ = ["Area", "NoOptions", "NoOptionsDict", "compiled_mmap"]
 

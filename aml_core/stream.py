@@ -104,11 +104,12 @@ def as_stream_handle(stream: Any) -> int:
     (``.ptr``) or a PyTorch stream (``.cuda_stream``).
 
     The one check of every stream argument (every area's ``mmap(..., stream=)`` and
-    ``munmap(..., stream=)``, run once by the compiled core; prefetch and advice): whatever the form, the handle is a pointer-sized
-    unsigned value, 0..2**64 - 1 (:func:`aml_core.checks.pointer`, NULL allowed: the
-    default stream); a wrong type is :class:`~aml_core.errors.AMLTypeError`, a value out
-    of that range :class:`~aml_core.errors.AMLValueError` (both EINVAL), before any native
-    call. Whether the handle names a live stream only the runtime can tell: its
+    ``munmap(..., stream=)``, run once by the compiled core; prefetch and advice):
+    whatever the form, the handle is a pointer-sized unsigned value, 0..2**64 - 1
+    (:func:`aml_core.checks.pointer`, NULL allowed: the default stream); a wrong type is
+    :class:`~aml_core.errors.AMLTypeError`, a value out of that range
+    :class:`~aml_core.errors.AMLValueError` (both EINVAL), before any native call.
+    Whether the handle names a live stream only the runtime can tell: its
     stream-ordered calls refuse one it does not know."""
     if stream is None:
         return 0

@@ -28,7 +28,7 @@ import aml_core
 from aml_core import Buffer, Pool
 from aml_core._buffer import PoolKernel
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError, ErrorCode
-from aml_core.pool import PoolOptions
+from aml_core.pool import PoolConfig, PoolOptions
 from aml_core.testing.lifetime import catch_unraisable
 from tests.support.streams import S1, S2, S3, ForeignStream, StreamedHost
 
@@ -1009,11 +1009,10 @@ def test_a_viewed_stream_block_freed_after_close_survives_a_failed_synchronize(h
 
 def test_bad_calls_of_the_kernel_are_refused(pool: Pool) -> None:
     kernel = _kernel(pool)
-    sizes = {"small_max": MiB, "small_slab": 2 * MiB, "medium_slab": 20 * MiB}
     with pytest.raises(TypeError, match="over an aml area"):
-        PoolKernel(object(), granule=512, **sizes)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="power of two"):
-        PoolKernel(pool.area, granule=3, **sizes)
+        PoolKernel(object(), PoolConfig())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a PoolConfig"):
+        PoolKernel(pool.area, {"granule": 3})  # type: ignore[arg-type]
     with pool._kernel, pytest.raises(AMLValueError, match="not a live block"):
         kernel.free(0x1234)
     with pytest.raises(AMLValueError, match="not a live block"):

@@ -34,6 +34,7 @@ from ..errors import AMLMemoryError, AMLNotSupported, AMLValueError
 from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
+from ..stream import StreamLike
 from ._copies import CopyingArea
 from ._device_area import RuntimeMemory
 from ._managed_area import ManagedAreaMethods
@@ -42,7 +43,6 @@ from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .options import GpuAllocation, GpuMmapOptions, GpuMmapOptionsDict, StreamOrdered, host_memory
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
-from ..stream import StreamLike
 from .stream import runtime_stream_ordering
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
@@ -62,7 +62,11 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
 
     @compiled_mmap
     def mmap(
-        self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None, *, stream: StreamLike = None
+        self,
+        size: int,
+        options: GpuMmapOptions | GpuMmapOptionsDict | None = None,
+        *,
+        stream: StreamLike = None,
     ) -> Buffer:
         """Map ``size`` bytes of the area's memory (its flags: device memory, managed
         memory with ALLOC_UNIFIED, pinned host memory with ALLOC_HOST, mapped host memory

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from .. import checks
 from .._buffer import PoolKernel
@@ -24,11 +24,11 @@ from ..protocols import (
 )
 from ..specs import Capability, format_size
 from ..stream import StreamLike, native_streams
+from ._config import PoolConfig, PoolConfigFields
 from ._history import Recording
 from ._sharing import Sharing
 from ._values import (
     NO_STREAM,
-    MiB,
     PoolOptions,
     PoolOptionsDict,
     PoolStats,
@@ -93,49 +93,31 @@ class Pool(Recording, Sharing):
     def __init__(
         self,
         area: Area,
+        config: PoolConfig | None = None,
         *,
-        limit: int | float | None = None,
-        release_threshold: int | None = None,
         on_oom: OnOom | None = None,
-        options: Any = None,
-        granule: int = 512,
-        small_max: int = 1 * MiB,
-        small_slab: int = 2 * MiB,
-        medium_slab: int = 20 * MiB,
-        expandable: bool = False,
-        capacity: int | None = None,
+        options: object = None,
+        **fields: Unpack[PoolConfigFields],
     ) -> None:
         """A pool over ``area`` (usually made with :func:`pool`).
 
         ``area`` — the area whose memory is cached (it stays open and owned by the caller);
-        ``limit`` — the most bytes the pool may hold from the area (None: no limit; a float:
-        that fraction of the device's memory, as :meth:`set_limit`); past it the pool
-        releases its cache and retries, then raises ENOMEM; ``on_oom`` — called before the
-        pool raises ENOMEM (see :attr:`on_oom`); ``release_threshold`` —
-        the most cached (free) bytes kept after a munmap (None: keep all); ``options`` — the
-        mmap options passed to the area for every slab; ``granule`` — the block granularity
-        (a power of two; sizes are rounded up to it); ``small_max`` — requests up to this
-        size share ``small_slab``-byte slabs; ``medium_slab`` — the slab size for larger
-        requests below half of it (bigger ones get a slab of their own);
-        ``expandable`` — back the pool with one virtual-memory reservation of ``capacity``
-        bytes that grows in place (the area must be a VirtualMemory area)."""
+        ``config`` — a :class:`PoolConfig` (its fields: the limit, the release threshold,
+        the layout, ``max_split_size``, ``initial_size``, an expandable segment); the
+        keywords ``fields`` replace its fields (``Pool(area, limit=1 << 30)``), checked
+        once, when the config is made; ``on_oom`` — called before the pool raises ENOMEM
+        (see :attr:`on_oom`); ``options`` — the mmap options passed to the area for every
+        slab."""
         if not isinstance(area, Area):
             raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
         area._check_open()
-        granule = checks.power_of_two(checks.size(granule, "granule"), "granule")
-        small_max = checks.size(small_max, "small_max")
-        small_slab = checks.size(small_slab, "small_slab")
-        medium_slab = checks.size(medium_slab, "medium_slab")
-        if small_max < granule or small_slab < small_max:
-            raise AMLValueError(
-                f"need granule <= small_max <= small_slab, got {granule}, {small_max}, {small_slab}"
-            )
+        self.config = config = PoolConfig.of(config, dict(fields))
+        granule = config.granule
+        limit: int | float | None = config.limit
+        capacity = config.capacity
+        expandable = config.expandable
         if on_oom is not None and not callable(on_oom):
             raise AMLTypeError(f"on_oom must be a callable or None, not {type(on_oom).__name__}")
-        if release_threshold is not None:
-            release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
-        if capacity is not None and not expandable:
-            raise AMLValueError("capacity is for expandable pools (expandable=True)")
         if expandable and not isinstance(area, GrowableMemory):
             raise AMLNotSupported(
                 f"an expandable pool maps physical memory on demand: it needs a VirtualMemory "
@@ -157,20 +139,11 @@ class Pool(Recording, Sharing):
         )
         self._area = area
         self._options = options
-        self._release_threshold = release_threshold
+        self._release_threshold = config.release_threshold
         self._mask = granule - 1
         #: The pool's policy and state (its blocks, slabs, streams and counters) and its
         #: mutex: ``with pool._kernel`` holds it (see "Threads" in the module doc).
-        self._kernel = kernel = PoolKernel(
-            area,
-            granule=granule,
-            small_max=small_max,
-            small_slab=_round_up(small_slab, granule),
-            medium_slab=_round_up(medium_slab, granule),
-            limit=limit,
-            release_threshold=release_threshold,
-            options=options,
-        )
+        self._kernel = kernel = PoolKernel(area, config, limit=limit, options=options)
         # The stream operations, from the start: a framework hook's first request on a
         # stream (before Python ever gave the pool one) finds them (issue 32, cause 1).
         self._no_stream_reason: str | None = None
@@ -198,6 +171,12 @@ class Pool(Recording, Sharing):
             self.capabilities &= ~Capability.IPC
         # The compiled fast path (see "Fast path" in the module doc).
         self._set_pool(kernel)
+        if config.initial_size:  # RMM's initial pool: reserved now, cached from the start
+            try:
+                kernel.reserve(config.initial_size)
+            except BaseException:
+                self.close()  # an expandable pool's reservation goes back
+                raise
         # A GC-driven free of a pooled buffer may release a slab: it waits while someone
         # is inside the area too (see aml_core.area, "Garbage collection").
         self._set_below(area)

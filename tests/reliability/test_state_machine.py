@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
-    consumes,
     RuleBasedStateMachine,
+    consumes,
     invariant,
     multiple,
     precondition,
@@ -703,7 +703,9 @@ class HookStreamsMachine(RuleBasedStateMachine):
 
 
 TestHookStreams = HookStreamsMachine.TestCase
-TestHookStreams.settings = settings(max_examples=max(EXAMPLES // 3, 10), stateful_step_count=30, deadline=None)
+TestHookStreams.settings = settings(
+    max_examples=max(EXAMPLES // 3, 10), stateful_step_count=30, deadline=None
+)
 
 
 def _exporter_area(view: memoryview) -> object:

@@ -269,10 +269,10 @@ def test_a_failed_synchronize_keeps_the_blocks_on_their_stream(
 
 def test_a_stream_destroyed_while_the_pool_holds_its_blocks(hip: HipDouble, device: aml_hip.HipArea) -> None:
     """Issue 20: blocks freed on a stream that is then destroyed cannot be shown idle
-    again (hipEventRecord on it, the first call that asks: invalid handle): trim raises, and so does every request
-    that must reclaim the streams; close() raises it, frees the rest and gives the slab
-    of the stream's block back to the area, whose close frees it: every live counter back
-    to zero."""
+    again (hipEventRecord on it, the first call that asks: invalid handle): trim raises,
+    and so does every request that must reclaim the streams; close() raises it, frees
+    the rest and gives the slab of the stream's block back to the area, whose close
+    frees it: every live counter back to zero."""
     p = aml_core.pool(device, small_slab=4096, small_max=4096)
     s1 = aml_hip.stream(non_blocking=True)
     a = p.mmap(4096, stream=s1)
@@ -386,7 +386,11 @@ HAND_OVER_CALLS = ("hipEventCreateWithFlags", "hipEventRecord", "hipStreamWaitEv
 @pytest.mark.parametrize("function", [*HAND_OVER_CALLS, "hipEventQuery", "hipStreamSynchronize"])
 @pytest.mark.parametrize(("code", "error"), [(UNKNOWN, AMLFailure), (INVALID_VALUE, AMLValueError)])
 def test_each_stream_call_of_the_kernel_fails_with_its_translated_error(
-    hip: HipDouble, streams: Callable[[], Stream], device: aml_hip.HipArea, function: str, code: int,
+    hip: HipDouble,
+    streams: Callable[[], Stream],
+    device: aml_hip.HipArea,
+    function: str,
+    code: int,
     error: type[AMLError],
 ) -> None:
     """Each stream call the kernel makes through the C pointers, failing: the backend's
