@@ -50,6 +50,22 @@ cdef struct Block:
     u64 key  # its heap key's second part (its address when it was indexed), while free
 
 
+# The statistics, filled by PoolKernel.stats() under the mutex; Python reads them by name
+# (Cython gives a struct to Python as a dict of its fields: aml_core.pool._values.pool_stats_of).
+cdef struct Counters:
+    long long requested
+    long long peak_requested
+    long long blocks
+    long long reserved
+    long long peak_reserved
+    long long slabs
+    long long native_allocs
+    long long native_frees
+    long long hits
+    long long misses
+    long long largest_free
+
+
 # One recorded event of the history (record_history, log_to): fixed size, in a ring.
 cdef struct Event:
     int action  # EV_* in _kernel.pyx

@@ -1313,19 +1313,27 @@ cdef class PoolKernel(FastPath):
             self.unlock()
 
     def stats(self):
-        """The counters, after coalescing the host stacks: (requested, peak_requested,
-        blocks, reserved, peak_reserved, slabs, native_allocs, native_frees, hits,
-        misses, largest_free_block)."""
+        """The counters, after coalescing the host stacks: the ``Counters`` struct
+        (_kernel.pxd), filled under the mutex, as a dict of its fields by name."""
+        cdef Counters c
         self.lock_gil()
         try:
             if not self._fast.empty():
                 self.flush()
-            nslabs = self._chunks.size() if self._segment != NULL else self._slabs.size()
-            return (self.requested, self.peak_requested, self.blocks, self.reserved, self.peak_reserved,
-                    nslabs, self.native_allocs, self.native_frees, self.hits, self.misses,
-                    self.largest_free())
+            c.requested = self.requested
+            c.peak_requested = self.peak_requested
+            c.blocks = self.blocks
+            c.reserved = self.reserved
+            c.peak_reserved = self.peak_reserved
+            c.slabs = self._chunks.size() if self._segment != NULL else self._slabs.size()
+            c.native_allocs = self.native_allocs
+            c.native_frees = self.native_frees
+            c.hits = self.hits
+            c.misses = self.misses
+            c.largest_free = self.largest_free()
         finally:
             self.unlock()
+        return c
 
     def reset_peak(self):
         self.lock_gil()

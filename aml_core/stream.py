@@ -206,7 +206,7 @@ class _Trampolines:
         }
         if query is not None:
             functions["event_query"] = _ONE(query_call)
-        addresses = {op: ctypes.cast(fn, _P).value for op, fn in functions.items()}
+        addresses = {op: int(ctypes.cast(fn, _P).value or 0) for op, fn in functions.items()}
         self.table = NativeStreams(
             **addresses,
             fail=self._fail,

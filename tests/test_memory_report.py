@@ -301,3 +301,24 @@ def test_the_stream_keys_are_the_documented_ones() -> None:
         "cached_blocks.current",
     )
     assert_documented(f"`stream.<handle>.{key}`" for key in STREAM_KEYS)
+
+
+def test_pytorchs_key_names_read_the_same_figures() -> None:
+    """memory_stats() also answers PyTorch's names (torch.cuda.memory_stats()), for one
+    pool and for the process's totals: each the value of the aml key it aliases."""
+    from aml_core.memory import TORCH_ALIASES
+
+    with aml_core.area("host") as base, aml_core.pool(base) as p:
+        bufs = [p.mmap(5000), p.mmap(3 * MiB)]
+        p.munmap(bufs.pop())
+        one = aml_core.memory_stats(p)
+        assert one["allocated_bytes.all.current"] == one["allocated_bytes.current"]
+        assert one["requested_bytes.all.current"] == 5000
+        assert one["reserved_bytes.all.peak"] == p.pool_stats.peak_bytes_reserved
+        assert one["num_device_alloc"] == p.pool_stats.native_allocations
+        assert one["segment.all.current"] == p.pool_stats.slabs
+        assert one["allocation.all.current"] == 1
+        every = aml_core.memory_stats()
+        for torch_key, key in TORCH_ALIASES.items():
+            assert one[torch_key] == one[key]
+            assert every[torch_key] == every["all." + key]

@@ -81,6 +81,8 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         - ``ptr``: ALLOC_MAPPED areas without ALLOC_HOST only (required there): the host
           memory to register, an int address or a writable buffer-protocol object of at
           least ``size`` bytes (kept alive while mapped).
+        - ``stream``: deprecated, removed in the next minor version: ``mmap(size,
+          stream=s)``.
 
         ``stream``: device areas only: allocate in that stream's order
         (cudaMallocAsync/hipMallocAsync; any stream object or an int handle, 0 the

@@ -9,7 +9,7 @@ Adding a knob: a field here (with its converter or validator, and its key in
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import attrs
 
@@ -26,14 +26,6 @@ def _round_up(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
-def _size(what: str, *, zero: bool = False) -> Any:
-    return lambda value: checks.size(value, what, zero=zero)
-
-
-def _optional_size(what: str, *, zero: bool = False) -> Any:
-    return lambda value: None if value is None else checks.size(value, what, zero=zero)
-
-
 def _limit(value: object) -> int | float | None:
     """A limit in bytes (an int), a fraction in (0, 1] of the device's memory (a float),
     or None (the pool resolves a fraction against its area)."""
@@ -48,13 +40,42 @@ def _limit(value: object) -> int | float | None:
     return checks.size(value, "limit")
 
 
-def _flag(what: str) -> Any:
-    def convert(value: object) -> bool:
-        if not isinstance(value, bool):
-            raise AMLTypeError(f"{what} must be a bool, not {type(value).__name__}")
-        return value
+def _release_threshold(value: object) -> int | None:
+    return None if value is None else checks.size(value, "release_threshold", zero=True)
 
-    return convert
+
+def _granule(value: object) -> int:
+    return checks.power_of_two(checks.size(value, "granule"), "granule")
+
+
+def _small_max(value: object) -> int:
+    return checks.size(value, "small_max")
+
+
+def _small_slab(value: object) -> int:
+    return checks.size(value, "small_slab")
+
+
+def _medium_slab(value: object) -> int:
+    return checks.size(value, "medium_slab")
+
+
+def _max_split_size(value: object) -> int | None:
+    return None if value is None else checks.size(value, "max_split_size")
+
+
+def _initial_size(value: object) -> int:
+    return checks.size(value, "initial_size", zero=True)
+
+
+def _expandable(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise AMLTypeError(f"expandable must be a bool, not {type(value).__name__}")
+    return value
+
+
+def _capacity(value: object) -> int | None:
+    return None if value is None else checks.size(value, "capacity")
 
 
 @attrs.frozen(kw_only=True)
@@ -67,30 +88,26 @@ class PoolConfig:
     #: device's memory (a float in (0, 1]); None: no limit.
     limit: int | float | None = attrs.field(default=None, converter=_limit)
     #: The most cached (free) bytes kept after a munmap (None: keep all).
-    release_threshold: int | None = attrs.field(
-        default=None, converter=_optional_size("release_threshold", zero=True)
-    )
+    release_threshold: int | None = attrs.field(default=None, converter=_release_threshold)
     #: Block granularity: sizes are rounded up to it (a power of two).
-    granule: int = attrs.field(
-        default=512, converter=lambda v: checks.power_of_two(checks.size(v, "granule"), "granule")
-    )
+    granule: int = attrs.field(default=512, converter=_granule)
     #: Requests up to this size share ``small_slab``-byte slabs.
-    small_max: int = attrs.field(default=1 * MiB, converter=_size("small_max"))
-    small_slab: int = attrs.field(default=2 * MiB, converter=_size("small_slab"))
+    small_max: int = attrs.field(default=1 * MiB, converter=_small_max)
+    small_slab: int = attrs.field(default=2 * MiB, converter=_small_slab)
     #: The slab size for larger requests below half of it (bigger ones get their own).
-    medium_slab: int = attrs.field(default=20 * MiB, converter=_size("medium_slab"))
+    medium_slab: int = attrs.field(default=20 * MiB, converter=_medium_slab)
     #: Blocks larger than this are never split, and a request of at most this size never
     #: takes one (PyTorch's ``max_split_size_mb``); None: every block may be split. At
     #: least ``medium_slab``, so that the slabs grown for smaller requests split.
-    max_split_size: int | None = attrs.field(default=None, converter=_optional_size("max_split_size"))
+    max_split_size: int | None = attrs.field(default=None, converter=_max_split_size)
     #: Bytes reserved from the area when the pool is made, kept cached for the first
     #: requests (RMM's ``initial_pool_size``): the slab a request of that size gets (at
     #: least that many bytes); trim() may release it; 0: none.
-    initial_size: int = attrs.field(default=0, converter=_size("initial_size", zero=True))
+    initial_size: int = attrs.field(default=0, converter=_initial_size)
     #: One growing segment over a VirtualMemory area, reserving ``capacity`` bytes of
     #: addresses (default: the limit in bytes, or 1 TiB).
-    expandable: bool = attrs.field(default=False, converter=_flag("expandable"))
-    capacity: int | None = attrs.field(default=None, converter=_optional_size("capacity"))
+    expandable: bool = attrs.field(default=False, converter=_expandable)
+    capacity: int | None = attrs.field(default=None, converter=_capacity)
 
     def __attrs_post_init__(self) -> None:
         if self.small_max < self.granule or self.small_slab < self.small_max:
@@ -118,7 +135,7 @@ class PoolConfig:
         unknown = sorted(set(fields) - known)
         if unknown:
             raise AMLTypeError(f"unknown pool setting {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        return attrs.evolve(base, **fields)  # type: ignore[misc]
+        return attrs.evolve(base, **fields)
 
     def layout(self) -> tuple[int, int, int, int]:
         """(granule, small_max, small_slab, medium_slab), the slabs rounded to the granule."""

@@ -270,8 +270,12 @@ class Pool(Recording, Sharing):
 
         ``stream``: GPU pools only: take the block in that stream's order (any stream
         object or an int handle; None, the default: host order); see "Streams" in the
-        module doc. A pool takes no other option (``options``: the deprecated
-        ``{"stream": s}`` / :class:`PoolOptions`, for one minor version).
+        module doc.
+
+        Options (:class:`PoolOptions`, deprecated: a pool takes none):
+
+        - ``stream``: deprecated, removed in the next minor version: ``mmap(size,
+          stream=s)``.
 
         Errors of pools: :class:`~aml_core.errors.AMLMemoryError` when a new slab would
         pass ``limit`` even after the cached slabs are released, or the area has no more
