@@ -1312,6 +1312,8 @@ cdef class AreaBase:
                 PyErr_Clear()
                 stream = _convert_stream(stream)  # its error: out of range
                 h = stream
+        elif type(stream) is _stream_type and stream._closed is False and type(stream.handle) is int:
+            h = stream.handle  # an open aml Stream: its handle, read in C
         else:
             h = _convert_stream(stream)
         if not self._streams:
@@ -1459,14 +1461,16 @@ def _mmap_function():
 
 
 cdef object _stream_module = None
+cdef object _stream_type = None  # aml_core.stream.Stream, once that module is imported
 
 
 cdef object _convert_stream(object stream):
     """aml_core.stream.as_stream_handle (imported on first use: it imports this module)."""
-    global _stream_module
+    global _stream_module, _stream_type
     if _stream_module is None:
         from . import stream as _mod
         _stream_module = _mod
+        _stream_type = _mod.Stream
     return _stream_module.as_stream_handle(stream)
 
 

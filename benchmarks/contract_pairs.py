@@ -9,8 +9,10 @@ Each case is the best of 7 loops of 200,000 pairs (``--loops``, ``--n``), in ns 
   numpy_pair       np.empty(4096, np.uint8) + del, in the same process (the target:
                    host_pool_pair <= 1.0x numpy_pair)
   hip_stream_pair  a pool over a HIP device area on the driver double (emulated: no GPU),
-                   mmap(4096) on a stream + munmap: the block reused at once on the stream
-                   (``stream=s`` where the tree has it, else the old ``{"stream": s}``)
+                   mmap(4096) on a stream (an aml Stream) + munmap: the block reused at
+                   once on the stream (``stream=s`` where the tree has it, else the old
+                   ``{"stream": s}``: the same case, each tree's spelling)
+  hip_handle_pair  the same with the stream's int handle
 
 ``--compare`` runs ``--one`` in a child process per tree (PYTHONPATH: the tree and its
 backends/hip), alternating old and new ``--rounds`` times, and writes the best per case
@@ -83,22 +85,34 @@ def one(n: int, loops: int) -> dict[str, Any]:
         except TypeError:
             new_api = False
         pm, pu = p.mmap, p.munmap
+        h = s.handle
         if new_api:
 
             def stream_pair(k: int) -> None:
                 for _ in range(k):
                     pu(pm(4096, stream=s))
 
+            def handle_pair(k: int) -> None:
+                for _ in range(k):
+                    pu(pm(4096, stream=h))
+
         else:
-            spelled = {"stream": s.handle}
-            pm(4096, spelled).free()
+            by_stream, by_handle = {"stream": s}, {"stream": h}
+            pm(4096, by_stream).free()
 
             def stream_pair(k: int) -> None:
                 for _ in range(k):
-                    pu(pm(4096, spelled))
+                    pu(pm(4096, by_stream))
+
+            def handle_pair(k: int) -> None:
+                for _ in range(k):
+                    pu(pm(4096, by_handle))
 
         out["hip_stream_pair"] = _best(stream_pair, n, loops)
-        out["hip_api"] = "stream=" if new_api else "{'stream': handle}"
+        out["hip_handle_pair"] = _best(handle_pair, n, loops)
+        out["hip_stream_pair"] = min(out["hip_stream_pair"], _best(stream_pair, n, loops))
+        out["hip_handle_pair"] = min(out["hip_handle_pair"], _best(handle_pair, n, loops))
+        out["hip_api"] = "mmap(n, stream=s)" if new_api else "mmap(n, {'stream': s})"
         p.close()
         area.close()
         s.close()
@@ -138,7 +152,7 @@ def compare(old: Path, new: Path, rounds: int, n: int, loops: int, out_dir: Path
                 cwd=str(root),
             )
             runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    cases = ("host_pool_pair", "numpy_pair", "hip_stream_pair")
+    cases = ("host_pool_pair", "numpy_pair", "hip_stream_pair", "hip_handle_pair")
     best = {label: {c: min(r[c] for r in rs) for c in cases} for label, rs in runs.items()}
     result = {
         "what": "best ns per pair over rounds x (best of loops of n), old and new trees in one run",
