@@ -141,5 +141,6 @@ cdef class AreaBase:
     cpdef BufferBase _lookup(self, target, size)
     cdef object _map(self, size, options, stream)
     cdef int _stream_of(self, object stream, unsigned long long *handle) except -1
-    cdef int _unmap(self, buffer, size, bint fast, object stream) except -1
+    cdef int _unmap(self, buffer, size, bint fast) except -1
+    cdef int _unmap_on(self, buffer, size, object stream) except -1
     cdef int _free_detached(self, BufferBase buf, bint fast) except -1

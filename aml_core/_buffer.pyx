@@ -1374,14 +1374,18 @@ cdef class AreaBase:
         n_obj = size if n > 0 else _check_size(size)
         if self._closed:
             self._check_open()
-        if options is not None:
-            options, stream = self._split_stream(options, stream)  # the deprecated option
-        if stream is not None:
-            self._stream_of(stream, &handle)
-            has_stream = True
         cdef BufferBase buf = None
-        if self._fast is not None and options is None:
-            buf = self._fast.take(self, n_obj, has_stream, handle)
+        if options is None and stream is None:  # the hot case first: one test
+            if self._fast is not None:
+                buf = self._fast.take(self, n_obj, False, 0)
+        else:
+            if options is not None:
+                options, stream = self._split_stream(options, stream)  # the deprecated option
+            if stream is not None:
+                self._stream_of(stream, &handle)
+                has_stream = True
+            if self._fast is not None and options is None:
+                buf = self._fast.take(self, n_obj, has_stream, handle)
         if buf is None:
             self._enter()  # a finalizer run by the subclass's code defers its free
             try:
@@ -1402,24 +1406,31 @@ cdef class AreaBase:
     def munmap(self, buffer, size=None, *, stream=None):
         """Free a mapping made by this area, given as the Buffer or its base pointer, in
         the order of ``stream`` (None: the stream the buffer was allocated on, if any)."""
-        self._unmap(buffer, size, True, stream)
+        if stream is None:
+            self._unmap(buffer, size, True)
+        else:
+            self._unmap_on(buffer, size, stream)
 
     def _munmap_slow(self, buffer, size=None):
         """munmap through _free, never the fast path."""
-        self._unmap(buffer, size, False, None)
+        self._unmap(buffer, size, False)
 
-    cdef int _unmap(self, buffer, size, bint fast, object stream) except -1:
+    cdef int _unmap(self, buffer, size, bint fast) except -1:
+        if self._closed:
+            self._check_open()
+        cdef BufferBase buf = self._lookup(buffer, size)
+        self._detach(buf)
+        return self._free_detached(buf, fast)
+
+    cdef int _unmap_on(self, buffer, size, object stream) except -1:
+        """munmap in the order of ``stream`` (not None), converted once here."""
         if self._closed:
             self._check_open()
         cdef unsigned long long handle = 0
-        if stream is not None:
-            self._stream_of(stream, &handle)
+        self._stream_of(stream, &handle)
         cdef BufferBase buf = self._lookup(buffer, size)
-        if stream is None:
-            self._detach(buf)
-            return self._free_detached(buf, fast)
         self._detach(buf)
-        if fast and self._fast is not None and self._fast.give(self, buf, True, handle):
+        if self._fast is not None and self._fast.give(self, buf, True, handle):
             return 0
         self._enter()
         try:

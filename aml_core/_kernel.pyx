@@ -17,9 +17,9 @@ One mutex per kernel guards the state; every entry takes it. A thread that holds
 GIL and finds the mutex taken waits with the GIL released, so a thread without the GIL
 (a framework hook) never waits for the GIL while holding the mutex in a hit; a miss
 leaves the mutex first, then takes the GIL and the mutex again (the "slow path"). The
-slow path calls the area below (a slab, its release), the expandable segment's
-virtual memory and the stream operations through Python objects, with the GIL and
-the mutex held; the mutex is re-entrant for its holder thread, whose finalizers defer
+slow path calls the area below (a slab, its release) and the expandable segment's
+virtual memory through Python objects, and the runtime's stream and event calls through
+C function pointers (``NativeStreams``), with the GIL and the mutex held; the mutex is re-entrant for its holder thread, whose finalizers defer
 their frees (``can_give`` says no) rather than re-enter a half-done operation.
 
 The hot path, a hit, runs in C with no Python object made: the block is taken from an
