@@ -108,7 +108,12 @@ class HipStreams(HipCalls, core.StreamOps, core.StreamOrderedOps):
             "stream_synchronize": "hipStreamSynchronize",
         }
         return NativeStreams(
-            **{op: address(name) for op, name in names.items()},
+            event_create=address(names["event_create"]),
+            event_destroy=address(names["event_destroy"]),
+            event_record=address(names["event_record"]),
+            stream_wait_event=address(names["stream_wait_event"]),
+            event_query=address(names["event_query"]),
+            stream_synchronize=address(names["stream_synchronize"]),
             fail=fail,
             names=names,
             not_ready=C.hipErrorNotReady,
