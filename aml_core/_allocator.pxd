@@ -51,3 +51,42 @@ cdef class NativePath(FastPath):
     cdef object record  # allocated size -> a new native record (on a miss)
     cdef bint record_self  # record is the function of a method of the area: pass it
     cdef dict slow  # buffers whose key is here are freed by _free (IPC exports)
+
+
+# A runtime's stream and event calls (CUDA's and HIP's share these shapes; 0 is success):
+# the stream calls the allocator kernel makes, with no Python (docs/kernel.md, "Streams").
+ctypedef int (*event_create_fn)(void **, unsigned int) noexcept nogil  # cudaEventCreateWithFlags
+ctypedef int (*handle_fn)(void *) noexcept nogil  # cudaEventDestroy, cudaEventQuery, cudaStreamSynchronize
+ctypedef int (*event_record_fn)(void *, void *) noexcept nogil  # cudaEventRecord(event, stream)
+ctypedef int (*stream_wait_fn)(void *, void *, unsigned int) noexcept nogil  # cudaStreamWaitEvent
+
+# NativeStreams' operations, in the order of its ``names`` (S_* index NativeStreams.OPS).
+cdef enum:
+    S_EVENT_CREATE = 0
+    S_EVENT_DESTROY = 1
+    S_EVENT_RECORD = 2
+    S_STREAM_WAIT_EVENT = 3
+    S_EVENT_QUERY = 4
+    S_STREAM_SYNCHRONIZE = 5
+
+
+cdef class NativeStreams:
+    cdef event_create_fn c_event_create
+    cdef handle_fn c_event_destroy
+    cdef event_record_fn c_event_record
+    cdef stream_wait_fn c_stream_wait_event
+    cdef handle_fn c_event_query  # NULL: no query (a reclaim synchronizes)
+    cdef handle_fn c_stream_synchronize
+    cdef unsigned int event_flags
+    cdef int not_ready  # event_query's "still running" code
+    cdef readonly bint needs_gil  # the calls run Python (trampolines): never from a hook without the GIL
+    cdef readonly object fail
+    cdef readonly tuple names
+    cdef readonly object owner
+
+    cdef int hand_over(self, void **event, unsigned long long other, unsigned long long stream,
+                       int *op) noexcept nogil
+    cdef int idle(self, void **event, unsigned long long stream, int *op) noexcept nogil
+    cdef int failed(self, int code, int op) except -1
+    cdef int synchronize(self, unsigned long long stream) except -1
+    cdef int destroy(self, void *event) except -1

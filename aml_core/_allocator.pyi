@@ -60,3 +60,34 @@ class NativePath(FastPath):
     ) -> None: ...
     @property
     def allocator(self) -> NativeAllocator: ...
+
+STREAM_OPS: tuple[str, ...]
+
+class NativeStreams:
+    def __init__(
+        self,
+        *,
+        event_create: int,
+        event_destroy: int,
+        event_record: int,
+        stream_wait_event: int,
+        stream_synchronize: int,
+        fail: Callable[..., NoReturn] | Callable[[str, int], None],
+        names: Mapping[str, str],
+        event_query: int | None = None,
+        not_ready: int = 0,
+        event_flags: int = 0,
+        needs_gil: bool = False,
+        owner: object = None,
+    ) -> None: ...
+    @property
+    def needs_gil(self) -> bool: ...
+    @property
+    def queries(self) -> bool: ...
+    @property
+    def fail(self) -> Callable[..., Any]: ...
+    @property
+    def names(self) -> tuple[str, ...]: ...
+    @property
+    def owner(self) -> object: ...
+    def _synchronize(self, stream: int) -> None: ...

@@ -215,9 +215,11 @@ cdef class NativePath(FastPath):
     def __repr__(self):
         return f"<aml NativePath {self.allocator!r}>"
 
-    cdef BufferBase take(self, AreaBase area, object n_obj):
+    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, unsigned long long stream):
         """The compiled mmap (the size is checked); None when the Python path must run
-        (another device to select)."""
+        (another device to select, a stream: the area's stream-ordered allocation)."""
+        if has_stream:
+            return None
         cdef NativeAllocator a = self.allocator
         cdef int current = -1
         cdef int rc = a.c_get_device(&current)
@@ -268,10 +270,11 @@ cdef class NativePath(FastPath):
                     a.c_free(p)
             raise
 
-    cdef bint give(self, AreaBase area, BufferBase buf) except -1:
+    cdef bint give(self, AreaBase area, BufferBase buf, bint has_stream, unsigned long long stream) except -1:
         """The compiled free of a detached buffer this path made and that has no IPC
-        export; if it fails the buffer is tracked again (_restore) and the error raised."""
-        if not self.can_give(area, buf):
+        export (in host order: a free in a stream's order runs the area's ``_free``); if
+        it fails the buffer is tracked again (_restore) and the error raised."""
+        if has_stream or not self.can_give(area, buf):
             return False
         try:
             self.allocator.free_native(self.mode, <void *><uintptr_t>buf._ptr)
@@ -364,3 +367,148 @@ def _noop_control(fail_code=0, fail_count=0, skip=0):
     noop_fail_count = fail_count
     noop_skip = skip
     return aml_noop_live_now()
+
+
+#: The operations of a NativeStreams, in the order of its ``names``.
+STREAM_OPS = ("event_create", "event_destroy", "event_record", "stream_wait_event", "event_query",
+              "stream_synchronize")
+
+
+@cython.auto_pickle(False)
+cdef class NativeStreams:
+    """NativeStreams(*, event_create, event_destroy, event_record, stream_wait_event, stream_synchronize, fail, names, event_query=None, not_ready=0, event_flags=0, needs_gil=False, owner=None)
+--
+
+    A runtime's stream and event calls as C function pointers (integer addresses), with
+    the signatures CUDA and HIP share, for the allocator kernel's stream policy (the
+    hand-over between streams, a stream's blocks reclaimed for host order):
+
+    ==========================================  ====================================
+    ``event_create(void **, unsigned int)``     cudaEventCreateWithFlags / hipEvent…
+    ``event_destroy(void *)``                   cudaEventDestroy / hipEventDestroy
+    ``event_record(void *event, void *stream)`` cudaEventRecord / hipEventRecord
+    ``stream_wait_event(void *stream, void *,   cudaStreamWaitEvent / hipStreamWaitEvent
+    unsigned int)``
+    ``event_query(void *)``                     cudaEventQuery / hipEventQuery (0: done;
+                                                ``not_ready``: still running)
+    ``stream_synchronize(void *)``              cudaStreamSynchronize / hipStream…
+    ==========================================  ====================================
+
+    Each returns 0 on success or the runtime's error code; on an error the kernel calls
+    ``fail(name, code)`` (with the GIL), which must raise the backend's translated
+    AMLError. ``names`` maps each operation (:data:`STREAM_OPS`) to the native function's
+    name. ``event_flags``: the flags events are created with (timing disabled).
+    ``needs_gil``: the functions run Python (:func:`aml_core.stream.native_streams`'s
+    trampolines over a Python runtime): a framework hook then takes the GIL first. The
+    functions must stay loaded while the table lives (``owner`` is kept for that)."""
+
+    def __init__(
+        self,
+        *,
+        event_create,
+        event_destroy,
+        event_record,
+        stream_wait_event,
+        stream_synchronize,
+        fail,
+        names,
+        event_query=None,
+        int not_ready=0,
+        unsigned int event_flags=0,
+        bint needs_gil=False,
+        owner=None,
+    ):
+        if not callable(fail):
+            raise TypeError("fail must be callable")
+        for op in STREAM_OPS:
+            if (op != "event_query" or event_query is not None) and not isinstance(names.get(op), str):
+                raise TypeError(f"names[{op!r}] must be a str")
+        self.names = tuple(names.get(op, op) for op in STREAM_OPS)
+        self.c_event_create = <event_create_fn>address(event_create, "event_create")
+        self.c_event_destroy = <handle_fn>address(event_destroy, "event_destroy")
+        self.c_event_record = <event_record_fn>address(event_record, "event_record")
+        self.c_stream_wait_event = <stream_wait_fn>address(stream_wait_event, "stream_wait_event")
+        self.c_stream_synchronize = <handle_fn>address(stream_synchronize, "stream_synchronize")
+        if event_query is not None:
+            self.c_event_query = <handle_fn>address(event_query, "event_query")
+        self.not_ready = not_ready
+        self.event_flags = event_flags
+        self.needs_gil = needs_gil
+        self.fail = fail
+        self.owner = owner
+
+    @property
+    def queries(self):
+        """Whether the table can query an event (then a plain request after a stream
+        request queries the stream's event instead of synchronizing it)."""
+        return self.c_event_query != NULL
+
+    def __repr__(self):
+        return f"<aml NativeStreams {', '.join(self.names)}>"
+
+    cdef int hand_over(self, void **event, unsigned long long other, unsigned long long stream,
+                       int *op) noexcept nogil:
+        """``stream`` waits for ``other``'s work so far (the event made on first use,
+        recorded on ``other``): 0, or the failing call's code with its S_* in ``op``."""
+        cdef int rc
+        if event[0] == NULL:
+            op[0] = S_EVENT_CREATE
+            rc = self.c_event_create(event, self.event_flags)
+            if rc != 0:
+                event[0] = NULL
+                return rc
+        op[0] = S_EVENT_RECORD
+        rc = self.c_event_record(event[0], <void *><uintptr_t>other)
+        if rc != 0:
+            return rc
+        op[0] = S_STREAM_WAIT_EVENT
+        return self.c_stream_wait_event(<void *><uintptr_t>stream, event[0], 0)
+
+    cdef int idle(self, void **event, unsigned long long stream, int *op) noexcept nogil:
+        """Whether ``stream``'s work so far is done, by recording the event on it and
+        querying it: 0 done, -1 still running (or no query: synchronize), else the
+        failing call's code with its S_* in ``op``."""
+        cdef int rc
+        if self.c_event_query == NULL:
+            return -1
+        if event[0] == NULL:
+            op[0] = S_EVENT_CREATE
+            rc = self.c_event_create(event, self.event_flags)
+            if rc != 0:
+                event[0] = NULL
+                return rc
+        op[0] = S_EVENT_RECORD
+        rc = self.c_event_record(event[0], <void *><uintptr_t>stream)
+        if rc != 0:
+            return rc
+        op[0] = S_EVENT_QUERY
+        rc = self.c_event_query(event[0])
+        if rc == self.not_ready:
+            return -1
+        return rc
+
+    cdef int failed(self, int code, int op) except -1:
+        """A call that returned ``code``: raise the backend's translated error."""
+        self.fail(self.names[op], code)
+        raise SystemError(f"the fail hook of {self!r} returned instead of raising")
+
+    cdef int synchronize(self, unsigned long long stream) except -1:
+        cdef int rc
+        if self.needs_gil:
+            rc = self.c_stream_synchronize(<void *><uintptr_t>stream)
+        else:
+            with nogil:
+                rc = self.c_stream_synchronize(<void *><uintptr_t>stream)
+        if rc != 0:
+            self.failed(rc, S_STREAM_SYNCHRONIZE)
+        return 0
+
+    cdef int destroy(self, void *event) except -1:
+        cdef int rc = self.c_event_destroy(event)
+        if rc != 0:
+            self.failed(rc, S_EVENT_DESTROY)
+        return 0
+
+    # the same calls from Python (tests: what the kernel would call)
+    def _synchronize(self, stream):
+        self.synchronize(stream)

@@ -55,6 +55,8 @@ cdef class BufferBase:
     cdef readonly object native
     cdef object __weakref__
     cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
+    cdef bint _has_stream  # allocated in a stream's order (mmap(..., stream=)): munmap's default
+    cdef unsigned long long _stream  # that stream's handle
 
     cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept
 
@@ -96,6 +98,9 @@ cdef class AreaBase:
     cdef list _waiting
     # The installed fast path (_set_native, _set_pool), or None.
     cdef FastPath _fast
+    # Whether the area orders work on streams (_take_streams): else mmap and munmap
+    # refuse a stream (AMLNotSupported, _no_streams says why).
+    cdef bint _streams
     cdef object __weakref__
 
     # the live table
@@ -134,6 +139,8 @@ cdef class AreaBase:
     )
     cdef int _refuse(self, BufferBase buf, int status, str during) except -1
     cpdef BufferBase _lookup(self, target, size)
-    cdef object _map(self, size, options)
+    cdef object _map(self, size, options, stream)
+    cdef int _stream_of(self, object stream, unsigned long long *handle) except -1
     cdef int _unmap(self, buffer, size, bint fast) except -1
+    cdef int _unmap_on(self, buffer, size, object stream) except -1
     cdef int _free_detached(self, BufferBase buf, bint fast) except -1

@@ -86,7 +86,18 @@ from ._dlpack cimport (
     kDLUInt,
 )
 
-from .errors import AMLBusyError, AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
+from .errors import (
+    AMLBusyError,
+    AMLDomainError,
+    AMLFailure,
+    AMLMemoryError,
+    AMLNotSupported,
+    AMLTypeError,
+    AMLValueError,
+)
+
+import warnings as _warnings
+from collections.abc import Mapping as _Mapping
 from .checks import MAX_SIZE, size as _check_size
 
 cdef extern from "Python.h":
@@ -223,6 +234,13 @@ cdef class BufferBase:
         if self._key is not None:
             return self._key
         return self._ptr
+
+    @property
+    def stream(self):
+        """The handle (an int) of the stream the buffer was allocated on
+        (``mmap(..., stream=)``), which ``munmap`` frees it on unless told another;
+        None: host order."""
+        return self._stream if self._has_stream else None
 
     @property
     def area(self):
@@ -1264,14 +1282,91 @@ cdef class AreaBase:
             f"0x{target:x} was not mapped by this area (a foreign pointer, or already unmapped)"
         )
 
-    def mmap(self, size, options=None):
+    def mmap(self, size, options=None, *, stream=None):
         """Allocate ``size`` bytes; aml_core.area.Area.mmap documents the options and
         errors (each area's ``mmap`` documents its own: :func:`_mmap_function`)."""
-        return self._map(size, options)
+        return self._map(size, options, stream)
 
-    cdef object _map(self, size, options):
+    def _take_streams(self, bint ordered=True):
+        """Say whether this area orders work on streams: then ``mmap(..., stream=s)``
+        and ``munmap(..., stream=s)`` pass the handle (converted once) to the fast path
+        and to ``_allocate(size, options, stream=handle)`` / ``_free(buffer,
+        stream=handle)``; otherwise a stream is refused (AMLNotSupported, the reason
+        from ``_no_streams()``)."""
+        self._streams = ordered
+
+    @property
+    def _ordered(self):
+        """Whether the area takes streams (_take_streams)."""
+        return self._streams
+
+    cdef int _stream_of(self, object stream, unsigned long long *handle) except -1:
+        """The one conversion of a stream argument (not None) into a native handle: an
+        int in 0..2**64 - 1 in C, anything else by aml_core.stream.as_stream_handle (its
+        errors: AMLTypeError, AMLValueError, a closed stream's); then AMLNotSupported
+        where the area orders no work on streams."""
+        cdef unsigned long long h
+        if type(stream) is int:
+            h = _as_ull(stream)
+            if h == <unsigned long long>-1 and PyErr_Occurred() != NULL:
+                PyErr_Clear()
+                stream = _convert_stream(stream)  # its error: out of range
+                h = stream
+        elif type(stream) is _stream_type and stream._closed is False and type(stream.handle) is int:
+            h = stream.handle  # an open aml Stream: its handle, read in C
+        else:
+            h = _convert_stream(stream)
+        if not self._streams:
+            self._no_streams()
+            raise AMLNotSupported(f"this {type(self).__name__} orders no work on streams")
+        handle[0] = h
+        return 0
+
+    def _split_stream(self, options, stream):
+        """The deprecated ``stream`` option (``mmap(n, {"stream": s})``, an options
+        class's ``stream`` field; to be removed in the next minor version): moved to the
+        ``stream`` argument, with a DeprecationWarning. Returns (options, stream)."""
+        if isinstance(options, _Mapping):
+            if "stream" not in options:
+                return options, stream
+            rest = dict(options)
+            value = rest.pop("stream")
+            rest_options = rest or None
+        else:
+            if not hasattr(options, "stream"):
+                return options, stream
+            value = options.stream
+            if value is not None:
+                import attrs
+
+                options = attrs.evolve(options, stream=None)
+            try:
+                rest_options = None if options == type(options)() else options  # defaults: the fast path may serve it
+            except Exception:
+                rest_options = options
+            if value is None:
+                return rest_options, stream  # the deprecated field not used
+        _warnings.warn(
+            "the mmap option 'stream' is deprecated: pass mmap(size, stream=s)",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if value is not None and stream is not None:
+            raise AMLValueError("mmap got a stream twice: as stream= and in its options")
+        return rest_options, stream if value is None else value
+
+    def _no_streams(self):
+        """Raise why this area takes no stream (AMLNotSupported; areas override it to
+        give their reason)."""
+        raise AMLNotSupported(
+            f"streams need a GPU area; this {type(self).__name__} has no runtime that orders work on streams"
+        )
+
+    cdef object _map(self, size, options, stream):
         """mmap itself: the one body of AreaBase.mmap and every _mmap_function."""
         cdef Py_ssize_t n = 0
+        cdef bint has_stream = False
+        cdef unsigned long long handle = 0
         if type(size) is int:  # the common case, a plain positive int, checked in C
             n = _as_ssize(size)
             if n == -1 and PyErr_Occurred() != NULL:
@@ -1280,48 +1375,45 @@ cdef class AreaBase:
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None
-        if self._fast is not None:
-            if options is None:
-                buf = self._fast.take(self, n_obj)
-            else:
-                buf = self._fast.take_with(self, n_obj, options)
+        if options is None and stream is None:  # the hot case first: one test
+            if self._fast is not None:
+                buf = self._fast.take(self, n_obj, False, 0)
+        else:
+            if options is not None:
+                options, stream = self._split_stream(options, stream)  # the deprecated option
+            if stream is not None:
+                self._stream_of(stream, &handle)
+                has_stream = True
+            if self._fast is not None and options is None:
+                buf = self._fast.take(self, n_obj, has_stream, handle)
         if buf is None:
             self._enter()  # a finalizer run by the subclass's code defers its free
             try:
-                buf = self._allocate(n_obj, self._coerce_options(options))
+                if has_stream:
+                    buf = self._allocate(n_obj, self._coerce_options(options), stream=handle)
+                else:
+                    buf = self._allocate(n_obj, self._coerce_options(options))
             finally:
                 self._leave()
+        if has_stream:
+            buf._has_stream = True
+            buf._stream = handle
         cdef int status = self._add(buf)
         if status != ADDED:
             self._refuse(buf, status, "mmap")
         return buf
 
-    def munmap(self, buffer, size=None):
-        """Free a mapping made by this area, given as the Buffer or its base pointer."""
-        self._unmap(buffer, size, True)
+    def munmap(self, buffer, size=None, *, stream=None):
+        """Free a mapping made by this area, given as the Buffer or its base pointer, in
+        the order of ``stream`` (None: the stream the buffer was allocated on, if any)."""
+        if stream is None:
+            self._unmap(buffer, size, True)
+        else:
+            self._unmap_on(buffer, size, stream)
 
     def _munmap_slow(self, buffer, size=None):
         """munmap through _free, never the fast path."""
         self._unmap(buffer, size, False)
-
-    def _munmap_on(self, buffer, unsigned long long stream, size=None):
-        """munmap in ``stream``'s order (a checked handle): the fast path's ``give_on``,
-        else ``_free_on(buf, stream)``, which an area that takes streams defines (a
-        pool's munmap_on)."""
-        if self._closed:
-            self._check_open()
-        cdef BufferBase buf = self._lookup(buffer, size)
-        self._detach(buf)
-        if self._fast is not None and self._fast.give_on(self, buf, stream):
-            return
-        self._enter()
-        try:
-            self._free_on(buf, stream)
-        except BaseException:
-            self._restore(buf)
-            raise
-        finally:
-            self._leave()
 
     cdef int _unmap(self, buffer, size, bint fast) except -1:
         if self._closed:
@@ -1330,11 +1422,32 @@ cdef class AreaBase:
         self._detach(buf)
         return self._free_detached(buf, fast)
 
+    cdef int _unmap_on(self, buffer, size, object stream) except -1:
+        """munmap in the order of ``stream`` (not None), converted once here."""
+        if self._closed:
+            self._check_open()
+        cdef unsigned long long handle = 0
+        self._stream_of(stream, &handle)
+        cdef BufferBase buf = self._lookup(buffer, size)
+        self._detach(buf)
+        if self._fast is not None and self._fast.give(self, buf, True, handle):
+            return 0
+        self._enter()
+        try:
+            self._free(buf, stream=handle)
+        except BaseException:
+            self._restore(buf)  # the memory is still there: keep tracking it
+            raise
+        finally:
+            self._leave()
+        return 0
+
     cdef int _free_detached(self, BufferBase buf, bint fast) except -1:
-        """Free a buffer _detach (or a finalizer) untracked: the fast path (if ``fast``),
-        else _free (counted inside the area). If the free fails the buffer is tracked
+        """Free a buffer _detach (or a finalizer) untracked, on the stream it was
+        allocated on if any: the fast path (if ``fast``), else _free (counted inside the
+        area; it reads the buffer's stream). If the free fails the buffer is tracked
         again (_restore) and the error raised."""
-        if fast and self._fast is not None and self._fast.give(self, buf):
+        if fast and self._fast is not None and self._fast.give(self, buf, buf._has_stream, buf._stream):
             return 0
         self._enter()
         try:
@@ -1352,10 +1465,24 @@ def _mmap_function():
     compiled body), for an area class to give its ``mmap`` its own docstring and
     signature without a Python frame on the hot path (aml_core.area.compiled_mmap)."""
 
-    def mmap(AreaBase self, size, options=None):
-        return self._map(size, options)
+    def mmap(AreaBase self, size, options=None, *, stream=None):
+        return self._map(size, options, stream)
 
     return mmap
+
+
+cdef object _stream_module = None
+cdef object _stream_type = None  # aml_core.stream.Stream, once that module is imported
+
+
+cdef object _convert_stream(object stream):
+    """aml_core.stream.as_stream_handle (imported on first use: it imports this module)."""
+    global _stream_module, _stream_type
+    if _stream_module is None:
+        from . import stream as _mod
+        _stream_module = _mod
+        _stream_type = _mod.Stream
+    return _stream_module.as_stream_handle(stream)
 
 
 def address_of(obj, /):
@@ -1434,5 +1561,5 @@ def peer_copy_args(dst, src, size, dst_offset, src_offset, backend, /):
 
 # The fast paths this module's areas install, re-exported here (aml_core._buffer.X is
 # their public import path). Imported last: they cimport this module's types.
-from ._allocator import OPS, NativeAllocator, NativePath, _noop_control, _noop_functions
+from ._allocator import OPS, STREAM_OPS, NativeAllocator, NativePath, NativeStreams, _noop_control, _noop_functions
 from ._kernel import PoolKernel

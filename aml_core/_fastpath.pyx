@@ -6,22 +6,19 @@ may install one :class:`FastPath` (``AreaBase._set_native``, ``AreaBase._set_poo
 that serves ``mmap(size)`` without options and frees what it handed out, in C. The
 area calls it at four points, and only there:
 
-``take(area, n)``
-    mmap(n), ``n`` a checked size (a positive int): a buffer made by ``area._make``
-    (not tracked yet: the area tracks it), or None when the area's Python
-    ``_allocate`` must run. It raises only what the native call or the buffer's
-    construction raised, with nothing of its own state changed or leaked.
-``take_with(area, n, options)``
-    mmap(n, options): as ``take``, for the options the path understands (a pool's
-    stream); None for anything else.
-``give(area, buf)``
-    munmap or a finalizer, ``buf`` detached (untracked, counted unmapped): True if its
-    memory went back in C, False when the area's ``_free`` must run. A native free
-    that fails tracks the buffer again (``area._restore``) and raises, as a failing
-    ``_free`` does.
-``give_on(area, buf, stream)``
-    munmap in a stream's order (a pool's ``munmap_on``, the stream a checked handle): as
-    ``give``.
+``take(area, n, has_stream, stream)``
+    mmap(n) without options, ``n`` a checked size (a positive int), in host order or
+    (``has_stream``) in the order of ``stream``, a handle the area converted once: a
+    buffer made by ``area._make`` (not tracked yet: the area tracks it and records its
+    stream), or None when the area's Python ``_allocate`` must run. It raises only what
+    the native call or the buffer's construction raised, with nothing of its own state
+    changed or leaked.
+``give(area, buf, has_stream, stream)``
+    munmap or a finalizer, ``buf`` detached (untracked, counted unmapped), freed in
+    host order or in ``stream``'s (the buffer's own stream unless munmap named
+    another): True if its memory went back in C, False when the area's ``_free`` must
+    run. A native free that fails tracks the buffer again (``area._restore``) and
+    raises, as a failing ``_free`` does.
 ``can_give(area, buf)``
     a finalizer asks whether ``give`` would free ``buf`` in C now without running
     Python code or waiting (then it runs at once, even while someone is inside the
@@ -48,16 +45,10 @@ cdef class FastPath:
     The interface an area's compiled fast path implements (see the module doc). This
     base serves nothing: every request takes the area's Python path."""
 
-    cdef BufferBase take(self, AreaBase area, object n_obj):
+    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, unsigned long long stream):
         return None
 
-    cdef BufferBase take_with(self, AreaBase area, object n_obj, object options):
-        return None
-
-    cdef bint give(self, AreaBase area, BufferBase buf) except -1:
-        return False
-
-    cdef bint give_on(self, AreaBase area, BufferBase buf, unsigned long long stream) except -1:
+    cdef bint give(self, AreaBase area, BufferBase buf, bint has_stream, unsigned long long stream) except -1:
         return False
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:

@@ -41,25 +41,30 @@ cdef extern from *:
 
 @cython.final
 cdef class HookState:
-    """HookState(kernel, slow_malloc, slow_free, raising_malloc=None)
+    """HookState(kernel, slow_malloc, slow_free, raising_malloc=None, errors=None)
 --
 
     What one installed hook's C entry points use: the pool kernel that serves hits (or
     None: every call takes the slow path), the Python slow paths, and the count of live
-    allocations the framework holds from the hook (``live``)."""
+    allocations the framework holds from the hook (``live``). With ``errors`` (a list), a
+    miss runs the kernel's slow path in C with the GIL (``hook_slow_alloc``,
+    ``hook_slow_free``), appending a failure's exception there; the Python slow paths
+    then serve only what the kernel declines (a closed pool, a log, a foreign pointer)."""
 
     cdef PyObject *kernel  # borrowed: self._kernel keeps it
     cdef object _kernel
     cdef object slow_malloc
     cdef object slow_free
     cdef object raising_malloc
+    cdef list errors
     cdef readonly long long live
     cdef readonly long long fast_allocs
     cdef readonly long long fast_frees
 
-    def __init__(self, kernel, slow_malloc, slow_free, raising_malloc=None):
+    def __init__(self, kernel, slow_malloc, slow_free, raising_malloc=None, list errors=None):
         if kernel is not None and not isinstance(kernel, PoolKernel):
             raise TypeError("kernel must be a PoolKernel or None")
+        self.errors = errors
         self.raising_malloc = raising_malloc
         self._kernel = kernel
         if kernel is None:
@@ -100,11 +105,15 @@ cdef void *_hook_malloc(HookState st, size_t size, int device, bint has_stream, 
         return <void *><uintptr_t>addr
     if aml_is_finalizing():
         return NULL  # no Python code any more
+    cdef int status = 1
     with gil:
-        try:
-            addr = st.slow_malloc(size, device, stream if has_stream else None)
-        except BaseException:
-            addr = 0  # the slow path records its errors; this is the last resort
+        if st.kernel != NULL and st.errors is not None:
+            status = (<PoolKernel>st.kernel).hook_slow_alloc(size, has_stream, stream, &addr, st.errors)
+        if status == 1:
+            try:
+                addr = st.slow_malloc(size, device, stream if has_stream else None)
+            except BaseException:
+                addr = 0  # the slow path records its errors; this is the last resort
         if addr:
             aml_count(&st.live, 1)
     return <void *><uintptr_t>addr
@@ -117,12 +126,18 @@ cdef void _hook_free(HookState st, void *ptr, int device, bint has_stream, u64 s
         return
     if aml_is_finalizing():
         return  # the interpreter is gone: the process's exit returns the memory
+    cdef int status = 1
     with gil:
-        try:
-            if st.slow_free(<u64><uintptr_t>ptr, device, stream if has_stream else None):
-                aml_count(&st.live, -1)
-        except BaseException:
-            pass
+        if st.kernel != NULL and st.errors is not None:
+            status = (<PoolKernel>st.kernel).hook_slow_free(<u64><uintptr_t>ptr, has_stream, stream, st.errors)
+        if status == 0:
+            aml_count(&st.live, -1)
+        elif status == 1:
+            try:
+                if st.slow_free(<u64><uintptr_t>ptr, device, stream if has_stream else None):
+                    aml_count(&st.live, -1)
+            except BaseException:
+                pass
 
 
 # -- PyTorch ------------------------------------------------------------------------------
@@ -221,3 +236,26 @@ def call_torch_free(ptr, size, device, stream=0):
     cdef uintptr_t s = stream
     with nogil:
         torch_free(<void *>p, n, dev, <void *>s)
+
+
+def call_hook_malloc(HookState state not None, size, stream=None):
+    """Call a hook state's malloc as PyTorch's entry point does (the same C function,
+    without the GIL), on ``stream`` (a handle; None: host order), for any state, without
+    installing it for PyTorch (tests: the state machines); returns the address (0: the
+    slow path refused, its error recorded by the state's slow_malloc)."""
+    cdef void *p
+    cdef size_t n = size
+    cdef bint has = stream is not None
+    cdef u64 s = stream if has else 0
+    with nogil:
+        p = _hook_malloc(state, n, 0, has, s)
+    return <uintptr_t>p
+
+
+def call_hook_free(HookState state not None, ptr, stream=None):
+    """Call a hook state's free as PyTorch's entry point does (see call_hook_malloc)."""
+    cdef void *p = <void *><uintptr_t>(<u64>ptr)
+    cdef bint has = stream is not None
+    cdef u64 s = stream if has else 0
+    with nogil:
+        _hook_free(state, p, 0, has, s)

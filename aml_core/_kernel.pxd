@@ -6,6 +6,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
+from ._allocator cimport NativeStreams
 from ._buffer cimport AreaBase, BufferBase
 from ._fastpath cimport FastPath
 
@@ -49,6 +50,22 @@ cdef struct Block:
     u64 key  # its heap key's second part (its address when it was indexed), while free
 
 
+# The statistics, filled by PoolKernel.stats() under the mutex; Python reads them by name
+# (Cython gives a struct to Python as a dict of its fields: aml_core.pool._values.pool_stats_of).
+cdef struct Counters:
+    long long requested
+    long long peak_requested
+    long long blocks
+    long long reserved
+    long long peak_reserved
+    long long slabs
+    long long native_allocs
+    long long native_frees
+    long long hits
+    long long misses
+    long long largest_free
+
+
 # One recorded event of the history (record_history, log_to): fixed size, in a ring.
 cdef struct Event:
     int action  # EV_* in _kernel.pyx
@@ -73,6 +90,8 @@ cdef class PoolKernel(FastPath):
     cdef size_t _small_max
     cdef size_t _small_slab
     cdef size_t _medium_slab
+    cdef bint _has_max_split  # PoolConfig.max_split_size: blocks above it are never split
+    cdef size_t _max_split
     cdef bint _limited
     cdef size_t _limit
     cdef bint _in_oom  # the on_oom callback runs
@@ -118,11 +137,9 @@ cdef class PoolKernel(FastPath):
     cdef readonly long long hook_munmaps
     cdef public bint keep_fast
     cdef public bint closing
-    cdef public bint streams_ready
-    cdef public object stream_ops
-    cdef public object event
-    cdef public object options_type
-    cdef public object stream_type
+    cdef NativeStreams _streams  # the runtime's stream calls (set_streams), or None: no streams
+    cdef void *_event  # the hand-over and query event (made on first use), or NULL
+    cdef int _last_rc  # the code of the stream call _hand_over_nogil saw fail
     cdef public object on_oom  # callback(requested, PoolStats) -> bool, or None
     cdef public object free_memory  # () -> the device's free bytes (int) or None; or None
 
@@ -152,14 +169,17 @@ cdef class PoolKernel(FastPath):
     cdef void record(self, int action, u64 addr, size_t size, size_t requested, bint has_stream,
                      u64 stream) noexcept nogil
     cdef int _attach_frames(self, u64 since) except -1
-    cdef BufferBase _take_fast(self, AreaBase area, object n_obj, bint has_stream, u64 stream)
-    cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1
+    cdef int _hand_over_nogil(self, size_t n, u64 stream, Block **out) noexcept nogil
     cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil
     cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
     cdef int give_live(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
+    cdef int hook_slow_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out, list errors) noexcept
+    cdef int hook_slow_free(self, u64 addr, bint has_stream, u64 stream, list errors) noexcept
     cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL
     cdef int _reclaim_streams(self) except -1
+    cdef int _stream_failed(self, int code, int op) except -1
     cdef Block *_take_slow(self, size_t n) except NULL
+    cdef Block *_alloc(self, Py_ssize_t size, bint has_stream, u64 s) except NULL
     cdef int _give(self, Block *b, bint closed) except -1
     cdef int _auto_release(self, Slab *slab, size_t keep) except -1
     cdef bint _whole_free(self, Slab *slab) noexcept nogil

@@ -2,8 +2,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from ._allocator import NativeStreams
 from ._buffer import AreaBase
 from ._fastpath import FastPath
+from .pool._config import PoolConfig
 
 BLOCK_STATES: tuple[str, ...]
 EVENTS: tuple[str, ...]
@@ -30,26 +32,20 @@ class PoolKernel(FastPath):
     hook_munmaps: int
     keep_fast: bool
     closing: bool
-    streams_ready: bool
-    stream_ops: Any
-    event: int | None
-    options_type: Any
-    stream_type: Any
+    @property
+    def event(self) -> int | None: ...
+    @property
+    def streams(self) -> NativeStreams | None: ...
+    def set_streams(self, streams: NativeStreams | None) -> None: ...
     on_oom: Callable[[int, Any], bool] | None
     free_memory: Callable[[], int | None] | None
     sink: Callable[[], None] | None
     def __init__(
-        self,
-        area: AreaBase,
-        *,
-        granule: int,
-        small_max: int,
-        small_slab: int,
-        medium_slab: int,
-        limit: int | None = None,
-        release_threshold: int | None = None,
-        options: Any = None,
+        self, area: AreaBase, config: PoolConfig, *, limit: int | None = None, options: Any = None
     ) -> None: ...
+    def reserve(self, size: int) -> None: ...
+    @property
+    def max_split_size(self) -> int | None: ...
     def __enter__(self) -> PoolKernel: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -74,7 +70,7 @@ class PoolKernel(FastPath):
         device: int | None,
     ) -> None: ...
     def block(self, addr: int) -> tuple[int, int, tuple[int, int], int | None, Any, int, int]: ...
-    def stats(self) -> tuple[int, int, int, int, int, int, int, int, int, int, int]: ...
+    def stats(self) -> dict[str, int]: ...
     def reset_peak(self) -> None: ...
     def stream_cached(self) -> dict[tuple[int, int], list[int]]: ...
     def stream_stats(self) -> dict[int | None, tuple[int, int, int, int, int]]: ...

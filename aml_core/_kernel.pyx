@@ -17,9 +17,9 @@ One mutex per kernel guards the state; every entry takes it. A thread that holds
 GIL and finds the mutex taken waits with the GIL released, so a thread without the GIL
 (a framework hook) never waits for the GIL while holding the mutex in a hit; a miss
 leaves the mutex first, then takes the GIL and the mutex again (the "slow path"). The
-slow path calls the area below (a slab, its release), the expandable segment's
-virtual memory and the stream operations through Python objects, with the GIL and
-the mutex held; the mutex is re-entrant for its holder thread, whose finalizers defer
+slow path calls the area below (a slab, its release) and the expandable segment's
+virtual memory through Python objects, and the runtime's stream and event calls through
+C function pointers (``NativeStreams``), with the GIL and the mutex held; the mutex is re-entrant for its holder thread, whose finalizers defer
 their frees (``can_give`` says no) rather than re-enter a half-done operation.
 
 The hot path, a hit, runs in C with no Python object made: the block is taken from an
@@ -35,12 +35,14 @@ from cpython.ref cimport Py_INCREF, Py_XDECREF
 from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from cython.operator cimport dereference as deref
 from cython.operator cimport preincrement as inc
+from libc.stdint cimport uintptr_t
 from libc.stdlib cimport calloc
 from libc.stdlib cimport free as cfree
 from libcpp.map cimport map as cmap
 from libcpp.vector cimport vector
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+from ._allocator cimport NativeStreams
 from ._buffer cimport F_HOST, F_READONLY, AreaBase, BufferBase, forget_inside
 from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull, aml_is_finalizing
 from ._fastpath cimport FastPath
@@ -48,7 +50,7 @@ from ._fastpath cimport FastPath
 import sys
 import warnings
 
-from .errors import AMLError, AMLMemoryError, AMLValueError
+from .errors import AMLError, AMLMemoryError, AMLNotSupported, AMLValueError
 
 
 cdef extern from "<pthread.h>" nogil:
@@ -97,34 +99,40 @@ cdef enum:
 
 @cython.final
 cdef class PoolKernel(FastPath):
-    """PoolKernel(area, *, granule, small_max, small_slab, medium_slab, limit=None, release_threshold=None, options=None)
+    """PoolKernel(area, config, *, limit=None, options=None)
 --
 
-    A pool's policy and state over ``area`` (see the module doc); made by
-    ``aml_core.pool.Pool``, which documents the parameters."""
+    A pool's policy and state over ``area`` (see the module doc), configured by
+    ``config`` (an ``aml_core.pool.PoolConfig``, checked when it was made: its fields are
+    read by name here), ``limit`` (bytes, resolved by the pool) and ``options`` (the
+    area's mmap options for every slab); made by ``aml_core.pool.Pool``."""
 
     def __cinit__(self):
         pthread_mutex_init(&self._mu, NULL)
 
-    def __init__(self, area, *, granule, small_max, small_slab, medium_slab, limit=None,
-                 release_threshold=None, options=None):
+    def __init__(self, area, config, *, limit=None, options=None):
+        from .pool._config import PoolConfig
+
         if not isinstance(area, AreaBase):
             raise TypeError("a PoolKernel is over an aml area")
-        if granule < 1 or granule & (granule - 1):
-            raise ValueError("granule must be a power of two")
+        if not isinstance(config, PoolConfig):
+            raise TypeError(f"a PoolKernel takes a PoolConfig (checked once), not {type(config).__name__}")
+        granule, small_max, small_slab, medium_slab = config.layout()
+        release_threshold = config.release_threshold
+        max_split = config.max_split_size
         self._area = area
         self._mask = granule - 1
         self._small_max = small_max
         self._small_slab = small_slab
         self._medium_slab = medium_slab
+        self._has_max_split = max_split is not None
+        self._max_split = max_split if max_split is not None else 0
         self._limited = limit is not None
         self._limit = limit if limit is not None else 0
         self._has_threshold = release_threshold is not None
         self._threshold = release_threshold if release_threshold is not None else 0
         self._options = options
         self.keep_fast = release_threshold is None
-        self.event = None
-        self.stream_ops = None
         self.on_oom = None
         self.free_memory = None
 
@@ -134,13 +142,17 @@ cdef class PoolKernel(FastPath):
         cdef Block *nxt
         cdef size_t i
         # A pool dropped without close(): its hand-over event is destroyed here (close()
-        # destroys it otherwise); at interpreter exit the process's end does it.
-        if self.event is not None and self.stream_ops is not None and not aml_is_finalizing():
-            try:
-                self.stream_ops.event_destroy(self.event)
-            except BaseException:
-                pass  # nothing is left to retry it: the runtime keeps the event
-            self.event = None
+        # destroys it otherwise); at interpreter exit the process's end does it. A failure
+        # is ignored: nothing is left to retry it (the runtime keeps the event).
+        if self._event != NULL and self._streams is not None and not aml_is_finalizing():
+            if self._streams.needs_gil:
+                try:
+                    self._streams.c_event_destroy(self._event)
+                except BaseException:
+                    pass
+            else:
+                self._streams.c_event_destroy(self._event)
+            self._event = NULL
         for i in range(self._slabs.size()):
             self._free_slab_struct(self._slabs[i])
         self._slabs.clear()
@@ -267,6 +279,8 @@ cdef class PoolKernel(FastPath):
         it = heap.lower_bound(HeapKey(n, 0))
         if it == heap.end():
             return NULL
+        if self._has_max_split and n <= self._max_split and deref(it).first.first > self._max_split:
+            return NULL  # max_split_size: an oversize block (never split) is not wasted on it
         return deref(it).second
 
     cdef size_t largest_free(self) noexcept nogil:
@@ -287,6 +301,8 @@ cdef class PoolKernel(FastPath):
         cdef size_t rest
         self.heap_remove(b)
         rest = b.size - n
+        if self._has_max_split and b.size > self._max_split:
+            rest = 0  # max_split_size: a block above it is never split
         if rest >= self.split_min(slab.heap):
             tail = <Block *>calloc(1, sizeof(Block))
             if tail != NULL:
@@ -541,52 +557,14 @@ cdef class PoolKernel(FastPath):
         self._owner_key = <void *>area
         return 0
 
-    cdef BufferBase take(self, AreaBase area, object n_obj):
-        return self._take_fast(area, n_obj, False, 0)
-
-    cdef BufferBase take_with(self, AreaBase area, object n_obj, object options):
-        """mmap with options: only ``{"stream": s}`` (or PoolOptions) with ``s`` an int or
-        an aml Stream, once the pool has taken a stream (its operations known)."""
-        if not self.streams_ready:
-            return None
-        cdef object value
-        if type(options) is dict:
-            if len(<dict>options) != 1:
-                return None
-            value = (<dict>options).get("stream", self)
-            if value is self:
-                return None
-        elif type(options) is self.options_type:
-            value = options.stream
-        else:
-            return None
-        if value is None:
-            return self._take_fast(area, n_obj, False, 0)
-        cdef u64 handle
-        if type(value) is int:
-            handle = _as_ull(value)
-            if handle == <u64>-1 and PyErr_Occurred() != NULL:
-                PyErr_Clear()
-                return None  # out of range: the Python path says so
-        elif type(value) is self.stream_type:
-            if value._closed is not False:
-                return None  # a destroyed stream: the Python path refuses it (EINVAL)
-            h = value.handle
-            if type(h) is not int:
-                return None
-            handle = _as_ull(h)
-            if handle == <u64>-1 and PyErr_Occurred() != NULL:
-                PyErr_Clear()
-                return None
-        else:
-            return None
-        return self._take_fast(area, n_obj, True, handle)
-
-    cdef BufferBase _take_fast(self, AreaBase area, object n_obj, bint has_stream, u64 stream):
-        """A hit, made into the area's Buffer; None when the slow path must run. The
-        state changes under the mutex; the buffer is made after it is released (an
-        allocation may run a finalizer that frees into this kernel)."""
+    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, u64 stream):
+        """A hit, made into the area's Buffer; None when the slow path must run (a miss,
+        a hand-over, a stream the pool has no operations for). The state changes under
+        the mutex; the buffer is made after it is released (an allocation may run a
+        finalizer that frees into this kernel)."""
         if self._shut or self._area._closed or self.held_here() or self._trace & T_PYTHON:
+            return None
+        if has_stream and self._streams is None:
             return None
         cdef Py_ssize_t n = _as_ssize(n_obj)
         if n <= 0 or n > PY_SSIZE_T_MAX - <Py_ssize_t>self._mask:
@@ -596,6 +574,7 @@ cdef class PoolKernel(FastPath):
         cdef size_t r = (<size_t>n + self._mask) & ~self._mask
         tp = area._buffer_type(None)
         cdef Block *b
+        cdef bint slow = False
         self.lock_gil()
         b = self.take_cached(r, has_stream, stream)
         if b != NULL:
@@ -603,7 +582,16 @@ cdef class PoolKernel(FastPath):
             self.fast_mmaps += 1
         self.unlock()
         if b == NULL:
-            return None
+            # A miss (a hand-over, the streams reclaimed, a new slab): the slow path, here
+            # in C with the GIL, counted inside the pool as ``with kernel`` does (a
+            # finalizer's free of a pooled buffer meanwhile waits). No Python frame but the
+            # area's own mmap for a slab.
+            area._enter()
+            try:
+                b = self._alloc(n, has_stream, stream)
+            finally:
+                area._leave()
+            slow = True
         cdef Slab *slab = b.slab
         info = <tuple>slab.cinfo
         cdef u64 addr = b.addr
@@ -614,8 +602,9 @@ cdef class PoolKernel(FastPath):
                               None if dptr == addr else dptr, None)
         except BaseException:
             self.lock_gil()
-            self.fast_mmaps -= 1
-            self.hits -= 1
+            if not slow:
+                self.fast_mmaps -= 1
+                self.hits -= 1
             b = self.unlive(addr)
             if b != NULL and self.put_back(b, has_stream, stream):
                 self.blocks -= b.size
@@ -623,19 +612,17 @@ cdef class PoolKernel(FastPath):
             self.unlock()
             raise
 
-    cdef bint give(self, AreaBase area, BufferBase buf) except -1:
-        """munmap or a finalizer: the block back onto its stack in C, or False (the slow
-        path: a release threshold, a closed pool, this thread inside the kernel)."""
-        return self._give_fast(buf, False, 0)
-
-    cdef bint give_on(self, AreaBase area, BufferBase buf, u64 stream) except -1:
-        return self._give_fast(buf, True, stream)
-
-    cdef bint _give_fast(self, BufferBase buf, bint override, u64 stream) except -1:
+    cdef bint give(self, AreaBase area, BufferBase buf, bint has_stream, u64 stream) except -1:
+        """munmap or a finalizer (in host order, or ``stream``'s: the buffer's own unless
+        munmap named another): the block back onto its stack in C, or False (the slow
+        path: a release threshold, a closed pool, this thread inside the kernel, a
+        stream the pool has no operations for)."""
         if not self.keep_fast or self._trace & T_PYTHON or self.held_here():
             return False
+        if has_stream and self._streams is None:
+            return False
         self.lock_gil()
-        cdef int status = self.give_live(buf._ptr, override, stream)
+        cdef int status = self.give_live(buf._ptr, has_stream, stream)
         if status == 0:
             self.fast_munmaps += 1
         self.unlock()
@@ -672,12 +659,18 @@ cdef class PoolKernel(FastPath):
             return 1
         if self._trace & T_PYTHON:  # a stack or a log: the slow path (Python) records it
             return 1
+        if has_stream and self._streams is None:  # the slow path says why (AMLNotSupported)
+            return 1
         if self.lock_nogil():
             return 1
         cdef size_t r = (size + self._mask) & ~self._mask
         cdef Block *b = NULL
         if not self._shut:
             b = self.take_cached(r, has_stream, stream)
+            if b == NULL and has_stream and not self._streams.needs_gil:
+                # another stream's block through the event, in C (no GIL); a failed call
+                # leaves the block where it was and the slow path retries and raises
+                self._hand_over_nogil(r, stream, &b)
             if b != NULL:
                 self.hand_out(b, size, has_stream, stream)
                 self.hook_mmaps += 1
@@ -690,6 +683,8 @@ cdef class PoolKernel(FastPath):
     cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil:
         """A framework's free (``give_live``'s statuses): 0 done; otherwise the slow path
         (``free``) must run, which also refuses an address the kernel did not hand out."""
+        if has_stream and self._streams is None:
+            return 1  # the slow path frees it in host order
         if self.lock_nogil():
             return 1
         cdef int status = self.give_live(addr, has_stream, stream)
@@ -698,15 +693,66 @@ cdef class PoolKernel(FastPath):
         self.unlock()
         return status
 
+    # -- the hooks' misses: the slow path in C, with the GIL (aml_core/_hooks.pyx) ----------
+    cdef int hook_slow_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out, list errors) noexcept:
+        """A hook's miss (the GIL held): 0 and the address in ``out``; -1 when the slow
+        path failed (its exception appended to ``errors``); 1 when Python must run it (a
+        closed pool or area, a log or stacks, a stream the pool has no operations for:
+        the pool's own checks and messages)."""
+        cdef AreaBase owner = self._owner_area()
+        cdef Block *b
+        if (owner is None or owner._closed or self._shut or self._area._closed or self.held_here()
+                or self._trace & T_PYTHON or size == 0 or size > <size_t>PY_SSIZE_T_MAX - self._mask
+                or (has_stream and self._streams is None)):
+            return 1
+        owner._enter()  # as ``with kernel``: a finalizer's free of a pooled buffer waits
+        try:
+            b = self._alloc(<Py_ssize_t>size, has_stream, stream)
+            out[0] = b.addr
+            return 0
+        except BaseException as exc:
+            try:
+                errors.append(exc)
+            except BaseException:
+                pass
+            return -1
+        finally:
+            owner._leave()
+
+    cdef int hook_slow_free(self, u64 addr, bint has_stream, u64 stream, list errors) noexcept:
+        """A hook's free the C hit declined (the GIL held): 0 freed; -1 failed (its
+        exception appended to ``errors``); 1 when Python must run it (as hook_slow_alloc)."""
+        cdef AreaBase owner = self._owner_area()
+        if owner is None or owner._closed or self._trace & T_PYTHON or self.held_here():
+            return 1
+        owner._enter()
+        try:
+            self.free(addr, stream if has_stream else None)
+            return 0
+        except BaseException as exc:
+            try:
+                errors.append(exc)
+            except BaseException:
+                pass
+            return -1
+        finally:
+            owner._leave()
+
     # -- the slow path (GIL and mutex held: callers use ``with kernel``) ------------------
     def alloc(self, Py_ssize_t size, object stream=None):
         """Take a block for ``size`` bytes (checked by the caller) in host order
         (``stream`` None) or in a stream's order (its handle): the cached paths, the
         hand-over from another stream, the streams reclaimed, a new slab or chunk (past the
         limit or on ENOMEM: the cache released, one retry). Returns the address."""
-        cdef size_t n = (<size_t>size + self._mask) & ~self._mask
         cdef bint has_stream = stream is not None
         cdef u64 s = stream if has_stream else 0
+        if has_stream and self._streams is None:
+            raise AMLNotSupported("this pool orders no work on streams (its area has no stream operations)")
+        return self._alloc(size, has_stream, s).addr
+
+    cdef Block *_alloc(self, Py_ssize_t size, bint has_stream, u64 s) except NULL:
+        """alloc's body (the mutex taken here): the live block, counted."""
+        cdef size_t n = (<size_t>size + self._mask) & ~self._mask
         cdef Block *b
         self.lock_gil()
         cdef u64 since = self._recorded
@@ -721,33 +767,51 @@ cdef class PoolKernel(FastPath):
             self.hand_out(b, size, has_stream, s)
             if self._trace & T_PYTHON:
                 self._attach_frames(since)
-            return b.addr
+            return b
         finally:
             self.unlock()
 
     cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL:
         """A block of exactly ``n`` bytes freed on another stream: ``stream`` waits for it
-        through the pool's event (recorded on the other stream now; no host wait)."""
+        through the pool's event (recorded on the other stream now; no host wait). A
+        failed stream call raises its translated error, the block left where it was."""
+        cdef Block *b = NULL
+        cdef int rc = self._hand_over_nogil(n, stream, &b)
+        if rc > 0:
+            self._stream_failed(self._last_rc, rc - 1)
+        return b
+
+    cdef int _hand_over_nogil(self, size_t n, u64 stream, Block **out) noexcept nogil:
+        """The hand-over's search and calls (the mutex held): 0 with the block in ``out``
+        (or NULL: none of that size on another stream); else 1 + the failing call's S_*,
+        its code in ``_last_rc``, nothing moved. One event serves every hand-over: the
+        wait captures its state when it is queued."""
         cdef Block *b
         cdef u64 other
+        cdef int op = 0
+        cdef int rc
+        out[0] = NULL
         it = self._sfast.begin()
         while it != self._sfast.end():
             if deref(it).first.second == n and not deref(it).second.empty():
                 other = deref(it).first.first
-                ops = self.stream_ops
-                if self.event is None:
-                    self.event = ops.event_create()
-                # One event serves every hand-over: the wait captures its state now.
-                ops.event_record(self.event, other)
-                ops.stream_wait_event(stream, self.event)
+                rc = self._streams.hand_over(&self._event, other, stream, &op)
+                if rc != 0:
+                    self._last_rc = rc
+                    return 1 + op
                 b = deref(it).second.back()
                 deref(it).second.pop_back()
                 self._held[other] -= 1
                 b.state = B_USED
                 self.blocks += b.size
-                return b
+                out[0] = b
+                return 0
             inc(it)
-        return NULL
+        return 0
+
+    cdef int _stream_failed(self, int code, int op) except -1:
+        """A stream call of the kernel failed with ``code``: raise its translated error."""
+        return self._streams.failed(code, op)
 
     cdef int _reclaim_streams(self) except -1:
         """Wait for every stream that holds freed blocks, then return the blocks to host
@@ -761,11 +825,19 @@ cdef class PoolKernel(FastPath):
             inc(hit)
         if not any_held:
             return 0
-        ops = self.stream_ops
+        cdef NativeStreams st = self._streams
+        cdef int rc
+        cdef int op = 0
         hit = self._held.begin()
         while hit != self._held.end():
             if deref(hit).second:
-                ops.stream_synchronize(deref(hit).first)
+                # The stream's work so far done (its event queried, no host wait), else
+                # waited for (a runtime without a query synchronizes).
+                rc = st.idle(&self._event, deref(hit).first, &op)
+                if rc == -1:
+                    st.synchronize(deref(hit).first)
+                elif rc != 0:
+                    st.failed(rc, op)
             inc(hit)
         cdef size_t i
         cdef Block *b
@@ -801,7 +873,7 @@ cdef class PoolKernel(FastPath):
 
     def free(self, u64 addr, object stream=None):
         """Free the live block at ``addr`` (the slow path): onto its stream's stack (its
-        own, or ``stream``, munmap_on's), the host stack, or back to its heap, releasing
+        own, or ``stream``, the one munmap named), the host stack, or back to its heap, releasing
         what the release threshold or a closed pool asks."""
         self.lock_gil()
         cdef u64 since = self._recorded
@@ -814,12 +886,14 @@ cdef class PoolKernel(FastPath):
             if stream is not None:
                 has_stream = True
                 s = stream
+            if has_stream and self._streams is None:
+                has_stream = False  # no stream operations: host order (see set_streams)
             owner = self._owner_area()
             closed = owner is None or owner.closed
             if has_stream and closed and not self.closing:
                 # freed after close() detached it: its slab goes now, after its stream
                 try:
-                    self.stream_ops.stream_synchronize(s)
+                    self._streams.synchronize(s)
                 except BaseException:
                     self._live[b.addr] = b  # still live: the caller keeps the buffer, a retry frees it
                     self.requested += b.requested
@@ -932,6 +1006,21 @@ cdef class PoolKernel(FastPath):
         if failed is not None:
             error.add_note(f"releasing the pool's cached memory failed: {failed}")
         return error
+
+    def reserve(self, size_t size):
+        """Take ``size`` bytes (rounded up to the granule) from the area now, as one slab
+        (or mapped chunk) kept free in the cache (``PoolConfig.initial_size``); its
+        errors are growth's (the limit, the area's ENOMEM)."""
+        cdef size_t n = (size + self._mask) & ~self._mask
+        self.lock_gil()
+        try:
+            self._grow_once(self.heap_of(n), n)
+        finally:
+            self.unlock()
+
+    @property
+    def max_split_size(self):
+        return self._max_split if self._has_max_split else None
 
     def set_limit(self, limit):
         """The most bytes the pool may hold from the area (None: no limit), changed under
@@ -1224,19 +1313,27 @@ cdef class PoolKernel(FastPath):
             self.unlock()
 
     def stats(self):
-        """The counters, after coalescing the host stacks: (requested, peak_requested,
-        blocks, reserved, peak_reserved, slabs, native_allocs, native_frees, hits,
-        misses, largest_free_block)."""
+        """The counters, after coalescing the host stacks: the ``Counters`` struct
+        (_kernel.pxd), filled under the mutex, as a dict of its fields by name."""
+        cdef Counters c
         self.lock_gil()
         try:
             if not self._fast.empty():
                 self.flush()
-            nslabs = self._chunks.size() if self._segment != NULL else self._slabs.size()
-            return (self.requested, self.peak_requested, self.blocks, self.reserved, self.peak_reserved,
-                    nslabs, self.native_allocs, self.native_frees, self.hits, self.misses,
-                    self.largest_free())
+            c.requested = self.requested
+            c.peak_requested = self.peak_requested
+            c.blocks = self.blocks
+            c.reserved = self.reserved
+            c.peak_reserved = self.peak_reserved
+            c.slabs = self._chunks.size() if self._segment != NULL else self._slabs.size()
+            c.native_allocs = self.native_allocs
+            c.native_frees = self.native_frees
+            c.hits = self.hits
+            c.misses = self.misses
+            c.largest_free = self.largest_free()
         finally:
             self.unlock()
+        return c
 
     def reset_peak(self):
         self.lock_gil()
@@ -1338,11 +1435,35 @@ cdef class PoolKernel(FastPath):
         """Destroy the stream hand-over event, if any; a failed destroy keeps it."""
         self.lock_gil()
         try:
-            if self.event is not None:
-                self.stream_ops.event_destroy(self.event)
-                self.event = None
+            if self._event != NULL:
+                self._streams.destroy(self._event)
+                self._event = NULL
         finally:
             self.unlock()
+
+    def set_streams(self, NativeStreams streams):
+        """The runtime's stream calls (a NativeStreams; None: the pool orders no work on
+        streams: a stream request is refused, a hook's free on a stream is in host
+        order). Set once, before any block is handed out: a pool made over a
+        StreamOrderedArea has them from the start, so a framework hook's first request
+        on a stream finds them (issue 32, root cause 1)."""
+        self.lock_gil()
+        try:
+            if self._streams is not None or self._live.size() or self._slabs.size():
+                raise ValueError("set_streams comes once, before the pool hands out memory")
+            self._streams = streams
+        finally:
+            self.unlock()
+
+    @property
+    def streams(self):
+        """The pool's NativeStreams, or None."""
+        return self._streams
+
+    @property
+    def event(self):
+        """The hand-over event's handle (an int), or None before the first hand-over."""
+        return None if self._event == NULL else <u64><uintptr_t>self._event
 
     def segment_empty(self):
         return self._segment != NULL and self._chunks.empty()

@@ -1,8 +1,8 @@
 """Area: allocates one kind of memory on one place and keeps track of every mapping.
 
-``area.mmap(size, options=None)`` returns a :class:`~aml_core.buffer.Buffer`;
-``area.munmap(buffer_or_ptr, size=None)`` frees it. The area knows every live mapping
-it made, so that wrong input is an error and never a crash:
+``area.mmap(size, options=None, *, stream=None)`` returns a :class:`~aml_core.buffer.Buffer`;
+``area.munmap(buffer_or_ptr, size=None, *, stream=None)`` frees it. The area knows every
+live mapping it made, so that wrong input is an error and never a crash:
 
 ==========================================  =========================================
 input                                       error
@@ -12,6 +12,10 @@ size 0 or negative                          :class:`AMLValueError` (EINVAL)
 size above 2**63 - 1 (the address space)    :class:`AMLDomainError` (EDOM)
 size the system cannot provide              :class:`AMLMemoryError` (ENOMEM)
 options of the wrong type or unknown keys   :class:`AMLTypeError` (EINVAL)
+a stream to an area that orders no work on  :class:`AMLNotSupported` (ENOTSUP)
+streams (a host area, a pool over one)
+a stream of a wrong type; a handle outside  :class:`AMLTypeError`, :class:`AMLValueError`
+0..2**64 - 1; a closed aml Stream           (EINVAL)
 munmap of a pointer this area did not map   :class:`AMLValueError` (EINVAL)
 munmap of a pointer inside a mapping        :class:`AMLValueError` (EINVAL)
 munmap twice, or of a freed buffer          :class:`AMLValueError` (EINVAL)
@@ -72,6 +76,15 @@ An area may also install a compiled allocator (``_set_native``: C function point
 its runtime's allocation calls, aml_core._buffer.NativeAllocator); ``mmap(size)`` without
 options and ``munmap`` of the buffers it made then run in C, under the same rule.
 
+Streams: ``stream`` is an argument of mmap and munmap (any stream object or an int
+handle, :func:`aml_core.stream.as_stream_handle`), converted once to a native handle in
+the compiled core and passed down: to the fast path, then to ``_allocate(size, options,
+stream=handle)`` and ``_free(buffer, stream=handle)``, which get the keyword only when
+there is a stream (an area that orders no work on streams never does: it refuses one).
+A buffer records the stream it was allocated on (:attr:`Buffer.stream`) and munmap
+frees it there unless told another stream. ``mmap(n, {"stream": s})`` and
+``munmap_on(buf, s)`` still work for one minor version, with a DeprecationWarning.
+
 Writing a backend means subclassing :class:`Area` and implementing ``_allocate`` and
 ``_free`` (see docs/backend-authoring.md).
 """
@@ -93,6 +106,7 @@ from ._buffer import AreaBase, AreaLock, _mmap_function
 from .buffer import Buffer
 from .errors import AMLError, AMLTypeError
 from .specs import AreaStats, Capability, Kind, format_size
+from .stream import StreamLike
 
 __all__ = ["Area", "NoOptions", "NoOptionsDict", "compiled_mmap"]
 
@@ -196,12 +210,16 @@ class Area(AreaBase, abc.ABC):
     @abc.abstractmethod
     def _allocate(self, size: int, options: Any) -> Buffer:
         """Allocate ``size`` bytes and return a buffer made by :meth:`_new_buffer`.
-        Raise an :class:`AMLError` on failure, having freed anything partial."""
+        Raise an :class:`AMLError` on failure, having freed anything partial. An area
+        that orders work on streams (``self._take_streams()``) also takes ``stream``, a
+        native handle, as a keyword, given only for a request on a stream."""
 
     @abc.abstractmethod
     def _free(self, buffer: Buffer) -> None:
-        """Release the native memory of ``buffer``. Raise an :class:`AMLError` if the
-        native call fails (the buffer then stays live). Also called by a buffer's
+        """Release the native memory of ``buffer``, in host order or on the stream it was
+        allocated on (``buffer.stream``); an area that orders work on streams also takes
+        ``stream``, a handle, as a keyword: munmap named that stream. Raise an
+        :class:`AMLError` if the native call fails (the buffer then stays live). Also called by a buffer's
         finalizer when it becomes unreachable (see the module doc): never while this area
         is inside one of its own operations, but otherwise at any allocation point of any
         thread, so it must not wait for a lock that code outside the area's sections holds."""
@@ -231,15 +249,28 @@ class Area(AreaBase, abc.ABC):
 
     # -- public API ---------------------------------------------------------------------
     @compiled_mmap
-    def mmap(self, size: int, options: Any = None) -> Buffer:
+    def mmap(self, size: int, options: Any = None, *, stream: StreamLike = None) -> Buffer:
         """Map ``size`` bytes (an int > 0) and return a :class:`~aml_core.buffer.Buffer`
         of this area; free it with :meth:`munmap`, ``buf.free()`` or a ``with`` block.
 
         Options: ``options`` is None (every option's default), an instance of the area's
         :attr:`options_type` (an attrs class), or a mapping of its fields
         (``{"key": value}``); each area's ``mmap`` lists the keys it takes, an area
-        without options (:class:`NoOptions`) takes None or ``{}``."""
-        return AreaBase.mmap(self, size, options)
+        without options (:class:`NoOptions`) takes None or ``{}``. ``stream``: allocate
+        in that stream's order (areas that order work on streams; see the module doc)."""
+        return AreaBase.mmap(self, size, options, stream=stream)
+
+    def munmap_on(self, buffer: Buffer | int, stream: StreamLike, size: int | None = None) -> None:
+        """Deprecated (to be removed in the next minor version): ``munmap(buffer, size,
+        stream=stream)``."""
+        warnings.warn(
+            "munmap_on(buffer, stream) is deprecated: use munmap(buffer, stream=stream)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if stream is None:  # munmap_on's None was the default stream
+            stream = 0
+        self.munmap(buffer, size, stream=stream)
 
     @property
     def stats(self) -> AreaStats:

@@ -47,7 +47,14 @@ from .errors import AMLTypeError
 from .pool import Pool, PoolStats, StreamStats
 from .specs import format_size
 
-__all__ = ["STAT_KEYS", "STREAM_KEYS", "memory_stats", "memory_summary", "pool_stats_summary"]
+__all__ = [
+    "STAT_KEYS",
+    "STREAM_KEYS",
+    "TORCH_ALIASES",
+    "memory_stats",
+    "memory_summary",
+    "pool_stats_summary",
+]
 
 #: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
 #: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
@@ -72,6 +79,21 @@ STAT_KEYS: tuple[str, ...] = (
     "pools.current",
     "areas.current",
 )
+
+#: PyTorch's names (``torch.cuda.memory_stats()``) for the figures that mean the same
+#: here, added by :func:`memory_stats` as aliases of aml's keys (for one area or pool,
+#: and for the process's totals), so code written for PyTorch's statistics reads aml's.
+TORCH_ALIASES: dict[str, str] = {
+    "allocated_bytes.all.current": "allocated_bytes.current",
+    "reserved_bytes.all.current": "reserved_bytes.current",
+    "reserved_bytes.all.peak": "reserved_bytes.peak",
+    "requested_bytes.all.current": "requested_bytes.current",
+    "requested_bytes.all.peak": "requested_bytes.peak",
+    "segment.all.current": "segments.current",
+    "allocation.all.current": "buffers.current",
+    "num_device_alloc": "native_allocations.total",
+    "num_device_free": "native_frees.total",
+}
 
 #: The keys of each stream's part in :func:`memory_stats`, prefixed with
 #: ``stream.<0x handle>.`` (``stream.host.`` for host order), after those of
@@ -317,21 +339,32 @@ def memory_stats(area_or_pool: Area | Pool | None = None) -> dict[str, int | flo
     for each stream, prefixed with ``"stream.<0x handle>."`` (``"stream.0x7f3a10.
     cached_bytes.current"``), and for host order with ``"stream.host."``; over the
     process, each group's and the totals' (``"all.stream.host.blocks.current"``), the
-    pools' added up by stream."""
+    pools' added up by stream.
+
+    PyTorch's key names (:data:`TORCH_ALIASES`: ``"allocated_bytes.all.current"``,
+    ``"reserved_bytes.all.peak"``, ``"num_device_alloc"``...) come last, with the value
+    of the aml key each names (for None: the process's totals)."""
     _check(area_or_pool)
     if area_or_pool is not None:
-        return _figures(area_or_pool).as_stats() | _stream_stats(_streams(area_or_pool))
+        own = _figures(area_or_pool).as_stats()
+        return own | _stream_stats(_streams(area_or_pool)) | _torch_aliases(own)
     areas = live_areas()
     groups = _grouped(areas)
     streams = _grouped_streams(areas)
     total = sum(groups.values(), _Figures())
+    totals = total.as_stats()
     out = total.as_stats("all.")
     out.update(_stream_stats(_total_streams(streams), "all."))
     for group, figures in groups.items():
         prefix = ".".join(group) + "."
         out.update(figures.as_stats(prefix))
         out.update(_stream_stats(streams.get(group, {}), prefix))
+    out.update(_torch_aliases(totals))
     return out
+
+
+def _torch_aliases(stats: dict[str, int | float]) -> dict[str, int | float]:
+    return {torch_key: stats[key] for torch_key, key in TORCH_ALIASES.items()}
 
 
 def pool_stats_summary(stats: PoolStats) -> str:

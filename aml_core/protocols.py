@@ -9,8 +9,8 @@ GPU types or probing attributes:
 ==========================  ===================================================  =========================
 protocol                    what the area offers                                 the pool's use
 ==========================  ===================================================  =========================
-:class:`StreamOrderedArea`  the stream and event operations of its runtime       ``mmap(n, {"stream": s})``,
-                                                                                 ``munmap_on``
+:class:`StreamOrderedArea`  the stream and event operations of its runtime       ``mmap(n, stream=s)``,
+                                                                                 ``munmap(b, stream=s)``
 :class:`DeviceCopies`       ``write`` / ``read``: host bytes in and out of a     ``Pool.write`` / ``read``
                             buffer of the area (any kind of memory)
 :class:`IpcExporter`        ``ipc_export``: a buffer's handle for another        ``Pool.ipc_export``
@@ -56,7 +56,14 @@ __all__ = [
 
 
 class StreamOrdering(Protocol):
-    """Stream and event operations on native handles (ints; 0 is the default stream)."""
+    """Stream and event operations on native handles (ints; 0 is the default stream).
+
+    Optional, found by name (:func:`aml_core.stream.native_streams`):
+    ``native_streams()``, the same calls as C function pointers (a
+    :class:`~aml_core.stream.NativeStreams`, or None), which a pool's kernel then calls
+    with no Python (a framework hook's hand-over needs no GIL); ``event_query(event) ->
+    bool`` (True: the work recorded before it is done), with which a pool asks whether a
+    stream is idle instead of synchronizing it."""
 
     def stream_synchronize(self, stream: int) -> None:
         """Wait until the work queued on ``stream`` is done."""

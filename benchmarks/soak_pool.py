@@ -6,7 +6,7 @@ two streams, with blocks freed on the other stream), a pool with a 32 MiB ``limi
 with a 4 MiB ``release_threshold``, pools over managed and pinned host areas, and an
 expandable pool over the virtual-memory area. The operations, drawn from a seeded
 generator: mmap of 256 B .. 12 MiB from a random pool (ENOMEM past the limited pool's
-limit is expected and counted), munmap (``munmap_on`` another stream for stream blocks),
+limit is expected and counted), munmap (``munmap(..., stream=)`` another stream for stream blocks),
 ``trim()``, a write and read back through the pool, IPC export of a pooled block opened and
 closed by a long-lived child (the block's offset in its slab must survive), and the
 issue's bad input, which must raise AML errors: a pool over a closed area, a limit below
@@ -99,7 +99,7 @@ class PoolSoak:
         from aml_core.errors import AMLNotSupported
 
         try:
-            buf = self.pools["device"].mmap(4096, {"stream": self.streams[0]})
+            buf = self.pools["device"].mmap(4096, stream=self.streams[0])
         except AMLNotSupported as exc:
             self.say(f"no stream-ordered pools on {self.name}: {exc}")
             return False
@@ -165,8 +165,7 @@ class PoolSoak:
         if name == "device" and self.stream_ordered and self.rng.random() < 0.3:
             stream = self.rng.randrange(2)
         try:
-            options = None if stream is None else {"stream": self.streams[stream]}
-            buf = pool.mmap(size, options)
+            buf = pool.mmap(size, stream=None if stream is None else self.streams[stream])
         except AMLMemoryError:
             if name != "limited":
                 raise
@@ -185,7 +184,7 @@ class PoolSoak:
         name, buf, stream, _ = self.live.pop(index)
         pool = self.pools[name]
         if stream is not None and self.rng.random() < 0.5:
-            pool.munmap_on(buf, self.streams[1 - stream])  # freed in the other stream's order
+            pool.munmap(buf, stream=self.streams[1 - stream])  # freed in the other stream's order
             self.count("munmap_on another stream")
         else:
             pool.munmap(buf)
@@ -225,12 +224,12 @@ class PoolSoak:
         self.refuse("limit below one block", lambda: self.aml_core.pool(self.areas["device"], limit=100))
         buf = pool.mmap(4096)
         self.refuse("block of another pool", lambda: other.munmap(buf))
-        self.refuse("garbage stream", lambda: pool.munmap_on(buf, object()))
+        self.refuse("garbage stream", lambda: pool.munmap(buf, stream=object()))
         if self.stream_ordered:
             dead = self.backend.BACKEND.stream(non_blocking=True)
             dead.close()
-            self.refuse("free on a destroyed stream", lambda: pool.munmap_on(buf, dead))
-            self.refuse("mmap on a destroyed stream", lambda: pool.mmap(4096, {"stream": dead}))
+            self.refuse("free on a destroyed stream", lambda: pool.munmap(buf, stream=dead))
+            self.refuse("mmap on a destroyed stream", lambda: pool.mmap(4096, stream=dead))
         if buf.freed:
             self.problems.append("a refused munmap freed the block")
         pool.munmap(buf)

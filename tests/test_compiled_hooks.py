@@ -16,9 +16,11 @@ import pytest
 
 import aml_core
 from aml_core import _hooks
-from aml_core.errors import AMLBusyError, AMLMemoryError, AMLValueError
+from aml_core.errors import AMLBusyError, AMLMemoryError, AMLNotSupported, AMLValueError
 from aml_core.gpu import hooks
+from aml_core.specs import Kind
 from aml_core.testing.hook_fakes import FakeDeviceArea, faked, torch_entry_points
+from tests.support.streams import S1, S2, S3, StreamedHost
 
 
 @pytest.fixture
@@ -182,3 +184,66 @@ def test_closing_the_pool_under_cupy_keeps_the_memory_until_cupy_lets_go(cupy: A
     assert hook.errors == []
     hook.uninstall()
     area.close()
+
+
+class _StreamedDevice(StreamedHost):
+    """Host memory with a recording stream runtime that calls itself device memory: a
+    GPU area's stand-in for the hooks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kind = Kind.DEVICE
+
+
+@pytest.mark.parametrize("first", ["alloc", "free"])
+def test_a_hooks_first_stream_use_finds_the_stream_operations(torch: Any, first: str) -> None:
+    """Issue 32, root cause 1: PyTorch's first request on a stream, before Python ever
+    gave the pool a stream, hits the pool's cache in C (``alloc``), or a block allocated
+    in host order is freed on a stream (``free``). The block lands on the stream's free
+    list; trim, growth and close then reclaim that stream with the pool's stream
+    operations (before the fix there were none: AttributeError, and the slab leaked)."""
+    host = _StreamedDevice()
+    pool = aml_core.pool(host, small_slab=4096, small_max=4096)  # slabs of one block
+    hook = hooks.use_with_torch(pool, backend="cuda")
+    malloc, free = torch_entry_points(torch)
+    ptr = malloc(4096, 0, None)  # host order: a miss, the first slab
+    if first == "alloc":
+        free(ptr, 4096, 0, None)  # onto the host stack, in C
+        again = malloc(4096, 0, S1)  # the first stream request: a hit, in C
+        assert again == ptr
+        assert hook.states[None].fast_allocs == 1
+        free(again, 4096, 0, S1)  # onto S1's list, in C
+    else:
+        free(ptr, 4096, 0, S1)  # a host-order block freed on a stream first, in C
+    assert pool._kernel.stream_cached() == {(S1, 4096): [ptr]}
+    other = malloc(8192, 0, None)  # growth: S1 reclaimed first (no query: synchronized)
+    assert ("stream_synchronize", S1) in host.runtime.calls
+    assert pool._kernel.stream_cached() == {}
+    free(other, 8192, 0, None)
+    free(malloc(4096, 0, S2), 4096, 0, S2)
+    reserved = pool.pool_stats.bytes_reserved
+    assert pool.trim() == reserved  # the streams reclaimed, every slab back to the area
+    free(malloc(4096, 0, S3), 4096, 0, S3)  # and one left on S3 for close
+    pool.close()
+    assert hook.errors == []
+    assert ("stream_synchronize", S3) in host.runtime.calls
+    assert host.allocs == host.frees  # no slab leaked
+    host.close()
+    assert host.stats.live_mappings == 0
+
+
+def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: Any) -> None:
+    """A pool whose area orders no work on streams: PyTorch's request on a stream is NULL
+    with AMLNotSupported recorded (never a block on a stream nothing can reclaim); its
+    free on a stream is a free in host order."""
+    with FakeDeviceArea() as area, aml_core.pool(area) as pool:
+        hook = hooks.use_with_torch(pool, backend="cuda")
+        malloc, free = torch_entry_points(torch)
+        assert malloc(4096, 0, S1) is None
+        assert isinstance(hook.errors[-1], AMLNotSupported)
+        ptr = malloc(4096, 0, None)
+        free(ptr, 4096, 0, S1)  # host order
+        assert pool._kernel.stream_cached() == {}
+        assert malloc(4096, 0, None) == ptr
+        free(ptr, 4096, 0, None)
+        assert pool.pool_stats.bytes_in_use == 0

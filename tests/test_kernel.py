@@ -28,7 +28,7 @@ import aml_core
 from aml_core import Buffer, Pool
 from aml_core._buffer import PoolKernel
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError, ErrorCode
-from aml_core.pool import PoolOptions, PoolOptionsDict
+from aml_core.pool import PoolConfig, PoolOptions
 from aml_core.testing.lifetime import catch_unraisable
 from tests.support.streams import S1, S2, S3, ForeignStream, StreamedHost
 
@@ -289,10 +289,10 @@ def test_stream_frees_take_the_fast_path_onto_their_streams_stack(pool: Pool, ho
     kernel = _kernel(pool)
     pool.munmap(pool.mmap(4096))  # one block on the host-order stack
     a = pool.mmap(4096)  # fast, host order
-    pool.munmap_on(a, S1)  # fast: onto S1's stack
+    pool.munmap(a, stream=S1)  # fast: onto S1's stack
     assert _fast(kernel) == (1, 2)
     assert kernel.stream_cached() == {(S1, 4096): [a.ptr]}
-    b = pool.mmap(4096, {"stream": S1})  # reused at once on S1, in C
+    b = pool.mmap(4096, stream=S1)  # reused at once on S1, in C
     assert b.ptr == a.ptr
     assert _fast(kernel) == (2, 2)
     assert kernel.stream_cached() == {}
@@ -312,40 +312,44 @@ def test_stream_frees_take_the_fast_path_onto_their_streams_stack(pool: Pool, ho
 @pytest.mark.parametrize(
     "spell",
     [
-        lambda s: {"stream": s},
-        lambda s: PoolOptions(stream=s),
+        lambda pool, s: pool.mmap(4096, stream=s),
+        lambda pool, s: pool.mmap(4096, {"stream": s}),  # deprecated spellings, for one version
+        lambda pool, s: pool.mmap(4096, PoolOptions(stream=s)),
     ],
-    ids=["dict", "PoolOptions"],
+    ids=["keyword", "dict", "PoolOptions"],
 )
+@pytest.mark.filterwarnings("ignore:the mmap option 'stream' is deprecated:DeprecationWarning")
 def test_stream_requests_take_the_fast_path(pool: Pool, spell: Any) -> None:
     kernel = _kernel(pool)
-    pool.munmap(pool.mmap(4096, spell(S1)))  # the first stream request: the slow path
+    pool.munmap(spell(pool, S1))  # the first stream request: the slow path
     assert _fast(kernel) == (0, 1)
-    buf = pool.mmap(4096, spell(S1))
+    buf = spell(pool, S1)
+    assert buf.stream == S1
     assert _fast(kernel) == (1, 1)
     pool.munmap(buf)
-    host_order = pool.mmap(4096, spell(None))  # stream None: host order, in C
+    host_order = spell(pool, None)  # stream None: host order, in C
     assert kernel.fast_mmaps == 2
     assert host_order.ptr != buf.ptr
     pool.munmap(host_order)
-    foreign = pool.mmap(4096, {"stream": ForeignStream(S1)})  # another object: the slow path
-    assert foreign.ptr == buf.ptr  # the same stream's block all the same
-    assert kernel.fast_mmaps == 2
+    foreign = pool.mmap(4096, stream=ForeignStream(S1))  # any stream object: converted once, in C too
+    assert foreign.ptr == buf.ptr  # the same stream's block
+    assert foreign.stream == S1
+    assert kernel.fast_mmaps == 3
     pool.munmap(foreign)
     _consistent(pool, {})
 
 
 def test_a_stream_request_takes_a_host_order_block_at_once(pool: Pool, host: StreamedHost) -> None:
     kernel = _kernel(pool)
-    pool.munmap(pool.mmap(8192, {"stream": S3}))  # the first stream request takes the slow path
+    pool.munmap(pool.mmap(8192, stream=S3))  # the first stream request takes the slow path
     buf = pool.mmap(4096)
     pool.munmap(buf)
-    on_s1 = pool.mmap(4096, {"stream": S1})  # host-order memory is free for any stream
+    on_s1 = pool.mmap(4096, stream=S1)  # host-order memory is free for any stream
     assert on_s1.ptr == buf.ptr
     assert kernel.fast_mmaps == 2
-    pool.munmap_on(on_s1, S2)  # munmap_on another stream: onto S2's stack
+    pool.munmap(on_s1, stream=S2)  # munmap_on another stream: onto S2's stack
     assert kernel.stream_cached()[(S2, 4096)] == [buf.ptr]
-    on_s2 = pool.mmap(4096, {"stream": S2})
+    on_s2 = pool.mmap(4096, stream=S2)
     assert on_s2.ptr == buf.ptr
     assert (kernel.fast_mmaps, host.runtime.calls) == (3, [])
     pool.munmap(on_s2)
@@ -356,10 +360,10 @@ def test_another_stream_gets_a_block_only_through_the_event(
 ) -> None:
     pool = one_block_slabs
     kernel = _kernel(pool)
-    a = pool.mmap(4096, {"stream": S1})
+    a = pool.mmap(4096, stream=S1)
     pool.munmap(a)  # fast, onto S1's stack
     fast = _fast(kernel)
-    b = pool.mmap(4096, {"stream": S2})  # the only free block is S1's: the slow path
+    b = pool.mmap(4096, stream=S2)  # the only free block is S1's: the slow path
     assert b.ptr == a.ptr
     assert _fast(kernel) == fast
     event = kernel.event
@@ -371,8 +375,8 @@ def test_another_stream_gets_a_block_only_through_the_event(
     ]
     assert (host.allocs, kernel.misses, kernel.hits) == (1, 1, 1)
     assert kernel.stream_cached() == {}
-    pool.munmap_on(b, S3)
-    c = pool.mmap(4096, {"stream": S1})  # S3's now: a second hand-over, the same event
+    pool.munmap(b, stream=S3)
+    c = pool.mmap(4096, stream=S1)  # S3's now: a second hand-over, the same event
     assert c.ptr == a.ptr
     assert host.runtime.calls[3:] == [("event_record", event, S3), ("stream_wait_event", S1, event)]
     pool.munmap(c)
@@ -386,8 +390,8 @@ def test_a_host_order_miss_reclaims_the_streams(one_block_slabs: Pool, host: Str
     streams holding blocks first, then reuses them (no new slab)."""
     pool = one_block_slabs
     kernel = _kernel(pool)
-    a = pool.mmap(4096, {"stream": S1})
-    b = pool.mmap(4096, {"stream": S2})
+    a = pool.mmap(4096, stream=S1)
+    b = pool.mmap(4096, stream=S2)
     pool.munmap(a)
     pool.munmap(b)
     c = pool.mmap(4096)
@@ -404,14 +408,14 @@ def test_a_host_order_miss_reclaims_the_streams(one_block_slabs: Pool, host: Str
 
 def test_a_stream_miss_with_nothing_to_hand_over_reclaims_then_grows(pool: Pool, host: StreamedHost) -> None:
     kernel = _kernel(pool)
-    blocks = [pool.mmap(512 * KiB, {"stream": S1}) for _ in range(4)]  # the whole small slab
+    blocks = [pool.mmap(512 * KiB, stream=S1) for _ in range(4)]  # the whole small slab
     for b in blocks:
         pool.munmap(b)
-    big = pool.mmap(MiB, {"stream": S2})  # no 1 MiB block anywhere: S1 synchronized, coalesced
+    big = pool.mmap(MiB, stream=S2)  # no 1 MiB block anywhere: S1 synchronized, coalesced
     assert host.runtime.calls == [("stream_synchronize", S1)]
     assert big.ptr == blocks[0].ptr
     assert host.allocs == 1
-    huge = pool.mmap(4 * MiB, {"stream": S2})  # nothing held on a stream now: a new slab
+    huge = pool.mmap(4 * MiB, stream=S2)  # nothing held on a stream now: a new slab
     assert host.allocs == 2
     assert len(host.runtime.calls) == 1
     pool.munmap(big)
@@ -435,15 +439,15 @@ def test_bad_streams_are_refused_with_nothing_changed(
     pool: Pool, stream: object, error: type[AMLError]
 ) -> None:
     kernel = _kernel(pool)
-    pool.munmap(pool.mmap(4096, {"stream": S1}))  # the pool knows streams
+    pool.munmap(pool.mmap(4096, stream=S1))  # the pool knows streams
     pool.munmap(pool.mmap(4096))
     before = (kernel.stream_cached(), kernel.hits, kernel.misses, kernel.blocks, kernel.requested)
     buf = pool.mmap(4096)
     with pytest.raises(error) as info:
-        pool.mmap(4096, {"stream": stream})
+        pool.mmap(4096, stream=stream)
     assert info.value.code is ErrorCode.EINVAL
     with pytest.raises(error):
-        pool.munmap_on(buf, stream)
+        pool.munmap(buf, stream=stream)
     assert not buf.freed
     pool.munmap(buf)
     assert (kernel.stream_cached(), kernel.hits - 1, kernel.misses, kernel.blocks, kernel.requested) == before
@@ -504,15 +508,15 @@ def test_a_closed_area_is_refused_with_a_block_cached(pool: Pool, host: Streamed
 
 def test_a_closed_pooled_area_is_refused_by_the_fast_path(host: StreamedHost) -> None:
     p = aml_core.pool(host)
-    p.munmap(p.mmap(4096, {"stream": S1}))
+    p.munmap(p.mmap(4096, stream=S1))
     p.munmap(p.mmap(4096))
-    p.munmap(p.mmap(4096, {"stream": S1}))
+    p.munmap(p.mmap(4096, stream=S1))
     fast = _fast(_kernel(p))
     host.close()  # closes the pool first: its slabs go with it
     with pytest.raises(AMLValueError, match="closed"):
         p.mmap(4096)
     with pytest.raises(AMLValueError, match="closed"):
-        p.mmap(4096, {"stream": S1})
+        p.mmap(4096, stream=S1)
     assert _fast(_kernel(p)) == fast
     p.close()
 
@@ -522,7 +526,7 @@ def test_close_stops_the_fast_path(pool: Pool, host: StreamedHost) -> None:
     slab, through the slow path once the buffer is gone."""
     kernel = _kernel(pool)
     buf = pool.mmap(4096)
-    on_stream = pool.mmap(4096, {"stream": S1})
+    on_stream = pool.mmap(4096, stream=S1)
     pool.munmap(pool.mmap(100))  # one on the host-order stack
     view = memoryview(buf)  # close() leaves a viewed buffer for its last view
     stream_view = memoryview(on_stream)
@@ -558,25 +562,25 @@ def test_a_failed_buffer_construction_leaves_the_block_cached(
         def __new__(cls, *args: Any, **kwargs: Any) -> Exploding:
             raise RuntimeError("no buffer (injected)")
 
-    pool.munmap(pool.mmap(4096, {"stream": S1}))  # a block on S1's stack
+    pool.munmap(pool.mmap(4096, stream=S1))  # a block on S1's stack
     host_order = pool.mmap(4096)
     pool.munmap(host_order)  # and one on the host-order stack
     kernel = _kernel(pool)
     before = (kernel.hits, kernel.misses, kernel.requested, kernel.blocks, kernel.fast_mmaps)
     cached = kernel.stream_cached()
     monkeypatch.setattr(Pool, "buffer_type", Exploding)
-    for options in (None, PoolOptionsDict(stream=S1)):
+    for stream in (None, S1):
         with pytest.raises(RuntimeError, match="injected"):
-            pool.mmap(4096, options)
+            pool.mmap(4096, stream=stream)
         assert (kernel.hits, kernel.misses, kernel.requested, kernel.blocks, kernel.fast_mmaps) == before
         assert kernel.live_blocks() == 0
         assert kernel.stream_cached() == cached
     # S2 takes the host-order block; it goes back onto S2's stack, as if freed there
     with pytest.raises(RuntimeError, match="injected"):
-        pool.mmap(4096, {"stream": S2})
+        pool.mmap(4096, stream=S2)
     assert kernel.stream_cached() == {**cached, (S2, 4096): [host_order.ptr]}
     monkeypatch.undo()
-    a, b = pool.mmap(4096, {"stream": S2}), pool.mmap(4096, {"stream": S1})
+    a, b = pool.mmap(4096, stream=S2), pool.mmap(4096, stream=S1)
     assert (a.ptr, [b.ptr]) == (host_order.ptr, cached[(S1, 4096)])
     assert kernel.misses == before[1]  # every block was still cached
     pool.munmap(a)
@@ -586,11 +590,11 @@ def test_a_failed_buffer_construction_leaves_the_block_cached(
     # block goes back as well, and the new slab stays cached.
     monkeypatch.setattr(Pool, "buffer_type", Exploding)
     with pytest.raises(RuntimeError, match="injected"):
-        pool.mmap(3 * MiB, {"stream": ForeignStream(S1)})
+        pool.mmap(3 * MiB, stream=ForeignStream(S1))
     monkeypatch.undo()
     assert (kernel.live_blocks(), kernel.requested, kernel.blocks) == (0, 0, 0)
     assert (kernel.reserved, host.allocs) == (22 * MiB, 2)
-    big = pool.mmap(3 * MiB, {"stream": S1})  # its block, on S1's stack: no new slab
+    big = pool.mmap(3 * MiB, stream=S1)  # its block, on S1's stack: no new slab
     assert host.allocs == 2
     pool.munmap(big)
     _consistent(pool, {})
@@ -616,7 +620,7 @@ def test_threads_over_the_fast_path_keep_blocks_and_stats_apart(
 
     def worker(seed: int) -> None:
         rng = random.Random(seed)
-        options: PoolOptionsDict | None = PoolOptionsDict(stream=handles[seed]) if streams else None
+        stream = handles[seed] if streams else None
         held: list[tuple[Buffer, bytes]] = []
         try:
             for i in range(rounds):
@@ -624,11 +628,11 @@ def test_threads_over_the_fast_path_keep_blocks_and_stats_apart(
                     buf, stamp = held.pop(rng.randrange(len(held)))
                     assert bytes(memoryview(buf)[:8]) == stamp
                     if streams and rng.random() < 0.2:
-                        pool.munmap_on(buf, rng.choice(handles))
+                        pool.munmap(buf, stream=rng.choice(handles))
                     else:
                         pool.munmap(buf)
                 else:
-                    buf = pool.mmap(rng.choice(sizes), options)
+                    buf = pool.mmap(rng.choice(sizes), stream=stream)
                     stamp = seed.to_bytes(4, "little") + i.to_bytes(4, "little")
                     memoryview(buf)[:8] = stamp
                     held.append((buf, stamp))
@@ -691,12 +695,11 @@ def test_mixed_fast_and_slow_operations_agree_with_a_model(
         r = rng.random()
         if r < 0.45 or not live:
             stream = rng.choice(stream_choices)
-            options: PoolOptionsDict | None = None if stream is None else PoolOptionsDict(stream=stream)
             if rng.random() < 0.1:
                 with pool._kernel:
-                    buf = pool.mmap(rng.choice(sizes), options)
+                    buf = pool.mmap(rng.choice(sizes), stream=stream)
             else:
-                buf = pool.mmap(rng.choice(sizes), options)
+                buf = pool.mmap(rng.choice(sizes), stream=stream)
             assert buf.ptr not in live
             live[buf.ptr] = buf
             stamps[buf.ptr] = step % 251
@@ -705,7 +708,7 @@ def test_mixed_fast_and_slow_operations_agree_with_a_model(
             buf = live.pop(rng.choice(list(live)))
             assert memoryview(buf)[buf.size - 1] == stamps.pop(buf.ptr)
             if streams and rng.random() < 0.3:
-                pool.munmap_on(buf, rng.choice([S1, S2]))
+                pool.munmap(buf, stream=rng.choice([S1, S2]))
             else:
                 pool.munmap(buf if rng.random() < 0.5 else buf.ptr)
         elif r < 0.95:
@@ -746,7 +749,7 @@ def test_collections_inside_fast_operations_lose_no_block(pool: Pool, host: Stre
             if calls % 3:
                 pool.munmap(buf)
             else:
-                pool.munmap_on(buf, S2)
+                pool.munmap(buf, stream=S2)
         if calls % 7 == 0 and not _kernel(pool).held:
             _ = pool.pool_stats  # coalesces the host-order stacks
 
@@ -755,7 +758,7 @@ def test_collections_inside_fast_operations_lose_no_block(pool: Pool, host: Stre
     gc.callbacks.append(callback)
     try:
         for i in range(3000):
-            buf = pool.mmap(rng.choice(sizes), {"stream": S1} if i % 4 == 0 else None)
+            buf = pool.mmap(rng.choice(sizes), stream=S1 if i % 4 == 0 else None)
             if rng.random() < 0.5:
                 pending.append(buf)
             else:
@@ -828,7 +831,7 @@ def test_enomem_stays_the_error_when_the_release_fails_too(pool: Pool, host: Str
 
 
 def test_enomem_reclaims_the_streams_before_it_releases(pool: Pool, host: StreamedHost) -> None:
-    pool.munmap(pool.mmap(4096, {"stream": S1}))  # a free slab, its block on S1's stack
+    pool.munmap(pool.mmap(4096, stream=S1))  # a free slab, its block on S1's stack
     host.fail_allocs = 1
     big = pool.mmap(3 * MiB)  # the host order has no 3 MiB: grows; ENOMEM releases the slab
     assert host.runtime.calls == [("stream_synchronize", S1)]
@@ -897,18 +900,18 @@ def test_a_failed_hand_over_keeps_the_block_on_its_stream(
     ops succeeded; a failure leaves it there (counted cached), and the retry hands it over."""
     pool = one_block_slabs
     kernel = _kernel(pool)
-    a = pool.mmap(4096, {"stream": S1})
+    a = pool.mmap(4096, stream=S1)
     pool.munmap(a)
     before = (kernel.stream_cached(), kernel.blocks, kernel.requested, kernel.hits, kernel.misses)
     host.runtime.fail[op] = 1
     with pytest.raises(AMLFailure, match="injected"):
-        pool.mmap(4096, {"stream": S2})
+        pool.mmap(4096, stream=S2)
     assert host.runtime.calls[-1][0] == op + " failed"
     assert (kernel.stream_cached(), kernel.blocks, kernel.requested, kernel.hits, kernel.misses) == before
     assert kernel.live_blocks() == 0
     assert host.allocs == 1
     _consistent(pool, {})
-    b = pool.mmap(4096, {"stream": S2})  # the retry: the same block, handed over
+    b = pool.mmap(4096, stream=S2)  # the retry: the same block, handed over
     assert b.ptr == a.ptr
     assert host.allocs == 1
     assert host.runtime.ops()[-2:] == ["event_record", "stream_wait_event"]
@@ -921,7 +924,7 @@ def test_a_failed_hand_over_keeps_the_block_on_its_stream(
 def test_a_failed_synchronize_keeps_the_streams_blocks(one_block_slabs: Pool, host: StreamedHost) -> None:
     pool = one_block_slabs
     kernel = _kernel(pool)
-    a = pool.mmap(4096, {"stream": S1})
+    a = pool.mmap(4096, stream=S1)
     pool.munmap(a)
     cached = kernel.stream_cached()
     host.runtime.fail["stream_synchronize"] = 2
@@ -947,8 +950,8 @@ def test_a_stream_destroyed_while_it_holds_blocks(host: StreamedHost) -> None:
     left to do."""
     p = aml_core.pool(host, small_slab=4096, small_max=4096)
     kernel = _kernel(p)
-    dead = p.mmap(4096, {"stream": S1})
-    other = p.mmap(4096, {"stream": S2})
+    dead = p.mmap(4096, stream=S1)
+    other = p.mmap(4096, stream=S2)
     live = p.mmap(4096)
     p.munmap(p.mmap(4096))  # a slab with nothing on a stream
     p.munmap(dead)
@@ -958,8 +961,8 @@ def test_a_stream_destroyed_while_it_holds_blocks(host: StreamedHost) -> None:
         p.trim()
     assert host.frees == 1  # the free slab went all the same
     with pytest.raises(AMLFailure, match="destroyed"):
-        p.mmap(4 * MiB, {"stream": S3})  # nothing to hand over: reclaim first, which fails
-    on_s2 = p.mmap(4096, {"stream": S2})  # what needs no reclaim still works
+        p.mmap(4 * MiB, stream=S3)  # nothing to hand over: reclaim first, which fails
+    on_s2 = p.mmap(4096, stream=S2)  # what needs no reclaim still works
     p.munmap(on_s2)
     assert (kernel.stream_cached(), host.allocs) == ({(S1, 4096): [dead.ptr], (S2, 4096): [other.ptr]}, 4)
     with pytest.raises(AMLFailure, match="destroyed"):
@@ -981,7 +984,7 @@ def test_a_viewed_stream_block_freed_after_close_survives_a_failed_synchronize(h
     close frees it and its slab."""
     p = aml_core.pool(host)
     kernel = _kernel(p)
-    buf = p.mmap(4096, {"stream": S1})
+    buf = p.mmap(4096, stream=S1)
     view = memoryview(buf)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
@@ -1006,11 +1009,10 @@ def test_a_viewed_stream_block_freed_after_close_survives_a_failed_synchronize(h
 
 def test_bad_calls_of_the_kernel_are_refused(pool: Pool) -> None:
     kernel = _kernel(pool)
-    sizes = {"small_max": MiB, "small_slab": 2 * MiB, "medium_slab": 20 * MiB}
     with pytest.raises(TypeError, match="over an aml area"):
-        PoolKernel(object(), granule=512, **sizes)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="power of two"):
-        PoolKernel(pool.area, granule=3, **sizes)
+        PoolKernel(object(), PoolConfig())  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes a PoolConfig"):
+        PoolKernel(pool.area, {"granule": 3})  # type: ignore[arg-type]
     with pool._kernel, pytest.raises(AMLValueError, match="not a live block"):
         kernel.free(0x1234)
     with pytest.raises(AMLValueError, match="not a live block"):

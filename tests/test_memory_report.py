@@ -207,10 +207,10 @@ def _blocks(pool: aml_core.Pool, n: int) -> int:
 
 def test_a_pool_on_streams_reports_each_stream() -> None:
     with StreamedHost() as host, aml_core.pool(host) as pool:
-        a, b, c = pool.mmap(1000, {"stream": S1}), pool.mmap(5000, {"stream": S2}), pool.mmap(100)
-        d = pool.mmap(4096, {"stream": S1})
+        a, b, c = pool.mmap(1000, stream=S1), pool.mmap(5000, stream=S2), pool.mmap(100)
+        d = pool.mmap(4096, stream=S1)
         pool.munmap(d)  # onto S1's free list: the stream it was allocated on
-        pool.munmap_on(b, S1)  # freed in S1's order: onto S1's list too, S2 has nothing left
+        pool.munmap(b, stream=S1)  # freed in S1's order: onto S1's list too, S2 has nothing left
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, S1]
         host_order, s1 = by_stream[None], by_stream[S1]
@@ -234,7 +234,7 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
             format_size(s1.bytes_cached),
         ]
         # a request on S2 is served from free memory in host order first: S1 keeps its list
-        e = pool.mmap(4096, {"stream": S2})
+        e = pool.mmap(4096, stream=S2)
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert (by_stream[S2].bytes_in_use, by_stream[S2].live_blocks) == (4096, 1)
         assert by_stream[S1] == s1
@@ -250,10 +250,10 @@ def test_a_pool_on_streams_reports_each_stream() -> None:
 
 def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
     with StreamedHost() as host, aml_core.pool(host, small_slab=4096, small_max=4096) as pool:
-        pool.munmap(pool.mmap(4096, {"stream": S1}))  # the only free block, on S1's list
+        pool.munmap(pool.mmap(4096, stream=S1))  # the only free block, on S1's list
         s1 = {s.stream: s for s in pool.stream_stats}[S1]
         assert (s1.bytes_in_use, s1.bytes_cached, s1.live_blocks, s1.cached_blocks) == (0, 4096, 0, 1)
-        b = pool.mmap(4096, {"stream": S2})  # S2 waits for S1's event and takes it
+        b = pool.mmap(4096, stream=S2)  # S2 waits for S1's event and takes it
         assert host.allocs == 1
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, S2]
@@ -269,7 +269,7 @@ def test_a_hand_over_moves_the_block_from_one_stream_to_the_other() -> None:
 
 def test_the_process_adds_pools_up_by_stream() -> None:
     with StreamedHost() as h1, StreamedHost() as h2, aml_core.pool(h1) as p1, aml_core.pool(h2) as p2:
-        kept = [p1.mmap(1000, {"stream": S1}), p2.mmap(3000, {"stream": S1}), p2.mmap(700, {"stream": S2})]
+        kept = [p1.mmap(1000, stream=S1), p2.mmap(3000, stream=S1), p2.mmap(700, stream=S2)]
         plain = aml_core.pool(h1)  # no block on a stream: no stream of its own
         kept.append(plain.mmap(50))
         stats = aml_core.memory_stats()
@@ -309,3 +309,24 @@ def test_pool_stats_summary_of_what_is_not_pool_stats_is_a_type_error(bad: objec
     """Issue 32, root cause 12: it used to be a bare AttributeError."""
     with pytest.raises(AMLTypeError, match="PoolStats"):
         pool_stats_summary(bad)  # type: ignore[arg-type]
+
+
+def test_pytorchs_key_names_read_the_same_figures() -> None:
+    """memory_stats() also answers PyTorch's names (torch.cuda.memory_stats()), for one
+    pool and for the process's totals: each the value of the aml key it aliases."""
+    from aml_core.memory import TORCH_ALIASES
+
+    with aml_core.area("host") as base, aml_core.pool(base) as p:
+        bufs = [p.mmap(5000), p.mmap(3 * MiB)]
+        p.munmap(bufs.pop())
+        one = aml_core.memory_stats(p)
+        assert one["allocated_bytes.all.current"] == one["allocated_bytes.current"]
+        assert one["requested_bytes.all.current"] == 5000
+        assert one["reserved_bytes.all.peak"] == p.pool_stats.peak_bytes_reserved
+        assert one["num_device_alloc"] == p.pool_stats.native_allocations
+        assert one["segment.all.current"] == p.pool_stats.slabs
+        assert one["allocation.all.current"] == 1
+        every = aml_core.memory_stats()
+        for torch_key, key in TORCH_ALIASES.items():
+            assert one[torch_key] == one[key]
+            assert every[torch_key] == every["all." + key]

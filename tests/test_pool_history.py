@@ -95,9 +95,9 @@ def test_allocations_frees_and_slabs_are_recorded_in_order(pool: Pool) -> None:
 
 def test_streams_are_recorded(pool: Pool) -> None:
     pool.record_history()
-    a = pool.mmap(4096, {"stream": S1})
-    pool.munmap_on(a, S1)
-    b = pool.mmap(4096, {"stream": S1})  # reused at once on S1
+    a = pool.mmap(4096, stream=S1)
+    pool.munmap(a, stream=S1)
+    b = pool.mmap(4096, stream=S1)  # reused at once on S1
     pool.munmap(b)
     h = [e for e in pool.snapshot().history if not e.action.startswith("segment")]
     assert [(e.action, e.address, e.stream) for e in h] == [
@@ -218,7 +218,7 @@ def test_the_dump_is_pytorchs_snapshot_format(pool: Pool, tmp_path: Path) -> Non
     pool.record_history(stacks="python")
     keep = [pool.mmap(n) for n in (1000, 70_000, 3 * MiB, 512)]
     pool.munmap(keep.pop(1))
-    pool.munmap_on(keep.pop(), S1)
+    pool.munmap(keep.pop(), stream=S1)
     path = tmp_path / "snapshot.pickle"
     pool.snapshot().dump(path)
     data = pickle.loads(path.read_bytes())
@@ -285,7 +285,7 @@ def test_a_csv_log_has_rmms_columns(pool: Pool, tmp_path: Path) -> None:
     pool.log_to(path)
     a = pool.mmap(1000)
     pool.munmap(a)
-    b = pool.mmap(1000, {"stream": S1})  # would be a hit in C: the log takes the Python path
+    b = pool.mmap(1000, stream=S1)  # would be a hit in C: the log takes the Python path
     pool.munmap(b)
     pool.log_to(None)
     pool.munmap(pool.mmap(1000))  # not logged

@@ -81,7 +81,7 @@ def test_a_pool_is_device_copies_and_ipc_exporter_itself() -> None:
         with pytest.raises(AMLNotSupported, match=r"HostArea \(host backend, host memory\) cannot export"):
             aml_core.export_dmabuf(host.mmap(64))
         with pytest.raises(AMLNotSupported, match="no runtime"):
-            pool.mmap(64, {"stream": 1})
+            pool.mmap(64, stream=1)
         pool.munmap(buf)
 
 

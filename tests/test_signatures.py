@@ -194,7 +194,7 @@ def test_compiled_functions_have_signatures() -> None:
                     assert list(signature.parameters) == expected, node.name
     assert checked > 40, checked
     assert str(inspect.signature(_os.mmap)) == "(length, prot, flags, fd, offset, alignment, /)"
-    assert str(inspect.signature(_buffer.AreaBase.munmap)) == "(self, buffer, size=None)"
+    assert str(inspect.signature(_buffer.AreaBase.munmap)) == "(self, buffer, size=None, *, stream=None)"
 
 
 def _areas() -> dict[str, type[Area]]:

@@ -21,7 +21,6 @@ docs/aml-contract.md#hip-area), written once.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import attrs
@@ -35,6 +34,7 @@ from ..errors import AMLMemoryError, AMLNotSupported, AMLValueError
 from ..interop import cuda_array_interface
 from ..protocols import StreamOrdering
 from ..specs import Capability, Kind
+from ..stream import StreamLike
 from ._copies import CopyingArea
 from ._device_area import RuntimeMemory
 from ._managed_area import ManagedAreaMethods
@@ -43,7 +43,7 @@ from .flags import AllocMode, DecodedFlags, GpuFlags, decode_flags
 from .ipc import ExportRegistry, IpcExport, close_exports, export_from
 from .options import GpuAllocation, GpuMmapOptions, GpuMmapOptionsDict, StreamOrdered, host_memory
 from .runtime import Group, Runtime, StreamOrderedOps, capabilities
-from .stream import as_stream_handle, runtime_stream_ordering
+from .stream import runtime_stream_ordering
 
 __all__ = ["GpuAllocation", "GpuArea", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered"]
 
@@ -61,7 +61,13 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
     options_type = GpuMmapOptions
 
     @compiled_mmap
-    def mmap(self, size: int, options: GpuMmapOptions | GpuMmapOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self,
+        size: int,
+        options: GpuMmapOptions | GpuMmapOptionsDict | None = None,
+        *,
+        stream: StreamLike = None,
+    ) -> Buffer:
         """Map ``size`` bytes of the area's memory (its flags: device memory, managed
         memory with ALLOC_UNIFIED, pinned host memory with ALLOC_HOST, mapped host memory
         with ALLOC_HOST | ALLOC_MAPPED, the caller's registered memory with ALLOC_MAPPED
@@ -75,10 +81,14 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         - ``ptr``: ALLOC_MAPPED areas without ALLOC_HOST only (required there): the host
           memory to register, an int address or a writable buffer-protocol object of at
           least ``size`` bytes (kept alive while mapped).
-        - ``stream``: device areas only: allocate in that stream's order
-          (cudaMallocAsync/hipMallocAsync; any stream object or an int handle, 0 the
-          default stream); munmap frees it on the same stream unless ``munmap_on`` names
-          another (None, the default: a plain allocation).
+        - ``stream``: deprecated, removed in the next minor version: ``mmap(size,
+          stream=s)``.
+
+        ``stream``: device areas only: allocate in that stream's order
+        (cudaMallocAsync/hipMallocAsync; any stream object or an int handle, 0 the
+        default stream); munmap frees it on the same stream unless ``munmap(...,
+        stream=)`` names another (None, the default: a plain allocation). munmap of any
+        other buffer with a stream frees it once that stream is synchronized.
 
         Errors of GPU areas: :class:`~aml_core.errors.AMLValueError` for a device out of
         range, a missing ``ptr`` where one is required, a ``ptr`` too small or read-only,
@@ -115,7 +125,7 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         self._exports: ExportRegistry = {}
         self._default_options = GpuMmapOptions()
         self._stream_ordered: StreamOrderedOps | None = None
-        self._free_stream = threading.local()
+        self._take_streams()  # mmap(..., stream=) on device areas, munmap(..., stream=) on all
         #: Shared (frozen) native records by allocated size; the mode is the area's.
         self._records: dict[int, GpuAllocation] = {}
         self._install_native()
@@ -199,33 +209,8 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
             return self._default_options  # frozen: one instance serves every mmap
         return super()._coerce_options(options)
 
-    # Stream-ordered allocation goes through the options (``mmap(n, {"stream": s})``), not
-    # a keyword of an overriding mmap: that would put a Python frame back on the compiled
-    # path every plain mmap and munmap takes (AreaBase._set_native).
-    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
-        """Free a mapping in ``stream``'s order: a stream-ordered buffer with
-        cudaFreeAsync/hipFreeAsync on ``stream`` (plain munmap frees it on the stream it
-        was allocated on); any other buffer once ``stream`` is synchronized (its work on
-        the buffer done), then at once, as munmap does.
-
-        Either way a native call uses the handle, so a handle the runtime does not know
-        is refused by it (hipFreeAsync's or the synchronize's translated error) and the
-        buffer stays live and tracked (:func:`~aml_core.gpu.stream.as_stream_handle`
-        has already refused a wrong type or a value out of range)."""
-        handle = as_stream_handle(stream)
-        # Inside the area: a GC-driven free run meanwhile must not take this stream.
-        with self._inside_area:
-            native = self._lookup(buffer, size).native
-            if not (isinstance(native, GpuAllocation) and native.stream_ordered):
-                self._stream_synchronize(handle)
-            self._free_stream.value = handle
-            try:
-                self.munmap(buffer, size)
-            finally:
-                self._free_stream.value = None
-
     def _stream_synchronize(self, handle: int) -> None:
-        """Wait for ``handle``'s work (a buffer munmap_on frees at once), where the runtime
+        """Wait for ``handle``'s work (a buffer munmap(..., stream=) frees at once), where the runtime
         has streams: without them no stream can have work on it (nothing to wait for, and
         no call that could tell a handle it does not know)."""
         if self.runtime.why_missing(Group.STREAMS) is None:
@@ -237,14 +222,14 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
             ops = self._stream_ordered = self.runtime.require(Group.STREAM_ORDERED)
         return ops
 
-    def _allocate(self, size: int, options: GpuMmapOptions) -> Buffer:
+    def _allocate(self, size: int, options: GpuMmapOptions, stream: int | None = None) -> Buffer:
         # Select the device for the allocation and restore the caller's device after,
         # even on failure (aml_area_hip_mmap).
         device = self.device if options.device is None else options.device
         assert device is not None
         rt = self.runtime
         if device < 0:
-            return self._allocate_on(size, options, rt.get_device())
+            return self._allocate_on(size, options, rt.get_device(), stream)
         if device >= self._count:
             raise AMLValueError(f"device {device} is not in 0..{self._count - 1}")
         # A failing hipGetDevice/cudaGetDevice is translated like any call (aml_area_hip_mmap: no
@@ -252,7 +237,7 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         buf = None
         try:
             with selected_device(rt, device):
-                buf = self._allocate_on(size, options, device)
+                buf = self._allocate_on(size, options, device, stream)
         except BaseException as exc:
             if buf is not None:
                 # The allocation succeeded but the caller's device could not be restored. AML's
@@ -263,7 +248,7 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
             raise
         return buf
 
-    def _allocate_on(self, size: int, options: GpuMmapOptions, used: int) -> Buffer:
+    def _allocate_on(self, size: int, options: GpuMmapOptions, used: int, stream: int | None) -> Buffer:
         """Allocate on the selected device ``used`` (see the module doc for the flags).
         ``size`` was checked by :meth:`Area.mmap`: the group's unchecked calls are used."""
         ops = self._alloc
@@ -271,13 +256,13 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
         mode, all_devices = self.decoded.mode, self.decoded.all_devices
         dptr: int | None = None
         dl_device = (traits.dl_host, 0)  # pinned host memory: (CUDA_HOST/ROCM_HOST, 0)
-        if options.stream is not None:
+        if stream is not None:
             if mode is not AllocMode.DEVICE:
                 raise AMLNotSupported(
                     f"stream-ordered allocation makes device memory; this is a {self.kind.value} area"
                 )
-            ptr = self._malloc_async(size, options.stream)
-            native = GpuAllocation(mode, size, StreamOrdered(options.stream))
+            ptr = self._malloc_async(size, stream)
+            native = GpuAllocation(mode, size, StreamOrdered(stream))
             dl_device = (traits.dl_device, used)
         elif mode is AllocMode.DEVICE:
             ptr, native = ops._malloc(size), self._record(size)
@@ -344,14 +329,20 @@ class GpuArea(RuntimeMemory, ManagedAreaMethods, CopyingArea):
             raise
         return host, dptr, GpuAllocation(AllocMode.REGISTERED, size, keep)
 
-    def _free(self, buffer: Buffer) -> None:
+    def _free(self, buffer: Buffer, stream: int | None = None) -> None:
+        """Free ``buffer``: a stream-ordered one with cudaFreeAsync/hipFreeAsync on
+        ``stream`` (munmap's; None: the stream it was allocated on); any other once
+        ``stream`` (if given) is synchronized, its work on the buffer done. Either way a
+        native call uses the handle, so a handle the runtime does not know is refused by
+        it (the translated error) and the buffer stays live and tracked."""
         native = native_as(buffer, GpuAllocation)
         ops = self._alloc
+        if stream is not None and not native.stream_ordered:
+            self._stream_synchronize(stream)
         if self._exports:
             close_exports(self._exports, buffer.ptr)
         mode = native.mode
         if native.stream_ordered:
-            stream = getattr(self._free_stream, "value", None)
             self._stream_ops()._free_async(buffer.ptr, native.keep.stream if stream is None else stream)
         elif mode is AllocMode.DEVICE or mode is AllocMode.MANAGED:
             ops._free(buffer.ptr)

@@ -286,7 +286,7 @@ def _hook_state(hook: TorchHook | CupyHook, pool: Pool) -> _hooks.HookState:
     def raising_malloc(size: int, device: int) -> int:
         return pool._hook_alloc(size, None)  # CuPy takes the error: raised, not kept
 
-    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc)
+    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc, errors=hook.errors)
 
 
 # -- PyTorch ----------------------------------------------------------------------------------
@@ -319,7 +319,7 @@ class TorchHook:
 
         def slow_malloc(size: int, device: int, stream: int | None) -> int:
             try:
-                buf = area.mmap(size, {"stream": stream} if streams and stream else None)
+                buf = area.mmap(size, stream=stream if streams and stream else None)
                 with self._lock:
                     self._bufs[buf.device_ptr] = buf
                 return buf.device_ptr
@@ -334,10 +334,7 @@ class TorchHook:
                 if buf is None:
                     raise AMLValueError(f"PyTorch freed 0x{ptr:x}, which this hook did not allocate")
                 if not buf.freed:  # else the area was closed: the memory went with it
-                    if stream and isinstance(area, GpuArea):
-                        area.munmap_on(buf, stream)
-                    else:
-                        area.munmap(buf)
+                    area.munmap(buf, stream=stream if stream and area._ordered else None)
                 return True
             except BaseException as exc:
                 self.errors.append(exc)

@@ -41,6 +41,7 @@ from ..buffer import Buffer, native_as
 from ..errors import AMLError, AMLFailure, AMLNotSupported, AMLValueError
 from ..ipc import MAX_HANDLE_SIZE, IpcExport, IpcHandle, importable
 from ..specs import Capability, Kind, format_size
+from ..stream import StreamLike
 from ._copies import CopyingArea
 from ._device_area import DeviceMemoryArea
 from .devices import selected_device
@@ -124,7 +125,9 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
     options_type = IpcOptions
 
     @compiled_mmap
-    def mmap(self, size: int, options: IpcOptions | IpcOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: IpcOptions | IpcOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Open an IPC handle as a buffer of ``size`` bytes (what :func:`aml_core.ipc_open`
         does: call that instead). One native mapping per (handle, importing device) is
         shared by every open of it and closed with the last.
@@ -257,8 +260,11 @@ class IpcImportArea(DeviceMemoryArea, CopyingArea):
                     self._close_noting(mapping[0], options.device, exc)
             raise
 
-    def munmap(self, buffer: Buffer | int, size: int | None = None) -> None:
-        """Close one open of the mapping; the last close unmaps it."""
+    def munmap(self, buffer: Buffer | int, size: int | None = None, *, stream: object = None) -> None:
+        """Close one open of the mapping; the last close unmaps it (an import orders no
+        work on streams: a stream is refused, AMLNotSupported)."""
+        if stream is not None:
+            self._no_streams()
         with self._open_lock:
             with self._lock:
                 self._check_open()

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from .. import checks
 
 if TYPE_CHECKING:
+    from ..stream import NativeStreams
     from .runtime import RuntimeTraits
 
 __all__ = ["StreamOps", "StreamOrderedOps"]
@@ -72,6 +73,12 @@ class StreamOrderedOps(abc.ABC):
     def stream_wait_event(self, stream: int, event: int) -> None:
         """Make later work on ``stream`` wait for ``event`` (without blocking the host)."""
         self._stream_wait_event(checks.pointer(stream, "stream", null=True), checks.pointer(event, "event"))
+
+    def native_streams(self) -> NativeStreams | None:
+        """The stream and event calls as C function pointers (:class:`~aml_core.stream.NativeStreams`)
+        for a pool's kernel, or None: the kernel calls these Python methods through
+        trampolines (and a framework hook takes the GIL for a hand-over)."""
+        return None
 
     @abc.abstractmethod
     def _malloc_async(self, size: int, stream: int) -> int: ...

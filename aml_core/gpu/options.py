@@ -1,5 +1,5 @@
 """The options and records of a GPU area's mappings: :class:`GpuMmapOptions` (AML's
-``struct aml_area_hip_mmap_options``, with a stream), its mapping form
+``struct aml_area_hip_mmap_options``; the stream is mmap's argument), its mapping form
 :class:`GpuMmapOptionsDict`, the record :class:`GpuAllocation` a buffer is freed by, and
 the caller's host memory an ALLOC_MAPPED area registers (:func:`host_memory`).
 :mod:`aml_core.gpu.area` re-exports them."""
@@ -15,17 +15,12 @@ from .._buffer import address_of
 from ..errors import AMLTypeError, AMLValueError
 from ..specs import format_size
 from .flags import AllocMode
-from .stream import as_stream_handle
 
 __all__ = ["GpuAllocation", "GpuMmapOptions", "GpuMmapOptionsDict", "StreamOrdered", "host_memory"]
 
 
 def _opt_device(value: object) -> int | None:
     return None if value is None else checks.c_int(value, "options.device")
-
-
-def _opt_stream(value: object) -> int | None:
-    return None if value is None else as_stream_handle(value)
 
 
 @attrs.frozen
@@ -45,18 +40,17 @@ class GpuMmapOptions:
 
     device: int | None = attrs.field(default=None, converter=_opt_device)
     ptr: Any = None
-    #: Device memory only: allocate in stream order on this stream (any stream object
-    #: or int handle; 0 is the default stream) through the STREAM_ORDERED group.
-    stream: int | None = attrs.field(default=None, converter=_opt_stream)
+    #: Deprecated (removed in the next minor version): ``mmap(size, stream=s)``.
+    stream: object = None
 
 
 class GpuMmapOptionsDict(TypedDict, total=False):
-    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``,
-    ``area.mmap(n, {"stream": s})``), typed: an unknown key is a type error."""
+    """:class:`GpuMmapOptions` as a mapping (``area.mmap(n, {"device": 1})``), typed: an
+    unknown key is a type error."""
 
     device: int | None
     ptr: object
-    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
+    #: Deprecated (removed in the next minor version): ``mmap(size, stream=s)``.
     stream: object
 
 

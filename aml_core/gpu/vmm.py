@@ -34,6 +34,7 @@ from ..buffer import Buffer, native_as
 from ..errors import AMLMemoryError, AMLTypeError, AMLValueError
 from ..protocols import StreamOrdering
 from ..specs import Capability, format_size
+from ..stream import StreamLike
 from ._vmm_api import Access, Physical, Reservation, VirtualMemoryApi, also
 from .runtime import Group
 from .stream import runtime_stream_ordering
@@ -103,7 +104,9 @@ class VirtualMemory(VirtualMemoryApi):
     options_type = VmmOptions
 
     @compiled_mmap
-    def mmap(self, size: int, options: VmmOptions | VmmOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: VmmOptions | VmmOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Map ``size`` bytes (rounded up to the allocation granularity) of device memory
         in one step: reserve an address range, create physical memory, map it and give
         the device read-write access (cuMemAddressReserve, cuMemCreate, cuMemMap,

@@ -48,6 +48,7 @@ from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLNotSupported, AMLTypeError, AMLValueError
 from ..ipc import IpcExport
 from ..specs import Capability, Kind, format_size
+from ..stream import StreamLike
 from ..topology import MemspaceNodes
 from . import ipc as _ipc
 from . import numa
@@ -231,7 +232,13 @@ class HostArea(Area):
     memspace: MemspaceNodes | None = None
 
     @compiled_mmap
-    def mmap(self, size: int, options: HostMmapOptions | HostMmapOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self,
+        size: int,
+        options: HostMmapOptions | HostMmapOptionsDict | None = None,
+        *,
+        stream: StreamLike = None,
+    ) -> Buffer:
         """Map ``size`` bytes of host memory: anonymous memory (private, or shared if the
         area is), or a file with ``fd``; placed by the area's NUMA policy (``mbind``),
         with its huge pages, transparent huge pages and alignment.

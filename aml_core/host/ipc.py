@@ -72,6 +72,7 @@ from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLFailure, AMLValueError
 from ..ipc import IpcExport, IpcHandle, importable
 from ..specs import Capability, Kind
+from ..stream import StreamLike
 from . import numa
 
 __all__ = [
@@ -452,7 +453,13 @@ class HostIpcImportArea(Area):
     options_type = HostIpcOptions
 
     @compiled_mmap
-    def mmap(self, size: int, options: HostIpcOptions | HostIpcOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self,
+        size: int,
+        options: HostIpcOptions | HostIpcOptionsDict | None = None,
+        *,
+        stream: StreamLike = None,
+    ) -> Buffer:
         """Open a host IPC handle as a buffer of ``size`` bytes (what
         :func:`aml_core.ipc_open` does: call that instead).
 

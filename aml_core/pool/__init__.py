@@ -124,25 +124,29 @@ Errors
     (ResourceWarning) instead, since the block was already returned.
 
 Streams (GPU pools)
-    ``pool.mmap(size, {"stream": s})`` takes a block in ``s``'s order and
-    ``pool.munmap_on(buf, s)`` frees it in that order (a plain munmap: on the stream it
-    was allocated on): the block may still be used by work queued on ``s``, so it goes
-    on ``s``'s own free list
-    and is reused at once only by later requests on ``s``. A request on another stream
-    ``t`` takes host-free memory first, then a block of its exact size freed on another
-    stream after making ``t`` wait for an event recorded on that stream (no host wait);
-    before the pool would grow, trim or close, every stream holding freed blocks is
-    synchronized and the blocks return to host order. Requests without a stream never
-    take a block still held by a stream. This needs an area that orders work on streams
-    (:class:`~aml_core.protocols.StreamOrderedArea`: a GPU area whose runtime provides the
-    ``STREAMS`` and ``STREAM_ORDERED`` groups; AMLNotSupported otherwise); slabs are still
-    allocated with the area's ordinary (synchronous) mmap. A stream handle is checked as
-    every stream argument is (:func:`aml_core.gpu.stream.as_stream_handle`: type and range);
-    whether it names a live stream only the runtime can tell, so the pool takes it as
-    given: the runtime refuses an unknown one on the first stream-ordered call that uses
-    it (the hand-over's event record, the synchronize before growth, trim and close),
-    with its error, and nothing is lost: the block stays on that handle's free list and
-    the area's close frees its slab.
+    ``pool.mmap(size, stream=s)`` takes a block in ``s``'s order and ``pool.munmap(buf,
+    stream=s)`` frees it in that order (without ``stream``: on the stream it was
+    allocated on, ``buf.stream``): the block may still be used by work queued on ``s``,
+    so it goes on ``s``'s own free list and is reused at once only by later requests on
+    ``s``. A request on another stream ``t`` takes host-free memory first, then a block
+    of its exact size freed on another stream after making ``t`` wait for an event
+    recorded on that stream (no host wait); before the pool would grow, trim or close
+    (and before a request without a stream takes one), every stream holding freed blocks
+    is shown idle (an event recorded on it and queried; synchronized only while its work
+    still runs) and the blocks return to host order. Requests without a stream never
+    take a block still held by a stream. The pool has its area's stream operations (as C
+    function pointers, :func:`aml_core.stream.native_streams`) from its creation, so a
+    framework hook's first request on a stream finds them. This needs an area that
+    orders work on streams (:class:`~aml_core.protocols.StreamOrderedArea`: a GPU area
+    whose runtime provides the ``STREAMS`` and ``STREAM_ORDERED`` groups;
+    AMLNotSupported otherwise); slabs are still allocated with the area's ordinary
+    (synchronous) mmap. A stream handle is checked as every stream argument is, once
+    (:func:`aml_core.stream.as_stream_handle`: type and range); whether it names a live
+    stream only the runtime can tell, so the pool takes it as given: the runtime refuses
+    an unknown one on the first stream-ordered call that uses it (the hand-over's event
+    record, the event record that asks whether it is idle before growth, trim and
+    close), with its error, and nothing is lost: the block stays on that handle's free
+    list and the area's close frees its slab.
 
 What the area offers
     The pool asks its area for more than mmap and munmap only through the protocols of
@@ -154,10 +158,11 @@ Fast path
     The pool's whole policy (blocks and slabs, the heaps, the stacks, streams, the limit,
     the expandable segment, the counters) is the allocator kernel,
     :class:`~aml_core._buffer.PoolKernel` (aml_core/_kernel.pyx, docs/kernel.md), which
-    the pool installs in its area base class (``_set_pool``). ``pool.mmap(size)``, and
-    ``pool.mmap(size, {"stream": s})`` with an int handle or an aml Stream, that the kernel
-    serves from cached memory, and ``pool.munmap`` / ``munmap_on`` while it keeps stacks,
-    run in C with no Python frame. Everything else (a new slab, a hand-over between
+    the pool installs in its area base class (``_set_pool``). ``pool.mmap(size)`` and
+    ``pool.mmap(size, stream=s)`` that the kernel serves from cached memory, and
+    ``pool.munmap`` (with or without ``stream``) while it keeps stacks, run in C with no
+    Python frame (a stream other than an int or an aml Stream is converted by one Python
+    call, :func:`aml_core.stream.as_stream_handle`). Everything else (a new slab, a hand-over between
     streams, the release threshold, a closed pool) runs the kernel's slow path, called by
     this package with the kernel's mutex held. PyTorch's and CuPy's hooks
     (aml_core.gpu.hooks) call the kernel from C without the GIL and make no Buffer.
@@ -189,19 +194,23 @@ from __future__ import annotations
 import inspect
 import sys
 import types
-from typing import Any
+from typing import Any, Unpack
 
 from ..area import Area
+from ._config import PoolConfig, PoolConfigFields
 from ._history import HistoryEvent, LogRecord, Snapshot, SnapshotBlock, SnapshotSegment
 from ._pool import OnOom, Pool
 from ._values import KiB as KiB  # aml_core.pool.KiB and MiB, as before
-from ._values import MiB, PoolOptions, PoolOptionsDict, PoolStats, StreamStats
+from ._values import MiB as MiB
+from ._values import PoolOptions, PoolOptionsDict, PoolStats, StreamStats
 
 __all__ = [
     "HistoryEvent",
     "LogRecord",
     "OnOom",
     "Pool",
+    "PoolConfig",
+    "PoolConfigFields",
     "PoolOptions",
     "PoolOptionsDict",
     "PoolStats",
@@ -215,42 +224,27 @@ __all__ = [
 
 def pool(
     area: Area,
+    config: PoolConfig | None = None,
     *,
-    limit: int | float | None = None,
-    release_threshold: int | None = None,
     on_oom: OnOom | None = None,
-    expandable: bool = False,
-    capacity: int | None = None,
-    options: Any = None,
-    granule: int = 512,
-    small_max: int = 1 * MiB,
-    small_slab: int = 2 * MiB,
-    medium_slab: int = 20 * MiB,
+    options: object = None,
+    **fields: Unpack[PoolConfigFields],
 ) -> Pool:
     """A pool over ``area`` (see :mod:`aml_core.pool`): an area that keeps freed blocks.
 
-    ``limit``: most bytes held from the area (ENOMEM past it, after releasing the cache;
-    a float: that fraction of the device's memory; :meth:`Pool.set_limit` changes it);
-    ``release_threshold``: most cached bytes kept; ``on_oom``: ``callback(requested,
-    stats) -> bool``, asked before ENOMEM (True: retry once; see :attr:`Pool.on_oom`);
-    ``expandable``: one growing segment over a VirtualMemory area, reserving
-    ``capacity`` bytes of addresses (default: the limit, or 1 TiB); ``options``: the
-    area's mmap options for every slab; ``granule``, ``small_max``, ``small_slab``,
-    ``medium_slab``: the layout.
+    ``config``: a :class:`PoolConfig`, whose fields the keywords replace (each checked
+    once, when the config is made): ``limit`` (most bytes held from the area, ENOMEM
+    past it after releasing the cache; a float: that fraction of the device's memory;
+    :meth:`Pool.set_limit` changes it), ``release_threshold`` (most cached bytes kept),
+    ``expandable`` and ``capacity`` (one growing segment over a VirtualMemory area,
+    reserving ``capacity`` bytes of addresses: default the limit, or 1 TiB),
+    ``max_split_size`` (blocks above it are never split), ``initial_size`` (bytes
+    reserved now), ``granule``, ``small_max``, ``small_slab``, ``medium_slab`` (the
+    layout); ``on_oom``: ``callback(requested, stats) -> bool``, asked before ENOMEM
+    (True: retry once; see :attr:`Pool.on_oom`); ``options``: the area's mmap options for
+    every slab.
     """
-    return Pool(
-        area,
-        limit=limit,
-        release_threshold=release_threshold,
-        on_oom=on_oom,
-        expandable=expandable,
-        capacity=capacity,
-        options=options,
-        granule=granule,
-        small_max=small_max,
-        small_slab=small_slab,
-        medium_slab=medium_slab,
-    )
+    return Pool(area, config, on_oom=on_oom, options=options, **fields)
 
 
 class _PoolModule(types.ModuleType):
@@ -261,8 +255,8 @@ class _PoolModule(types.ModuleType):
     'Pool'``). Nothing is renamed, so no call needs to change; ``aml_core.pool.pool`` and
     ``aml_core.Pool(area, ...)`` are the same factory by name."""
 
-    def __call__(self, area: Area, /, **kwargs: Any) -> Pool:
-        return pool(area, **kwargs)
+    def __call__(self, area: Area, config: PoolConfig | None = None, /, **kwargs: Any) -> Pool:
+        return pool(area, config, **kwargs)
 
 
 #: What ``inspect.signature(aml_core.pool)`` and ``help()`` show: the factory's.

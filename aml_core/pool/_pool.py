@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
 from .. import checks
 from .._buffer import PoolKernel
@@ -21,15 +21,15 @@ from ..protocols import (
     MemoryCapacity,
     PoolBinding,
     StreamOrderedArea,
-    StreamOrdering,
 )
 from ..specs import Capability, format_size
+from ..stream import StreamLike, native_streams
 from . import _callbacks
+from ._config import PoolConfig, PoolConfigFields
 from ._history import Recording
 from ._sharing import Sharing
 from ._values import (
     NO_STREAM,
-    MiB,
     PoolOptions,
     PoolOptionsDict,
     PoolStats,
@@ -50,10 +50,6 @@ _UNSET: Any = object()
 #: Capabilities a pooled buffer does not have even if its area's buffers do: a block is
 #: not a VMM mapping or a file mapping of its own (IPC: see Pool.ipc_export).
 _NOT_POOLED = Capability.VIRTUAL_MEMORY | Capability.FILE_BACKED
-
-
-#: Stream handles are pointer-sized: 0 .. 2**64 - 1 (aml_core.gpu.stream.as_stream_handle).
-_HANDLE_END = 1 << 64
 
 
 def _round_up(n: int, to: int) -> int:
@@ -98,49 +94,31 @@ class Pool(Recording, Sharing):
     def __init__(
         self,
         area: Area,
+        config: PoolConfig | None = None,
         *,
-        limit: int | float | None = None,
-        release_threshold: int | None = None,
         on_oom: OnOom | None = None,
-        options: Any = None,
-        granule: int = 512,
-        small_max: int = 1 * MiB,
-        small_slab: int = 2 * MiB,
-        medium_slab: int = 20 * MiB,
-        expandable: bool = False,
-        capacity: int | None = None,
+        options: object = None,
+        **fields: Unpack[PoolConfigFields],
     ) -> None:
         """A pool over ``area`` (usually made with :func:`pool`).
 
         ``area`` — the area whose memory is cached (it stays open and owned by the caller);
-        ``limit`` — the most bytes the pool may hold from the area (None: no limit; a float:
-        that fraction of the device's memory, as :meth:`set_limit`); past it the pool
-        releases its cache and retries, then raises ENOMEM; ``on_oom`` — called before the
-        pool raises ENOMEM (see :attr:`on_oom`); ``release_threshold`` —
-        the most cached (free) bytes kept after a munmap (None: keep all); ``options`` — the
-        mmap options passed to the area for every slab; ``granule`` — the block granularity
-        (a power of two; sizes are rounded up to it); ``small_max`` — requests up to this
-        size share ``small_slab``-byte slabs; ``medium_slab`` — the slab size for larger
-        requests below half of it (bigger ones get a slab of their own);
-        ``expandable`` — back the pool with one virtual-memory reservation of ``capacity``
-        bytes that grows in place (the area must be a VirtualMemory area)."""
+        ``config`` — a :class:`PoolConfig` (its fields: the limit, the release threshold,
+        the layout, ``max_split_size``, ``initial_size``, an expandable segment); the
+        keywords ``fields`` replace its fields (``Pool(area, limit=1 << 30)``), checked
+        once, when the config is made; ``on_oom`` — called before the pool raises ENOMEM
+        (see :attr:`on_oom`); ``options`` — the mmap options passed to the area for every
+        slab."""
         if not isinstance(area, Area):
             raise AMLTypeError(f"pool takes an aml Area, not {type(area).__name__}")
         area._check_open()
-        granule = checks.power_of_two(checks.size(granule, "granule"), "granule")
-        small_max = checks.size(small_max, "small_max")
-        small_slab = checks.size(small_slab, "small_slab")
-        medium_slab = checks.size(medium_slab, "medium_slab")
-        if small_max < granule or small_slab < small_max:
-            raise AMLValueError(
-                f"need granule <= small_max <= small_slab, got {granule}, {small_max}, {small_slab}"
-            )
+        self.config = config = PoolConfig.of(config, dict(fields))
+        granule = config.granule
+        limit: int | float | None = config.limit
+        capacity = config.capacity
+        expandable = config.expandable
         if on_oom is not None and not callable(on_oom):
             raise AMLTypeError(f"on_oom must be a callable or None, not {type(on_oom).__name__}")
-        if release_threshold is not None:
-            release_threshold = checks.size(release_threshold, "release_threshold", zero=True)
-        if capacity is not None and not expandable:
-            raise AMLValueError("capacity is for expandable pools (expandable=True)")
         if expandable and not isinstance(area, GrowableMemory):
             raise AMLNotSupported(
                 f"an expandable pool maps physical memory on demand: it needs a VirtualMemory "
@@ -162,21 +140,20 @@ class Pool(Recording, Sharing):
         )
         self._area = area
         self._options = options
-        self._release_threshold = release_threshold
+        self._release_threshold = config.release_threshold
         self._mask = granule - 1
         #: The pool's policy and state (its blocks, slabs, streams and counters) and its
         #: mutex: ``with pool._kernel`` holds it (see "Threads" in the module doc).
-        self._kernel = kernel = PoolKernel(
-            area,
-            granule=granule,
-            small_max=small_max,
-            small_slab=_round_up(small_slab, granule),
-            medium_slab=_round_up(medium_slab, granule),
-            limit=limit,
-            release_threshold=release_threshold,
-            options=options,
-        )
-        kernel.options_type = PoolOptions
+        self._kernel = kernel = PoolKernel(area, config, limit=limit, options=options)
+        # The stream operations, from the start: a framework hook's first request on a
+        # stream (before Python ever gave the pool one) finds them (issue 32, cause 1).
+        self._no_stream_reason: str | None = None
+        if isinstance(area, StreamOrderedArea):
+            try:
+                kernel.set_streams(native_streams(area.stream_ordering()))
+                self._take_streams()
+            except AMLNotSupported as exc:
+                self._no_stream_reason = str(exc)
         if isinstance(area, MemoryCapacity):  # for the ENOMEM message
             kernel.free_memory = functools.partial(area.free_memory, device)
         self.on_oom = on_oom
@@ -195,6 +172,12 @@ class Pool(Recording, Sharing):
             self.capabilities &= ~Capability.IPC
         # The compiled fast path (see "Fast path" in the module doc).
         self._set_pool(kernel)
+        if config.initial_size:  # RMM's initial pool: reserved now, cached from the start
+            try:
+                kernel.reserve(config.initial_size)
+            except BaseException:
+                self.close()  # an expandable pool's reservation goes back
+                raise
         # A GC-driven free of a pooled buffer may release a slab: it waits while someone
         # is inside the area too (see aml_core.area, "Garbage collection").
         self._set_below(area)
@@ -279,16 +262,21 @@ class Pool(Recording, Sharing):
 
     # -- Area -----------------------------------------------------------------------------
     @compiled_mmap
-    def mmap(self, size: int, options: PoolOptions | PoolOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: PoolOptions | PoolOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Take a block of ``size`` bytes (rounded up to the granule) from the pool: a
         cached block of that size, else a best fit from the cached slabs, else a new slab
         from the area (see the module doc). The buffer is at the block's own address.
 
-        Options (:class:`PoolOptions`, or a :class:`PoolOptionsDict` of its keys):
+        ``stream``: GPU pools only: take the block in that stream's order (any stream
+        object or an int handle; None, the default: host order); see "Streams" in the
+        module doc.
 
-        - ``stream``: GPU pools only: take the block in that stream's order (any stream
-          object or an int handle; None, the default: host order); see "Streams" in the
-          module doc.
+        Options (:class:`PoolOptions`, deprecated: a pool takes none):
+
+        - ``stream``: deprecated, removed in the next minor version: ``mmap(size,
+          stream=s)``.
 
         Errors of pools: :class:`~aml_core.errors.AMLMemoryError` when a new slab would
         pass ``limit`` even after the cached slabs are released, or the area has no more
@@ -303,8 +291,15 @@ class Pool(Recording, Sharing):
             return NO_STREAM
         return super()._coerce_options(options)
 
-    def _allocate(self, size: int, options: Any) -> Buffer:
-        addr = self._take(size, options.stream)
+    def _no_streams(self) -> None:
+        raise AMLNotSupported(
+            self._no_stream_reason
+            or f"streams need a GPU area; the pooled {type(self._area).__name__} has no runtime "
+            "that orders work on streams"
+        )
+
+    def _allocate(self, size: int, options: Any, stream: int | None = None) -> Buffer:
+        addr = self._take(size, stream)
         kernel = self._kernel
         try:
             device_ptr, flags, dl_device, device, _slab, _offset, _n = kernel.block(addr)
@@ -323,13 +318,8 @@ class Pool(Recording, Sharing):
                 kernel.free(addr, None)
             raise
 
-    def _free(self, buffer: Buffer) -> None:
-        with self._kernel:
-            self._kernel.free(buffer.ptr, None)
-        _callbacks.after_free(buffer)
-
-    def _free_on(self, buffer: Buffer, stream: int) -> None:
-        """munmap_on's slow path (the kernel's fast give_on declined)."""
+    def _free(self, buffer: Buffer, stream: int | None = None) -> None:
+        # stream None: the block's own (the kernel recorded it)
         with self._kernel:
             self._kernel.free(buffer.ptr, stream)
         _callbacks.after_free(buffer)
@@ -346,17 +336,16 @@ class Pool(Recording, Sharing):
         self._area._dlpack_prepare(buffer, stream)
 
     # -- the framework hooks' slow path (aml_core/_hooks.pyx: a hit never gets here) ------
-    def _take(self, size: int, stream: Any) -> int:
-        """The kernel's slow path for a checked ``size`` in ``stream``'s order (None: host
-        order): the address of a live block; the pool's errors (a closed area below
-        raises as its own mmap would)."""
+    def _take(self, size: int, stream: int | None) -> int:
+        """The kernel's slow path for a checked ``size`` in the order of ``stream`` (a
+        handle; None: host order): the address of a live block; the pool's errors (a
+        closed area below raises as its own mmap would)."""
         if self._area.closed:
             self._area._check_open()
-        handle = None if stream is None else self._stream_handle(stream)
         kernel = self._kernel
         try:
             with kernel:
-                addr = int(kernel.alloc(size, handle))
+                addr = int(kernel.alloc(size, stream))
         except BaseException:
             _callbacks.deliver()  # an on_oom interrupted: its interrupt, not the ENOMEM it caused
             raise
@@ -367,47 +356,20 @@ class Pool(Recording, Sharing):
             self._kernel.free(addr, None)
 
     def _hook_alloc(self, size: int, stream: int | None) -> int:
-        """A block for a framework hook (no Buffer): its address; the pool's errors."""
+        """A block for a framework hook (no Buffer; ``stream`` a native handle, the
+        framework's): its address; the pool's errors."""
         self._check_open()
+        if stream is not None and not self._ordered:
+            self._no_streams()
         return self._take(checks.size(size), stream)
 
     def _hook_free(self, ptr: int, stream: int | None) -> None:
         """A framework hook's free of a block it took (also after close()); EINVAL for a
-        pointer the kernel did not hand out."""
-        handle = None if stream is None else self._stream_handle(stream)
+        pointer the kernel did not hand out. A pool without stream operations frees in
+        host order."""
         with self._kernel:
-            self._kernel.free(ptr, handle)
+            self._kernel.free(ptr, stream)
         _callbacks.deliver()  # the free is done
-
-    # -- streams ----------------------------------------------------------------------------
-    # Streams go through the options (``mmap(n, {"stream": s})``) and munmap_on, not
-    # keywords of overriding mmap/munmap: those would add a Python frame to every call.
-    def munmap_on(self, buffer: Buffer | int, stream: Any, size: int | None = None) -> None:
-        """Free a buffer in ``stream``'s order (GPU pools): its block is reused at once
-        by requests on ``stream``, elsewhere after an event (see the module doc). A plain
-        munmap frees a buffer on the stream it was allocated on, if any."""
-        if type(stream) is int and 0 <= stream < _HANDLE_END and self._kernel.streams_ready:
-            self._munmap_on(buffer, stream, size)  # a handle: checked, no conversion
-        else:
-            self._munmap_on(buffer, self._stream_handle(stream), size)
-
-    def _stream_handle(self, stream: Any) -> int:
-        from ..gpu.stream import Stream, as_stream_handle
-
-        handle = as_stream_handle(stream)
-        kernel = self._kernel
-        if kernel.stream_ops is None:
-            area = self._area
-            if not isinstance(area, StreamOrderedArea):
-                raise AMLNotSupported(
-                    f"streams need a GPU area; the pooled {type(area).__name__} has no runtime "
-                    "that orders work on streams"
-                )
-            ops: StreamOrdering = area.stream_ordering()
-            kernel.stream_ops = ops
-            kernel.stream_type = Stream
-            kernel.streams_ready = True
-        return handle
 
     # -- public API -----------------------------------------------------------------------
     def trim(self, keep: int = 0) -> int:

@@ -56,25 +56,30 @@ class PoolStats:
         return pool_stats_summary(self)
 
 
-def pool_stats_of(counters: tuple[int, ...]) -> PoolStats:
-    """The :class:`PoolStats` of the kernel's counters (``PoolKernel.stats()``)."""
-    requested, peak, blocks, reserved, peak_reserved, slabs, allocs, frees, hits, misses, largest = counters
-    cached = reserved - blocks
-    return PoolStats(
-        bytes_in_use=requested,
-        peak_bytes_in_use=peak,
-        block_bytes=blocks,
-        bytes_reserved=reserved,
-        peak_bytes_reserved=peak_reserved,
-        bytes_cached=cached,
-        slabs=slabs,
-        native_allocations=allocs,
-        native_frees=frees,
-        pool_hits=hits,
-        pool_misses=misses,
-        largest_free_block=largest,
-        fragmentation=1.0 - largest / cached if cached else 0.0,
-    )
+#: Each PoolStats field read from the kernel's ``Counters`` struct (_kernel.pxd), by name.
+_FROM_COUNTERS = {
+    "bytes_in_use": "requested",
+    "peak_bytes_in_use": "peak_requested",
+    "block_bytes": "blocks",
+    "bytes_reserved": "reserved",
+    "peak_bytes_reserved": "peak_reserved",
+    "slabs": "slabs",
+    "native_allocations": "native_allocs",
+    "native_frees": "native_frees",
+    "pool_hits": "hits",
+    "pool_misses": "misses",
+    "largest_free_block": "largest_free",
+}
+
+
+def pool_stats_of(counters: dict[str, int]) -> PoolStats:
+    """The :class:`PoolStats` of the kernel's counters (``PoolKernel.stats()``: its
+    ``Counters`` struct by field name), and the two figures derived from them."""
+    fields: dict[str, Any] = {name: counters[c] for name, c in _FROM_COUNTERS.items()}
+    cached = counters["reserved"] - counters["blocks"]
+    fields["bytes_cached"] = cached
+    fields["fragmentation"] = 1.0 - counters["largest_free"] / cached if cached else 0.0
+    return PoolStats(**fields)
 
 
 @attrs.frozen
@@ -106,16 +111,15 @@ def stream_stats_of(by_stream: dict[int | None, tuple[int, int, int, int, int]])
 
 @attrs.frozen
 class PoolOptions:
-    """mmap options of a pool: ``stream`` (GPU pools) takes the block in that stream's
-    order (any stream object or int handle; see "Streams" in the module doc)."""
+    """Deprecated (removed in the next minor version): a pool's mmap takes no option;
+    ``stream`` is mmap's argument (``pool.mmap(n, stream=s)``)."""
 
-    stream: Any = None
+    stream: object = None
 
 
 class PoolOptionsDict(TypedDict, total=False):
-    """:class:`PoolOptions` as a mapping (``pool.mmap(n, {"stream": s})``), typed."""
+    """Deprecated: :class:`PoolOptions` as a mapping (``{"stream": s}``)."""
 
-    #: Any stream object (aml's, cuda.core's, CuPy's, PyTorch's) or an int handle.
     stream: object
 
 

@@ -12,6 +12,7 @@ import itertools
 import os
 import warnings
 
+import hypothesis
 import pytest
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -19,6 +20,7 @@ from hypothesis.stateful import (
     Bundle,
     MultipleResults,
     RuleBasedStateMachine,
+    consumes,
     invariant,
     multiple,
     precondition,
@@ -31,7 +33,7 @@ from aml_core.area import Area
 from aml_core.errors import AMLBusyError, AMLError, AMLFailure, AMLMemoryError, AMLValueError, ErrorCode
 from aml_core.host import HostArea
 from aml_core.pool import LogRecord
-from aml_core.specs import format_size
+from aml_core.specs import Kind, format_size
 from tests.support.pool_ownership import FREEING
 from tests.support.streams import S1, S2, S3, StreamedHost
 
@@ -394,7 +396,7 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
     def _map(self, size: int, stream: int | None) -> Buffer | MultipleResults[Buffer]:
         before = self._faults()
         try:
-            buf = self.pool.mmap(size, None if stream is None else {"stream": stream})
+            buf = self.pool.mmap(size, stream=stream)
         except AMLError as exc:
             self._injected(before, exc)
             return multiple()
@@ -420,7 +422,7 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
     def pool_munmap_on(self, buf: Buffer, stream: int) -> None:
         viewed = self._viewed(buf)
         try:
-            self.pool.munmap_on(buf, stream)
+            self.pool.munmap(buf, stream=stream)
         except AMLError as exc:
             event(f"munmap_on: {type(exc).__name__}")
             self._refused(exc, buf, self.pool)
@@ -633,6 +635,143 @@ class StreamedPoolMachine(PoolBesideAreaMachine):
         # blocks still live: only those of buffers close() detached while viewed, freed
         # (with their slab) when the Buffer object goes
         assert self.pool._kernel.live_blocks() == sum(1 for b in self.pooled_all if not b.freed)
+
+
+class HookStreamsMachine(RuleBasedStateMachine):
+    """A framework hook over a pool on an area with a stream runtime (issue 32, root
+    cause 1): PyTorch's entry points (the compiled hooks, called without the GIL) allocate
+    and free in host order, on streams the pool has seen, and on a new stream first (a
+    hit in C on a stream nobody gave the pool from Python, or a host-order block freed on
+    a new stream), beside Python mmaps, trims and injected stream failures. Invariants:
+    the pool's bytes in use are the hook's blocks and the Python buffers, every block on
+    a stream's list is on a stream that was used, a refusal is an injected failure; at the
+    end close() leaves no slab and nothing live in the area."""
+
+    hooked = Bundle("hooked")
+
+    def __init__(self) -> None:
+        super().__init__()
+        from aml_core import _hooks
+
+        self.hooks = _hooks
+        self.host = StreamedHost()
+        self.host.kind = Kind.DEVICE
+        self.pool = aml_core.pool(self.host, small_slab=4096, small_max=4096)
+        self.errors: list[BaseException] = []
+        pool = self.pool
+
+        def slow_malloc(size: int, _device: int, stream: int | None) -> int:
+            try:
+                return pool._hook_alloc(size, stream)
+            except BaseException as exc:
+                self.errors.append(exc)
+                return 0
+
+        def slow_free(ptr: int, _device: int, stream: int | None) -> bool:
+            try:
+                pool._hook_free(ptr, stream)
+            except BaseException as exc:
+                self.errors.append(exc)
+                return False
+            return True
+
+        self.state = _hooks.HookState(pool._kernel, slow_malloc, slow_free)
+        self.used: list[int] = []  # streams used so far, oldest first
+        self.next_stream = 0x10000
+        self.live: dict[int, int] = {}  # hook blocks: address -> size
+        self.buffers: list[Buffer] = []
+
+    def _stream(self, which: str) -> int | None:
+        if which == "host":
+            return None
+        if which == "new" or not self.used:
+            self.next_stream += 0x100
+            self.used.append(self.next_stream)
+            return self.next_stream
+        return self.used[-1] if which == "last" else self.used[0]
+
+    def _failures(self) -> int:
+        return sum(1 for c in self.host.runtime.calls if c[0].endswith(" failed"))
+
+    @rule(
+        target=hooked,
+        size=st.sampled_from([512, 4096, 4096, 8192]),
+        which=st.sampled_from(["host", "new", "new", "last", "first"]),
+    )
+    def hook_alloc(self, size: int, which: str) -> MultipleResults[tuple[int, int]]:
+        stream = self._stream(which)
+        if which == "new":
+            hypothesis.event("a hook allocates on a new stream first")
+        before = self._failures()
+        ptr = self.hooks.call_hook_malloc(self.state, size, stream)
+        if not ptr:
+            assert self._failures() != before, self.errors[-1:]
+            return multiple()
+        assert ptr not in self.live
+        self.live[ptr] = size
+        return multiple((ptr, size))
+
+    @rule(block=consumes(hooked), which=st.sampled_from(["host", "new", "new", "last", "first"]))
+    def hook_free(self, block: tuple[int, int], which: str) -> None:
+        ptr, _size = block
+        stream = self._stream(which)
+        if which == "new":
+            hypothesis.event("a hook frees on a new stream first")
+        n = len(self.errors)
+        self.hooks.call_hook_free(self.state, ptr, stream)
+        assert len(self.errors) == n, self.errors[-1:]  # a free never fails here
+        del self.live[ptr]
+
+    @rule(size=st.sampled_from([4096, 20_000]), which=st.sampled_from(["host", "last"]))
+    def python_mmap(self, size: int, which: str) -> None:
+        before = self._failures()
+        try:
+            self.buffers.append(self.pool.mmap(size, stream=self._stream(which)))
+        except AMLError:
+            assert self._failures() != before
+
+    @precondition(lambda self: self.buffers)
+    @rule()
+    def python_munmap(self) -> None:
+        self.pool.munmap(self.buffers.pop(0))
+
+    @rule(what=st.sampled_from(["event_create", "event_record", "stream_wait_event", "stream_synchronize"]))
+    def inject(self, what: str) -> None:
+        self.host.runtime.fail[what] = 1
+
+    @rule()
+    def trim(self) -> None:
+        hypothesis.event("trim with streams in use" if self.pool._kernel.stream_cached() else "trim")
+        before = self._failures()
+        try:
+            self.pool.trim()
+        except AMLError:
+            assert self._failures() != before
+
+    @invariant()
+    def the_pool_counts_the_hooks_blocks_and_the_buffers(self) -> None:
+        s = self.pool.pool_stats
+        assert s.bytes_in_use == sum(self.live.values()) + sum(b.size for b in self.buffers)
+        assert self.pool._kernel.live_blocks() == len(self.live) + len(self.buffers)
+        for stream, _size in self.pool._kernel.stream_cached():
+            assert stream in self.used
+
+    def teardown(self) -> None:
+        self.host.runtime.fail.clear()
+        for ptr in list(self.live):
+            self.hooks.call_hook_free(self.state, ptr, None)
+        self.live.clear()
+        self.pool.close()
+        assert not any(isinstance(e, AttributeError) for e in self.errors), self.errors
+        assert self.host.allocs == self.host.frees  # every slab given back
+        self.host.close()
+        assert self.host.stats.live_mappings == 0
+
+
+TestHookStreams = HookStreamsMachine.TestCase
+TestHookStreams.settings = settings(
+    max_examples=max(EXAMPLES // 3, 10), stateful_step_count=30, deadline=None
+)
 
 
 def _exporter_area(view: memoryview) -> object:

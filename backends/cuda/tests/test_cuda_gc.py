@@ -71,7 +71,7 @@ def test_a_buffer_in_a_cycle_is_freed_by_the_collector(rt: Any, device: Any) -> 
 def test_a_dropped_stream_ordered_buffer_is_freed_on_its_stream(rt: Any, device: Any) -> None:
     stream = aml_cuda.stream(non_blocking=True)
     try:
-        _dropped_memory_comes_back(rt, device, lambda: device.mmap(BIG, {"stream": stream}))
+        _dropped_memory_comes_back(rt, device, lambda: device.mmap(BIG, stream=stream))
         assert device.stats.live_mappings == 0
     finally:
         stream.close()

@@ -66,16 +66,16 @@ def test_block_handed_to_another_stream() -> None:
     pool = aml_core.pool(under, small_slab=MiB, small_max=MiB)  # one block per slab
     s1, s2 = aml_cuda.stream(non_blocking=True), aml_cuda.stream(non_blocking=True)
     try:
-        a = pool.mmap(MiB, {"stream": s1})
+        a = pool.mmap(MiB, stream=s1)
         ptr = a.ptr
         pool.munmap(a)  # in s1's order
-        b = pool.mmap(MiB, {"stream": s2})  # s2 waits for s1 through an event
+        b = pool.mmap(MiB, stream=s2)  # s2 waits for s1 through an event
         assert b.ptr == ptr
         assert pool.pool_stats.native_allocations == 1
         s2.synchronize()
         pool.write(b, b"\x07" * MiB)
         assert pool.read(b, 8) == b"\x07" * 8
-        pool.munmap_on(b, s2)
+        pool.munmap(b, stream=s2)
     finally:
         pool.close()
         under.close()

@@ -1,4 +1,4 @@
-"""Stream-ordered allocation (``area.mmap(size, {"stream": s})``, cudaMallocAsync/cudaFreeAsync):
+"""Stream-ordered allocation (``area.mmap(size, stream=s)``, cudaMallocAsync/cudaFreeAsync):
 the shared GpuArea logic over a recording CudaRuntime on any machine, and a round trip
 on a real GPU (marked ``gpu``)."""
 
@@ -96,7 +96,7 @@ def test_runtime_has_the_group(rec: Any) -> None:
 
 
 def test_mmap_on_a_stream_allocates_in_stream_order(area: Any, rec: Any) -> None:
-    buf = area.mmap(4096, {"stream": 0x5000})
+    buf = area.mmap(4096, stream=0x5000)
     assert rec.calls == [("malloc_async", 4096, 0x5000)]
     assert buf.__dlpack_device__() == (2, 0)
     assert buf.__cuda_array_interface__["data"][0] == buf.ptr
@@ -107,10 +107,10 @@ def test_mmap_on_a_stream_allocates_in_stream_order(area: Any, rec: Any) -> None
 
 
 def test_munmap_on_another_stream(area: Any, rec: Any) -> None:
-    buf = area.mmap(4096, {"stream": _CudaStream(0x5000)})
-    area.munmap_on(buf, _CudaStream(0x6000))
+    buf = area.mmap(4096, stream=_CudaStream(0x5000))
+    area.munmap(buf, stream=_CudaStream(0x6000))
     assert rec.calls[-1] == ("free_async", buf.ptr, 0x6000)
-    again = area.mmap(4096, {"stream": 0})  # options work too; 0 is the default stream
+    again = area.mmap(4096, stream=0)  # options work too; 0 is the default stream
     assert rec.calls[-1] == ("malloc_async", 4096, 0)
     area.munmap(again)
     assert rec.calls[-1] == ("free_async", again.ptr, 0)
@@ -121,28 +121,28 @@ def test_plain_buffers_wait_for_the_free_stream(area: Any, rec: Any) -> None:
     call that lets the runtime refuse a handle it does not know: issue 20)."""
     buf = area.mmap(4096)
     assert rec.calls == [("malloc", 4096)]
-    area.munmap_on(buf, 0x6000)
+    area.munmap(buf, stream=0x6000)
     assert rec.calls[-2:] == [("stream_synchronize", 0x6000), ("free", buf.ptr)]
 
 
 def test_bad_streams_allocate_nothing(area: Any, rec: Any) -> None:
     with pytest.raises(AMLTypeError):
-        area.mmap(4096, {"stream": object()})
+        area.mmap(4096, stream=object())
     with pytest.raises(AMLTypeError):
-        area.mmap(4096, {"stream": True})
+        area.mmap(4096, stream=True)
     with pytest.raises(AMLValueError):
-        area.mmap(4096, {"stream": -1})
+        area.mmap(4096, stream=-1)
     assert rec.calls == []
-    buf = area.mmap(4096, {"stream": 1})
+    buf = area.mmap(4096, stream=1)
     with pytest.raises(AMLTypeError):
-        area.munmap_on(buf, "s")
+        area.munmap(buf, stream="s")
     assert not buf.freed
     area.munmap(buf)
 
 
 def test_out_of_memory_waits_for_the_device_and_retries(area: Any, rec: Any) -> None:
     rec.fail_malloc = 1  # pending frees: the first try fails, the one after a sync succeeds
-    buf = area.mmap(4096, {"stream": 1})
+    buf = area.mmap(4096, stream=1)
     assert rec.calls == [("malloc_async", 4096, 1), ("synchronize",), ("malloc_async", 4096, 1)]
     area.munmap(buf)
 
@@ -150,12 +150,12 @@ def test_out_of_memory_waits_for_the_device_and_retries(area: Any, rec: Any) -> 
 def test_failures_are_translated_and_nothing_leaks(area: Any, rec: Any) -> None:
     rec.fail_malloc = 2
     with pytest.raises(AMLMemoryError) as info:
-        area.mmap(4096, {"stream": 1})
+        area.mmap(4096, stream=1)
     assert info.value.native is not None
     assert info.value.native.name == "cudaErrorMemoryAllocation"
     assert area.stats.live_mappings == 0
     assert rec.calls.count(("synchronize",)) == 1
-    buf = area.mmap(4096, {"stream": 1})
+    buf = area.mmap(4096, stream=1)
     rec.fail_free = True
     with pytest.raises(AMLValueError):
         area.munmap(buf)
@@ -168,7 +168,7 @@ def test_failures_are_translated_and_nothing_leaks(area: Any, rec: Any) -> None:
 
 def test_stream_ordered_is_device_memory_only(rec: Any) -> None:
     with GpuArea(rec, 0, GpuFlags.ALLOC_HOST) as host, pytest.raises(AMLNotSupported, match="device memory"):
-        host.mmap(4096, {"stream": 1})
+        host.mmap(4096, stream=1)
 
 
 @pytest.mark.gpu
@@ -176,11 +176,11 @@ def test_round_trip_on_a_gpu() -> None:
     area = aml_cuda.create(0)
     stream = aml_cuda.stream(non_blocking=True)
     try:
-        buf = area.mmap(1 << 20, {"stream": stream})
+        buf = area.mmap(1 << 20, stream=stream)
         stream.synchronize()
         area.write(buf, b"\x5a" * (1 << 20))
         assert area.read(buf, 16) == b"\x5a" * 16
-        area.munmap_on(buf, stream)
+        area.munmap(buf, stream=stream)
         stream.synchronize()
         assert area.stats.live_mappings == 0
     finally:
@@ -192,7 +192,7 @@ def test_round_trip_on_a_gpu() -> None:
 def test_a_dropped_stream_ordered_buffer_is_freed_on_its_stream(area: Any, rec: Any) -> None:
     """Dropped without munmap, a stream-ordered buffer is freed in stream order on the
     stream it was allocated on, as a plain munmap frees it."""
-    buf = area.mmap(4096, {"stream": 0x5000})
+    buf = area.mmap(4096, stream=0x5000)
     ptr = buf.ptr
     del buf
     assert rec.calls[-1] == ("free_async", ptr, 0x5000)
@@ -215,12 +215,12 @@ def test_a_collection_inside_munmap_on_keeps_each_buffer_on_its_stream(area: Any
             gc.collect()
             return 4096
 
-    dropped = area.mmap(4096, {"stream": 0x5000})
+    dropped = area.mmap(4096, stream=0x5000)
     dropped_ptr = dropped.ptr
     Cycle(dropped)
     del dropped
-    target = area.mmap(4096, {"stream": 0x5000})
-    area.munmap_on(target, 0x6000, CollectingSize())
+    target = area.mmap(4096, stream=0x5000)
+    area.munmap(target, CollectingSize(), stream=0x6000)
     assert ("free_async", target.ptr, 0x6000) in rec.calls
     assert ("free_async", dropped_ptr, 0x5000) in rec.calls, "the collected buffer took munmap_on's stream"
     assert area.stats.live_mappings == 0
@@ -229,7 +229,7 @@ def test_a_collection_inside_munmap_on_keeps_each_buffer_on_its_stream(area: Any
 def test_a_failed_free_of_a_dropped_buffer_is_reported_and_kept(area: Any, rec: Any) -> None:
     from aml_core.testing.lifetime import catch_unraisable
 
-    buf = area.mmap(4096, {"stream": 0x5000})
+    buf = area.mmap(4096, stream=0x5000)
     ptr = buf.ptr
     rec.fail_free = True
     with catch_unraisable() as caught:

@@ -4,13 +4,28 @@ docs/native-abi.md#hip-stream-ordered-allocation)."""
 
 from __future__ import annotations
 
+import ctypes
+from typing import NoReturn
+
 from aml_core.gpu import runtime as core
+from aml_core.stream import NativeStreams
 
 from . import abi as C
 from .calls import HipCalls
 from .calls import vp as _vp
 
 __all__ = ["HipStreams"]
+
+#: The methods whose native calls ``native_streams`` gives the kernel as C pointers: a
+#: subclass that replaces one (a test's recording runtime) gets the Python trampolines.
+_STREAM_METHODS = (
+    "_event_create",
+    "_event_destroy",
+    "_event_record",
+    "_stream_wait_event",
+    "_event_query",
+    "_stream_synchronize",
+)
 
 
 class HipStreams(HipCalls, core.StreamOps, core.StreamOrderedOps):
@@ -58,3 +73,50 @@ class HipStreams(HipCalls, core.StreamOps, core.StreamOrderedOps):
 
     def _stream_wait_event(self, stream: int, event: int) -> None:
         self.lib.call("hipStreamWaitEvent", _vp(stream), _vp(event), 0)
+
+    # -- the kernel's stream calls in C (aml_core.stream.native_streams) -------------------------
+    def native_streams(self) -> NativeStreams | None:
+        """hipEventCreateWithFlags, hipEventDestroy, hipEventRecord, hipStreamWaitEvent,
+        hipEventQuery and hipStreamSynchronize as C function pointers of the loaded
+        library, for a pool's kernel (a hook's hand-over then needs no GIL; a plain
+        request after a stream request queries an event); a failure raises through the
+        same table as :meth:`HipLibrary.call`. None for a subclass that replaces one of
+        those methods."""
+        cls = type(self)
+        if any(getattr(cls, m) is not getattr(HipStreams, m) for m in _STREAM_METHODS):
+            return None
+        cached: NativeStreams | None = getattr(self, "_native_streams", None)
+        if cached is None:
+            cached = self._native_streams = self._make_native_streams()
+        return cached
+
+    def _make_native_streams(self) -> NativeStreams:
+        lib = self.lib
+
+        def address(name: str) -> int:
+            return int(ctypes.cast(lib.native.function(name), ctypes.c_void_p).value or 0)
+
+        def fail(function: str, code: int) -> NoReturn:
+            raise self.errors.error(function, code, None)
+
+        names = {
+            "event_create": "hipEventCreateWithFlags",
+            "event_destroy": "hipEventDestroy",
+            "event_record": "hipEventRecord",
+            "stream_wait_event": "hipStreamWaitEvent",
+            "event_query": "hipEventQuery",
+            "stream_synchronize": "hipStreamSynchronize",
+        }
+        return NativeStreams(
+            event_create=address(names["event_create"]),
+            event_destroy=address(names["event_destroy"]),
+            event_record=address(names["event_record"]),
+            stream_wait_event=address(names["stream_wait_event"]),
+            event_query=address(names["event_query"]),
+            stream_synchronize=address(names["stream_synchronize"]),
+            fail=fail,
+            names=names,
+            not_ready=C.hipErrorNotReady,
+            event_flags=C.hipEventDisableTiming,
+            owner=lib,
+        )

@@ -197,11 +197,11 @@ def op_stream_ordered(made: Made) -> None:
     on another one; a plain buffer freed on a stream (hipStreamSynchronize, then hipFree)."""
     s1, s2 = _streams(made, 2)
     area = _area(made, 0)
-    buf = area.mmap(8192, {"stream": s1})
+    buf = area.mmap(8192, stream=s1)
     area.munmap(buf)
-    buf = area.mmap(4096, {"stream": s1})
-    area.munmap_on(buf, s2)
-    area.munmap_on(area.mmap(4096), s2)
+    buf = area.mmap(4096, stream=s1)
+    area.munmap(buf, stream=s2)
+    area.munmap(area.mmap(4096), stream=s2)
     area.close()
     s2.close()
     s1.close()
@@ -216,9 +216,9 @@ def op_pool_streams(made: Made) -> None:
     area = _area(made, 0)
     pool = aml_core.pool(area, small_slab=4096, small_max=4096)
     made.append(pool)
-    a = pool.mmap(4096, {"stream": s1})
+    a = pool.mmap(4096, stream=s1)
     pool.munmap(a)
-    b = pool.mmap(4096, {"stream": s2})
+    b = pool.mmap(4096, stream=s2)
     pool.munmap(b)
     pool.close()
     area.close()
@@ -242,9 +242,9 @@ def op_pool_kernel(made: Made) -> None:
     made.append(pool)
     keep = pool.mmap(4096)  # a slab; keep holds its first block until the end
     pool.munmap(pool.mmap(4096))  # the second block, onto the host-order stack
-    pool.munmap(pool.mmap(4096, {"stream": s1}))  # from the host-order stack, onto s1's
-    b = pool.mmap(4096, {"stream": s2})  # only s1 holds one: the event hand-over
-    pool.munmap_on(b, s1)
+    pool.munmap(pool.mmap(4096, stream=s1))  # from the host-order stack, onto s1's
+    b = pool.mmap(4096, stream=s2)  # only s1 holds one: the event hand-over
+    pool.munmap(b, stream=s1)
     c = pool.mmap(8192)  # nothing in host order: s1 synchronized, then a new slab
     pool.munmap(c)
     pool.trim(8192)  # the larger slab goes (the small one is within keep)
@@ -293,7 +293,7 @@ def op_events(made: Made) -> None:
     (s1, s2) = _streams(made, 2)
     area = _area(made, 0)
     rt = aml_hip.get_runtime()
-    buf = area.mmap(4096, {"stream": s1})  # work queued on s1
+    buf = area.mmap(4096, stream=s1)  # work queued on s1
     event = _Event(rt)
     made.append(event)
     rt.event_record(event.handle, s1.handle)

@@ -20,10 +20,10 @@ MiB = 1 << 20
 def test_a_device_pools_events_carry_their_streams(hip: HipDouble) -> None:
     with aml_hip.stream(non_blocking=True) as s, aml_hip.create(0, 0) as device, aml_core.pool(device) as p:
         p.record_history()
-        a = p.mmap(4096, {"stream": s})
+        a = p.mmap(4096, stream=s)
         p.munmap(a)  # on the stream it was allocated on
-        b = p.mmap(4096, {"stream": s})  # reused at once on s, in C
-        p.munmap_on(b, s)
+        b = p.mmap(4096, stream=s)  # reused at once on s, in C
+        p.munmap(b, stream=s)
         blocks = [e for e in p.snapshot().history if not e.action.startswith("segment")]
         assert [(e.action, e.address, e.stream) for e in blocks] == [
             ("alloc", a.ptr, s.handle),

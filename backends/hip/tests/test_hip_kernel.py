@@ -21,12 +21,12 @@ import aml_core
 from aml_core import Pool
 from aml_core.errors import AMLError, AMLFailure, AMLMemoryError, AMLValueError
 from aml_core.gpu import Stream
-from aml_core.pool import PoolOptions
 
 MiB = 1 << 20
 OUT_OF_MEMORY = 2  # hipErrorOutOfMemory
 INVALID_VALUE = 1  # hipErrorInvalidValue
 UNKNOWN = 999  # hipErrorUnknown
+NOT_READY = 600  # hipErrorNotReady: hipEventQuery's "still running" (docs/native-abi.md)
 
 
 @pytest.fixture
@@ -92,7 +92,7 @@ def test_a_destroyed_stream_is_refused_with_a_block_cached(hip: HipDouble) -> No
 
 
 def _refuse_a_dead_stream(p: Pool, live: Stream) -> None:
-    p.munmap(p.mmap(4096, {"stream": live}))  # the pool knows streams; a block on live's stack
+    p.munmap(p.mmap(4096, stream=live))  # the pool knows streams; a block on live's stack
     p.munmap(p.mmap(4096))  # and one on the host-order stack
     dead = aml_hip.stream(non_blocking=True)
     dead.close()
@@ -100,9 +100,9 @@ def _refuse_a_dead_stream(p: Pool, live: Stream) -> None:
     assert cache is not None
     before = (cache.fast_mmaps, cache.hits, cache.misses)
     with pytest.raises(AMLValueError, match="closed"):
-        p.mmap(4096, {"stream": dead})
+        p.mmap(4096, stream=dead)
     with pytest.raises(AMLValueError, match="closed"):
-        p.mmap(4096, PoolOptions(stream=dead))
+        p.mmap(4096, stream=dead)
     assert (cache.fast_mmaps, cache.hits, cache.misses) == before
     assert cache.live_blocks() == 0
     assert p.trim() == 2 << 20  # live is synchronized; nothing is on a dead stream
@@ -115,24 +115,24 @@ def test_stream_hits_make_no_driver_call(
     with aml_core.pool(device) as p:
         kernel = p._pool_kernel
         assert kernel is not None
-        p.munmap(p.mmap(4096, {"stream": s1}))  # the slab; the block on s1's stack
+        p.munmap(p.mmap(4096, stream=s1))  # the slab; the block on s1's stack
         counts = {f: hip.calls(f) for f in ("hipMalloc", "hipStreamSynchronize", "hipEventRecord")}
         assert counts == {"hipMalloc": 1, "hipStreamSynchronize": 0, "hipEventRecord": 0}
-        first = p.mmap(4096, {"stream": s1})
+        first = p.mmap(4096, stream=s1)
         for _ in range(200):
             p.munmap(first)
-            buf = p.mmap(4096, PoolOptions(stream=s1))  # reused at once on s1, in C
+            buf = p.mmap(4096, stream=s1)  # reused at once on s1, in C
             assert buf.ptr == first.ptr
             first = buf
-        p.munmap_on(first, s2)  # freed in s2's order, in C
-        again = p.mmap(4096, {"stream": s2})
+        p.munmap(first, stream=s2)  # freed in s2's order, in C
+        again = p.mmap(4096, stream=s2)
         assert again.ptr == first.ptr
         p.munmap(again)
         assert {f: hip.calls(f) for f in counts} == counts
         assert (kernel.fast_mmaps, kernel.fast_munmaps) == (202, 203)
         assert kernel.stream_cached() == {(s2.handle, 4096): [first.ptr]}
-        assert p.trim() == 2 * MiB  # s2 synchronized, the slab freed
-        assert hip.last("hipStreamSynchronize") == (s2.handle,)
+        assert p.trim() == 2 * MiB  # s2's event queried (idle), the slab freed
+        assert hip.last("hipEventRecord")[1:] == (s2.handle,)
 
 
 def test_out_of_memory_releases_the_cache_and_retries(hip: HipDouble, device: aml_hip.HipArea) -> None:
@@ -227,18 +227,18 @@ def test_a_failed_hand_over_keeps_the_block_on_its_stream(
     try:
         kernel = p._pool_kernel
         assert kernel is not None
-        a = p.mmap(4096, {"stream": s1})
+        a = p.mmap(4096, stream=s1)
         p.munmap(a)
         cached = kernel.stream_cached()
         assert cached == {(s1.handle, 4096): [a.ptr]}
         hip.inject(function, INVALID_VALUE)
         with pytest.raises(AMLValueError) as info:
-            p.mmap(4096, {"stream": s2})
+            p.mmap(4096, stream=s2)
         assert info.value.native is not None
         assert info.value.native.function == function
         assert kernel.stream_cached() == cached
         assert (kernel.live_blocks(), kernel.blocks, p.pool_stats.bytes_cached) == (0, 0, 4096)
-        b = p.mmap(4096, {"stream": s2})  # the retry: the same block, no new slab
+        b = p.mmap(4096, stream=s2)  # the retry: the same block, no new slab
         assert b.ptr == a.ptr
         assert hip.calls("hipMalloc") == 1
         assert hip.last("hipStreamWaitEvent") is not None
@@ -253,8 +253,9 @@ def test_a_failed_synchronize_keeps_the_blocks_on_their_stream(
 ) -> None:
     s1 = streams()
     with aml_core.pool(device, small_slab=4096, small_max=4096) as p:
-        a = p.mmap(4096, {"stream": s1})
+        a = p.mmap(4096, stream=s1)
         p.munmap(a)
+        hip.inject("hipEventQuery", NOT_READY)  # s1 still runs: the host waits for it
         hip.inject("hipStreamSynchronize", UNKNOWN)
         with pytest.raises(AMLFailure) as info:
             p.mmap(4096)  # host order: s1 must be idle first
@@ -268,13 +269,13 @@ def test_a_failed_synchronize_keeps_the_blocks_on_their_stream(
 
 def test_a_stream_destroyed_while_the_pool_holds_its_blocks(hip: HipDouble, device: aml_hip.HipArea) -> None:
     """Issue 20: blocks freed on a stream that is then destroyed cannot be shown idle
-    again (hipStreamSynchronize: invalid handle): trim raises, and so does every request
-    that must reclaim the streams; close() raises it, frees the rest and gives the slab
-    of the stream's block back to the area, whose close frees it: every live counter back
-    to zero."""
+    again (hipEventRecord on it, the first call that asks: invalid handle): trim raises,
+    and so does every request that must reclaim the streams; close() raises it, frees
+    the rest and gives the slab of the stream's block back to the area, whose close
+    frees it: every live counter back to zero."""
     p = aml_core.pool(device, small_slab=4096, small_max=4096)
     s1 = aml_hip.stream(non_blocking=True)
-    a = p.mmap(4096, {"stream": s1})
+    a = p.mmap(4096, stream=s1)
     live = p.mmap(4096)
     p.munmap(a)  # on s1's stack
     s1.close()
@@ -282,7 +283,7 @@ def test_a_stream_destroyed_while_the_pool_holds_its_blocks(hip: HipDouble, devi
     with pytest.raises(AMLError) as info:
         p.trim()
     assert info.value.native is not None
-    assert info.value.native.function == "hipStreamSynchronize"
+    assert info.value.native.function == "hipEventRecord"
     with pytest.raises(AMLError):
         p.mmap(4096)  # host order needs s1 idle: the same error
     with pytest.raises(AMLError):
@@ -365,3 +366,111 @@ def test_expandable_close_again_unmaps_what_a_failed_unmap_kept(hip: HipDouble) 
         assert p.pool_stats.bytes_reserved == 0
         assert (hip.live()["vmm_mapping"], hip.live()["vmm_reservation"]) == (0, 0)
         p.close()  # nothing left
+
+
+# -- the kernel's stream calls through the runtime's C function pointers (issue 31) ----------
+def test_the_kernel_calls_the_runtimes_stream_functions_in_c(hip: HipDouble, device: aml_hip.HipArea) -> None:
+    """A pool over a HIP area has hipEvent*/hipStream* as C function pointers from its
+    creation (NativeStreams), not Python trampolines."""
+    with aml_core.pool(device) as p:
+        streams = p._kernel.streams
+        assert streams is not None
+        assert not streams.needs_gil
+        assert streams.queries
+        assert "hipEventQuery" in streams.names
+
+
+HAND_OVER_CALLS = ("hipEventCreateWithFlags", "hipEventRecord", "hipStreamWaitEvent")
+
+
+@pytest.mark.parametrize("function", [*HAND_OVER_CALLS, "hipEventQuery", "hipStreamSynchronize"])
+@pytest.mark.parametrize(("code", "error"), [(UNKNOWN, AMLFailure), (INVALID_VALUE, AMLValueError)])
+def test_each_stream_call_of_the_kernel_fails_with_its_translated_error(
+    hip: HipDouble,
+    streams: Callable[[], Stream],
+    device: aml_hip.HipArea,
+    function: str,
+    code: int,
+    error: type[AMLError],
+) -> None:
+    """Each stream call the kernel makes through the C pointers, failing: the backend's
+    translated error with the native call as its cause, the block left on its stream's
+    list, and a retry serves it."""
+    s1, s2 = streams(), streams()
+    with aml_core.pool(device, small_slab=4096, small_max=4096) as p:
+        a = p.mmap(4096, stream=s1)
+        ptr = a.ptr
+        p.munmap(a)
+        if function == "hipStreamSynchronize":
+            hip.inject("hipEventQuery", NOT_READY)  # s1 still runs: the host must wait
+        hip.inject(function, code)
+        on = s2 if function in HAND_OVER_CALLS else None  # a hand-over, or host order (reclaim)
+        with pytest.raises(error) as info:
+            p.mmap(4096, stream=on)
+        assert info.value.native is not None
+        assert info.value.native.function == function
+        assert p._kernel.stream_cached() == {(s1.handle, 4096): [ptr]}  # nothing moved
+        again = p.mmap(4096, stream=on)
+        assert again.ptr == ptr
+        assert hip.calls("hipMalloc") == 1
+        p.munmap(again)
+
+
+def test_a_failed_event_destroy_keeps_the_event_for_a_second_close(
+    hip: HipDouble, streams: Callable[[], Stream], device: aml_hip.HipArea
+) -> None:
+    s1, s2 = streams(), streams()
+    p = aml_core.pool(device, small_slab=4096, small_max=4096)
+    p.munmap(p.mmap(4096, stream=s1))
+    p.munmap(p.mmap(4096, stream=s2))  # through the event
+    assert hip.live()["event"] == 1
+    hip.inject("hipEventDestroy", UNKNOWN)
+    with pytest.raises(AMLFailure) as info:
+        p.close()
+    assert info.value.native is not None
+    assert info.value.native.function == "hipEventDestroy"
+    assert hip.live()["event"] == 1
+    p.close()  # retried
+    assert hip.live()["event"] == 0
+
+
+@pytest.mark.parametrize("function", HAND_OVER_CALLS)
+def test_a_hooks_hand_over_fails_in_c_then_in_the_slow_path(
+    hip: HipDouble, streams: Callable[[], Stream], device: aml_hip.HipArea, function: str
+) -> None:
+    """PyTorch's request on s2 for s1's block: the hand-over runs in C without the GIL; a
+    failing call there sends the request to the slow path, which calls it again: failing
+    twice, PyTorch gets NULL and the hook keeps the translated error; failing once, the
+    slow path's call succeeds. The block never leaves s1 before the calls succeed."""
+    from aml_core import _hooks
+
+    s1, s2 = streams(), streams()
+    with aml_core.pool(device, small_slab=4096, small_max=4096) as p:
+        errors: list[BaseException] = []
+
+        def slow_malloc(size: int, _device: int, stream: int | None) -> int:
+            try:
+                return p._hook_alloc(size, stream)
+            except BaseException as exc:
+                errors.append(exc)
+                return 0
+
+        def slow_free(ptr: int, _device: int, stream: int | None) -> bool:
+            p._hook_free(ptr, stream)
+            return True
+
+        state = _hooks.HookState(p._kernel, slow_malloc, slow_free)
+        ptr = _hooks.call_hook_malloc(state, 4096, s1.handle)
+        _hooks.call_hook_free(state, ptr, s1.handle)  # on s1's list, in C
+        hip.inject(function, UNKNOWN, times=2)
+        assert _hooks.call_hook_malloc(state, 4096, s2.handle) == 0
+        assert isinstance(errors[-1], AMLFailure)
+        assert errors[-1].native.function == function
+        assert p._kernel.stream_cached() == {(s1.handle, 4096): [ptr]}
+        hip.inject(function, UNKNOWN, times=1)
+        assert _hooks.call_hook_malloc(state, 4096, s2.handle) == ptr  # the slow path's retry
+        assert len(errors) == 1
+        _hooks.call_hook_free(state, ptr, s2.handle)
+        assert _hooks.call_hook_malloc(state, 4096, s1.handle) == ptr  # s2 → s1, in C now
+        assert state.fast_allocs == 1  # that hand-over ran in C, without the GIL
+        _hooks.call_hook_free(state, ptr, s1.handle)

@@ -67,9 +67,9 @@ def test_an_expandable_pool(hip: HipDouble) -> None:
 def test_a_device_pool_on_two_streams(hip: HipDouble, streams: Callable[[], Stream]) -> None:
     s1, s2 = streams(), streams()
     with aml_hip.create(0, 0) as device, aml_core.pool(device) as pool:
-        a, b = pool.mmap(4096, {"stream": s1}), pool.mmap(8192, {"stream": s2})
+        a, b = pool.mmap(4096, stream=s1), pool.mmap(8192, stream=s2)
         kept = pool.mmap(1000)
-        pool.munmap_on(b, s1)  # freed in s1's order: onto s1's free list
+        pool.munmap(b, stream=s1)  # freed in s1's order: onto s1's free list
         by_stream = {s.stream: s for s in pool.stream_stats}
         assert list(by_stream) == [None, s1.handle]
         assert (by_stream[s1.handle].bytes_in_use, by_stream[s1.handle].bytes_cached) == (4096, 8192)

@@ -78,7 +78,7 @@ def test_munmap_on_a_stream_refuses_a_held_slab(hip: HipDouble) -> None:
         p = aml_core.pool(device)
         s = aml_hip.stream(non_blocking=True)
         try:
-            assert_slab_refused(device, p, lambda area, slab: area.munmap_on(slab, s), live=True)
+            assert_slab_refused(device, p, lambda area, slab: area.munmap(slab, stream=s), live=True)
         finally:
             s.close()
         p.close()
@@ -373,26 +373,27 @@ def test_the_pool_soak_fails_on_a_deliberate_small_leak(hip: HipDouble, tmp_path
 
 def test_an_unknown_stream_handle_is_refused_by_the_first_native_call_that_uses_it(hip: HipDouble) -> None:
     """Issue 20, item 7: a pool cannot tell whether an in-range handle names a live stream
-    without a native call, so it takes the handle as given (mmap and munmap_on on it need
+    without a native call, so it takes the handle as given (mmap and munmap on it need
     none); the runtime refuses it on the first stream-ordered call that uses it: the
-    hand-over's event record, the synchronize of trim and close. Each raises the
+    hand-over's event record, and the event record that asks whether the stream is idle
+    in trim and close. Each raises the
     runtime's translated error and loses nothing: the block stays on the unknown
     handle's list, counted cached, and its slab goes back with the area's close."""
     with aml_hip.stream(non_blocking=True) as good:
         device = aml_hip.create(0, 0)
         p = aml_core.pool(device, small_slab=4096, small_max=4096)
-        buf = p.mmap(4096, {"stream": UNKNOWN_STREAM})  # no native call: accepted
+        buf = p.mmap(4096, stream=UNKNOWN_STREAM)  # no native call: accepted
         p.write(buf, b"kept")
-        p.munmap_on(buf, UNKNOWN_STREAM)
+        p.munmap(buf, stream=UNKNOWN_STREAM)
         assert p._kernel.stream_cached() == {(UNKNOWN_STREAM, 4096): [buf.ptr]}
         with pytest.raises(AMLError, match="hipEventRecord") as info:
-            p.mmap(4096, {"stream": good})  # the hand-over records on the unknown stream
+            p.mmap(4096, stream=good)  # the hand-over records on the unknown stream
         assert info.value.native is not None
         assert info.value.native.name == "hipErrorInvalidHandle"
         assert p._kernel.stream_cached() == {(UNKNOWN_STREAM, 4096): [buf.ptr]}  # nothing lost
         assert p.pool_stats.bytes_cached == 4096
-        for reclaim in (p.trim, p.close):
-            with pytest.raises(AMLError, match="hipStreamSynchronize") as info:
+        for reclaim in (p.trim, p.close):  # the stream's idleness asked: its event record
+            with pytest.raises(AMLError, match="hipEventRecord") as info:
                 reclaim()
             assert info.value.native is not None
             assert info.value.native.name == "hipErrorInvalidHandle"
@@ -407,8 +408,8 @@ def test_a_dropped_pool_destroys_its_hand_over_event(hip: HipDouble) -> None:
     with aml_hip.stream(non_blocking=True) as s1, aml_hip.stream(non_blocking=True) as s2:
         device = aml_hip.create(0, 0)
         p = aml_core.pool(device, small_slab=4096, small_max=4096)
-        p.munmap_on(p.mmap(4096, {"stream": s1}), s1)
-        handed = p.mmap(4096, {"stream": s2})  # s1's block, through the event
+        p.munmap(p.mmap(4096, stream=s1), stream=s1)
+        handed = p.mmap(4096, stream=s2)  # s1's block, through the event
         assert hip.live()["event"] == 1
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)

@@ -72,19 +72,19 @@ class HipMachine(DroppedMachine):
             return [s1]
         area = aml_hip.create(0, HipFlags.DEFAULT)
         if what == "stream, used":  # stream-ordered memory queued on it, freed on it
-            buf = area.mmap(4096, {"stream": s1})
-            area.munmap_on(buf, s1)
+            buf = area.mmap(4096, stream=s1)
+            area.munmap(buf, stream=s1)
             return [s1, area]
         # a pool holding blocks freed on two streams, one reused on its own stream, one
         # handed to the other stream through the pool's event (which the dropped pool's
         # deallocation destroys: test_hip_pool.py::test_a_dropped_pool_destroys_its_hand_over_event)
         s2 = aml_hip.BACKEND.stream(non_blocking=True)
         pool = aml_core.pool(area, small_slab=4096, small_max=4096)
-        a, b = pool.mmap(4096, {"stream": s1}), pool.mmap(4096, {"stream": s2})
-        pool.munmap_on(a, s1)
-        pool.munmap_on(b, s2)
-        kept = pool.mmap(4096, {"stream": s2})  # s2's own block
-        handed = pool.mmap(4096, {"stream": s2})  # s1's block, through the event
+        a, b = pool.mmap(4096, stream=s1), pool.mmap(4096, stream=s2)
+        pool.munmap(a, stream=s1)
+        pool.munmap(b, stream=s2)
+        kept = pool.mmap(4096, stream=s2)  # s2's own block
+        handed = pool.mmap(4096, stream=s2)  # s1's block, through the event
         assert self.double.live()["event"] == 1
         return [s1, s2, area, pool, kept, handed]
 
@@ -103,15 +103,15 @@ class HipMachine(DroppedMachine):
         area = aml_hip.create(0, HipFlags.DEFAULT)
         pool = aml_core.pool(area, small_slab=4096, small_max=4096)  # slabs of one block
         try:
-            a = pool.mmap(4096, {"stream": s1})
+            a = pool.mmap(4096, stream=s1)
             addr = a.ptr
             self.double.write_memory(addr, b"handed over")
-            pool.munmap_on(a, s1)
+            pool.munmap(a, stream=s1)
             slabs = self.double.calls("hipMalloc")
             if fail is not None:
                 self.double.inject(fail, code)
             try:
-                b = pool.mmap(4096, {"stream": s2})
+                b = pool.mmap(4096, stream=s2)
             except AMLError as exc:
                 assert fail is not None, exc  # noqa: PT017
                 assert exc.native is not None  # noqa: PT017
@@ -119,7 +119,7 @@ class HipMachine(DroppedMachine):
                 assert pool._kernel.stream_cached() == {(s1.handle, 4096): [addr]}  # nothing lost
                 assert pool.pool_stats.bytes_cached == 4096
                 # no retry: close (below) releases the block's slab and any event made
-                b = pool.mmap(4096, {"stream": s2}) if retry else None
+                b = pool.mmap(4096, stream=s2) if retry else None
             else:
                 assert fail is None
             if b is not None:
@@ -127,7 +127,7 @@ class HipMachine(DroppedMachine):
                 assert self.double.calls("hipMalloc") == slabs
                 assert self.double.live()["event"] == before["event"] + 1  # the pool's one event
                 assert self.double.read_memory(addr, 11) == b"handed over"
-                pool.munmap_on(b, s2)
+                pool.munmap(b, stream=s2)
         finally:
             pool.close()
             area.close()

@@ -68,7 +68,7 @@ def test_a_library_without_the_calls_lacks_the_group(hip_built: Callable[[int | 
     assert Group.STREAM_ORDERED not in rt.groups()
     with aml_hip.create(0, 0) as area:
         with pytest.raises(AMLNotSupported, match="hipMallocAsync"):
-            area.mmap(4096, {"stream": 0})
+            area.mmap(4096, stream=0)
         assert area.stats.live_mappings == 0
         area.munmap(area.mmap(4096))  # plain hipMalloc is unaffected
     assert double.calls("hipMalloc") == 1
@@ -86,7 +86,7 @@ def test_mmap_on_a_stream_allocates_in_stream_order(
     hip: HipDouble, streams: Callable[[], Stream], area: aml_hip.HipArea
 ) -> None:
     s = streams()
-    buf = area.mmap(MiB, {"stream": s})
+    buf = area.mmap(MiB, stream=s)
     assert hip.last("hipMallocAsync")[1:] == (MiB, s.handle)  # type: ignore[index]
     assert hip.calls("hipMalloc") == 0
     assert buf.__dlpack_device__() == (10, 0)  # kDLROCM, device 0
@@ -110,7 +110,7 @@ def test_a_queued_free_runs_with_its_stream(
     hip: HipDouble, streams: Callable[[], Stream], area: aml_hip.HipArea
 ) -> None:
     s = streams()
-    buf = area.mmap(4096, {"stream": s})
+    buf = area.mmap(4096, stream=s)
     area.munmap(buf)
     assert (hip.live()["device"], _pending(hip)) == (0, 1)  # freed for aml, queued on s
     s.synchronize()
@@ -121,15 +121,15 @@ def test_munmap_on_another_stream(
     hip: HipDouble, streams: Callable[[], Stream], area: aml_hip.HipArea
 ) -> None:
     s1, s2 = streams(), streams()
-    buf = area.mmap(4096, {"stream": s1})
-    area.munmap_on(buf, s2)
+    buf = area.mmap(4096, stream=s1)
+    area.munmap(buf, stream=s2)
     assert hip.last("hipFreeAsync") == (buf.ptr, s2.handle)
-    default = area.mmap(4096, {"stream": 0})  # 0: the default stream (NULL)
+    default = area.mmap(4096, stream=0)  # 0: the default stream (NULL)
     assert hip.last("hipMallocAsync")[2] == 0  # type: ignore[index]
     area.munmap(default)
     assert hip.last("hipFreeAsync") == (default.ptr, 0)
     plain = area.mmap(4096)
-    area.munmap_on(plain, s2)  # allocated with hipMalloc: freed with hipFree at once
+    area.munmap(plain, stream=s2)  # allocated with hipMalloc: freed with hipFree at once
     assert hip.calls("hipFree") == 1
     assert hip.calls("hipFreeAsync") == 2
     aml_hip.get_runtime().synchronize()
@@ -139,11 +139,11 @@ def test_munmap_on_another_stream(
 def test_bad_streams_reach_no_native_call(hip: HipDouble, area: aml_hip.HipArea) -> None:
     for bad, error in ((object(), AMLTypeError), (True, AMLTypeError), (-1, AMLValueError)):
         with pytest.raises(error):
-            area.mmap(4096, {"stream": bad})
+            area.mmap(4096, stream=bad)
     assert hip.calls("hipMallocAsync") == 0
-    buf = area.mmap(4096, {"stream": 0})
+    buf = area.mmap(4096, stream=0)
     with pytest.raises(AMLTypeError):
-        area.munmap_on(buf, "s")
+        area.munmap(buf, stream="s")
     assert not buf.freed
     area.munmap(buf)
     aml_hip.get_runtime().synchronize()
@@ -180,19 +180,19 @@ def test_a_stream_handle_past_64_bits_or_negative_is_einval_everywhere(
     # One check (aml_core.gpu.stream.as_stream_handle) for every stream argument: the
     # area's options and munmap_on, a pool's; nothing reaches a native call truncated.
     with pytest.raises(AMLValueError, match="64-bit address") as info:
-        area.mmap(4096, {"stream": bad})
+        area.mmap(4096, stream=bad)
     assert info.value.code is ErrorCode.EINVAL
-    buf = area.mmap(4096, {"stream": 0})
+    buf = area.mmap(4096, stream=0)
     with pytest.raises(AMLValueError, match="64-bit address"):
-        area.munmap_on(buf, bad)
+        area.munmap(buf, stream=bad)
     assert not buf.freed
     area.munmap(buf)
     with aml_core.pool(area) as pool:
         with pytest.raises(AMLValueError, match="64-bit address"):
-            pool.mmap(4096, {"stream": bad})
+            pool.mmap(4096, stream=bad)
         block = pool.mmap(4096)
         with pytest.raises(AMLValueError, match="64-bit address"):
-            pool.munmap_on(block, bad)
+            pool.munmap(block, stream=bad)
         assert not block.freed
         pool.munmap(block)
     assert hip.calls("hipMallocAsync") == 1  # the stream-0 allocation only
@@ -203,7 +203,7 @@ def test_a_stream_handle_past_64_bits_or_negative_is_einval_everywhere(
 def test_an_unknown_stream_handle_is_refused_by_the_runtime(hip: HipDouble, area: aml_hip.HipArea) -> None:
     # In range but not a stream: the runtime, which knows its streams, refuses it.
     with pytest.raises(AMLValueError):
-        area.mmap(4096, {"stream": 0xBAD0})
+        area.mmap(4096, stream=0xBAD0)
     assert area.stats.live_mappings == 0
 
 
@@ -220,26 +220,26 @@ def test_munmap_on_an_unknown_stream_is_refused_for_every_buffer(
         buf = area.mmap(4096)
         area.write(buf, b"kept")
         with pytest.raises(AMLError, match="hipStreamSynchronize") as info:
-            area.munmap_on(buf, UNKNOWN_STREAM)
+            area.munmap(buf, stream=UNKNOWN_STREAM)
         assert info.value.native is not None
         assert info.value.native.name == "hipErrorInvalidHandle"
         assert not buf.freed
         assert area.stats.live_mappings == 1
         assert area.read(buf, 4) == b"kept"
         synchronized = hip.calls("hipStreamSynchronize")
-        area.munmap_on(buf, s)  # s's work on it done first, then freed at once
+        area.munmap(buf, stream=s)  # s's work on it done first, then freed at once
         assert hip.calls("hipStreamSynchronize") == synchronized + 1
         assert hip.last("hipStreamSynchronize") == (s.handle,)
         assert buf.freed
         assert area.stats.live_mappings == 0
     if flags == 0:  # a stream-ordered buffer: hipFreeAsync refuses the handle
         with aml_hip.create(0, 0) as area:
-            buf = area.mmap(4096, {"stream": s})
+            buf = area.mmap(4096, stream=s)
             with pytest.raises(AMLValueError, match="hipFreeAsync"):
-                area.munmap_on(buf, UNKNOWN_STREAM)
+                area.munmap(buf, stream=UNKNOWN_STREAM)
             assert not buf.freed
             assert area.stats.live_mappings == 1
-            area.munmap_on(buf, s)
+            area.munmap(buf, stream=s)
             assert buf.freed
     aml_hip.get_runtime().synchronize()
     assert {k: v for k, v in hip.live().items() if v} == {"stream": 1}  # s, the fixture's
@@ -250,7 +250,7 @@ def test_stream_ordered_is_device_memory_only(hip: HipDouble) -> None:
         aml_hip.create(0, aml_hip.HipFlags.ALLOC_HOST) as host,
         pytest.raises(AMLNotSupported, match="device memory"),
     ):
-        host.mmap(4096, {"stream": 0})
+        host.mmap(4096, stream=0)
     assert hip.calls("hipMallocAsync") == 0
 
 
@@ -261,20 +261,20 @@ def test_enomem_waits_for_queued_frees_and_retries(hip: HipDouble, streams: Call
     hip.need_devices(1, 4 * MiB)
     s1, s2 = streams(), streams()
     with aml_hip.create(0, 0) as area:
-        a = area.mmap(3 * MiB, {"stream": s1})
+        a = area.mmap(3 * MiB, stream=s1)
         area.munmap(a)
         assert _pending(hip) == 1
-        b = area.mmap(3 * MiB, {"stream": s2})
+        b = area.mmap(3 * MiB, stream=s2)
         assert hip.calls("hipMallocAsync") == 3  # a, b refused, b again
         assert hip.calls("hipDeviceSynchronize") == 1
         assert _pending(hip) == 0
         area.munmap(b)
         # The same stream reuses what it freed without waiting (stream order guarantees it).
-        c = area.mmap(3 * MiB, {"stream": s2})
+        c = area.mmap(3 * MiB, stream=s2)
         assert hip.calls("hipDeviceSynchronize") == 1
         area.munmap(c)
         with pytest.raises(AMLMemoryError) as info:  # more than the device has: ENOMEM
-            area.mmap(5 * MiB, {"stream": s1})
+            area.mmap(5 * MiB, stream=s1)
         assert info.value.native is not None
         assert info.value.native.name == "hipErrorOutOfMemory"
         assert "hipMallocAsync of 5242880 bytes" in str(info.value)
@@ -288,16 +288,16 @@ def test_injected_failures_are_translated_and_nothing_leaks(
     s = streams()
     hip.inject("hipMallocAsync", 2, times=2)  # hipErrorOutOfMemory, also after the wait
     with pytest.raises(AMLMemoryError):
-        area.mmap(4096, {"stream": s})
+        area.mmap(4096, stream=s)
     assert hip.calls("hipDeviceSynchronize") == 1
     assert area.stats.live_mappings == 0
     hip.inject("hipMallocAsync", 1)  # hipErrorInvalidValue: no retry
     with pytest.raises(AMLValueError) as info:
-        area.mmap(4096, {"stream": s})
+        area.mmap(4096, stream=s)
     assert info.value.native is not None
     assert info.value.native.function == "hipMallocAsync"
     assert hip.calls("hipDeviceSynchronize") == 1
-    buf = area.mmap(4096, {"stream": s})
+    buf = area.mmap(4096, stream=s)
     hip.inject("hipFreeAsync", 1)
     with pytest.raises(AMLValueError) as info:
         area.munmap(buf)
@@ -333,7 +333,7 @@ def test_an_event_orders_another_stream_after_queued_work(
     synchronized."""
     rt = aml_hip.get_runtime()
     s1, s2 = streams(), streams()
-    area.munmap(area.mmap(4096, {"stream": s1}))  # a free queued on s1
+    area.munmap(area.mmap(4096, stream=s1))  # a free queued on s1
     event = rt.event_create()
     rt.event_record(event, s1.handle)
     assert hip.last("hipEventRecord") == (event, s1.handle)
@@ -345,7 +345,7 @@ def test_an_event_orders_another_stream_after_queued_work(
     assert (rt.event_query(event), _pending(hip)) == (True, 0)
     rt.event_record(event, s1.handle)  # s1 idle now: done at once
     assert rt.event_query(event)
-    area.munmap(area.mmap(4096, {"stream": s1}))
+    area.munmap(area.mmap(4096, stream=s1))
     rt.event_record(event, s1.handle)
     rt.event_synchronize(event)  # waits for s1 up to the event
     assert (rt.event_query(event), _pending(hip)) == (True, 0)
@@ -419,15 +419,34 @@ def test_pool_reuses_a_block_on_the_stream_that_freed_it(
     hip: HipDouble, streams: Callable[[], Stream], pool: aml_core.Pool
 ) -> None:
     s1 = streams()
-    a = pool.mmap(4096, {"stream": s1})
+    a = pool.mmap(4096, stream=s1)
     ptr = a.ptr
     pool.munmap(a)
-    b = pool.mmap(4096, {"stream": s1})
+    b = pool.mmap(4096, stream=s1)
     assert b.ptr == ptr
     assert hip.calls("hipEventCreateWithFlags") == 0  # same stream: no event
     pool.munmap(b)
     assert hip.calls("hipStreamSynchronize") == 0
-    c = pool.mmap(4096)  # host order: s1 may still use the block, so s1 is waited for first
+    c = pool.mmap(4096)  # host order: s1 may still use the block: its event is queried first
+    assert c.ptr == ptr
+    assert hip.last("hipEventRecord")[1:] == (s1.handle,)
+    assert hip.calls("hipEventQuery") == 1
+    assert hip.calls("hipStreamSynchronize") == 0  # s1 was idle: no host wait
+    assert hip.calls("hipMalloc") == 1
+    pool.munmap(c)
+
+
+def test_a_plain_request_waits_for_a_busy_stream(
+    hip: HipDouble, streams: Callable[[], Stream], pool: aml_core.Pool
+) -> None:
+    """The event says s1 still runs (hipErrorNotReady): the host waits for s1, then takes
+    its block (issue 31: a query first, a synchronize only when the work is not done)."""
+    s1 = streams()
+    a = pool.mmap(4096, stream=s1)
+    ptr = a.ptr
+    pool.munmap(a)
+    hip.inject("hipEventQuery", 600)  # hipErrorNotReady (docs/native-abi.md)
+    c = pool.mmap(4096)
     assert c.ptr == ptr
     assert hip.last("hipStreamSynchronize") == (s1.handle,)
     assert hip.calls("hipMalloc") == 1
@@ -438,10 +457,10 @@ def test_pool_hands_a_block_to_another_stream_through_an_event(
     hip: HipDouble, streams: Callable[[], Stream], pool: aml_core.Pool
 ) -> None:
     s1, s2 = streams(), streams()
-    a = pool.mmap(4096, {"stream": s1})
+    a = pool.mmap(4096, stream=s1)
     ptr = a.ptr
     pool.munmap(a)
-    b = pool.mmap(4096, {"stream": s2})  # the only free block was freed on s1
+    b = pool.mmap(4096, stream=s2)  # the only free block was freed on s1
     assert b.ptr == ptr
     assert hip.calls("hipMalloc") == 1
     event = hip.last("hipEventCreateWithFlags")
@@ -452,8 +471,8 @@ def test_pool_hands_a_block_to_another_stream_through_an_event(
     assert recorded[1] == s1.handle
     assert hip.last("hipStreamWaitEvent") == (s2.handle, recorded[0], 0)
     assert hip.calls("hipStreamSynchronize") == 0  # the host does not wait
-    pool.munmap_on(b, s2)
-    c = pool.mmap(4096, {"stream": s2})  # s2's block now: no new event
+    pool.munmap(b, stream=s2)
+    c = pool.mmap(4096, stream=s2)  # s2's block now: no new event
     assert c.ptr == ptr
     assert (hip.calls("hipEventRecord"), hip.calls("hipEventCreateWithFlags")) == (1, 1)
     pool.munmap(c)
@@ -470,9 +489,9 @@ def test_the_pool_event_orders_the_new_stream_after_the_old_ones_work(
     done; s2, which waits for it, runs s1's work when it is synchronized."""
     rt = aml_hip.get_runtime()
     s1, s2 = streams(), streams()
-    area.munmap(area.mmap(4096, {"stream": s1}))  # queued on s1
-    pool.munmap(pool.mmap(4096, {"stream": s1}))
-    b = pool.mmap(4096, {"stream": s2})
+    area.munmap(area.mmap(4096, stream=s1))  # queued on s1
+    pool.munmap(pool.mmap(4096, stream=s1))
+    b = pool.mmap(4096, stream=s2)
     recorded = hip.last("hipEventRecord")
     assert recorded is not None
     event = recorded[0]
@@ -483,17 +502,18 @@ def test_the_pool_event_orders_the_new_stream_after_the_old_ones_work(
     pool.munmap(b)
 
 
-def test_pool_synchronizes_streams_before_it_grows(
+def test_pool_reclaims_streams_before_it_grows(
     hip: HipDouble, streams: Callable[[], Stream], area: aml_hip.HipArea
 ) -> None:
     s1 = streams()
     with aml_core.pool(area) as p:
-        bufs = [p.mmap(512 * 1024, {"stream": s1}) for _ in range(4)]  # the whole 2 MiB small slab
+        bufs = [p.mmap(512 * 1024, stream=s1) for _ in range(4)]  # the whole 2 MiB small slab
         for b in bufs:
             p.munmap(b)
         assert hip.calls("hipMalloc") == 1
-        big = p.mmap(MiB)  # nothing free in host order: s1 is synchronized, its blocks coalesce
-        assert hip.last("hipStreamSynchronize") == (s1.handle,)
+        big = p.mmap(MiB)  # nothing free in host order: s1's event queried (idle), its blocks coalesce
+        assert hip.last("hipEventRecord")[1:] == (s1.handle,)
+        assert hip.calls("hipStreamSynchronize") == 0
         assert hip.calls("hipMalloc") == 1
         p.munmap(big)
 
@@ -502,13 +522,13 @@ def test_pool_stream_failures_are_translated(
     hip: HipDouble, streams: Callable[[], Stream], pool: aml_core.Pool
 ) -> None:
     s1, s2 = streams(), streams()
-    pool.munmap(pool.mmap(4096, {"stream": s1}))
+    pool.munmap(pool.mmap(4096, stream=s1))
     hip.inject("hipStreamWaitEvent", 1)
     with pytest.raises(AMLValueError) as info:
-        pool.mmap(4096, {"stream": s2})
+        pool.mmap(4096, stream=s2)
     assert info.value.native is not None
     assert info.value.native.function == "hipStreamWaitEvent"
-    b = pool.mmap(4096, {"stream": s2})  # the block is still there for the retry
+    b = pool.mmap(4096, stream=s2)  # the block is still there for the retry
     pool.munmap(b)
     hip.inject("hipEventDestroy", 1)
     with pytest.raises(AMLValueError):

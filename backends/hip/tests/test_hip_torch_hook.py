@@ -183,3 +183,36 @@ def test_without_pytorch_installed_the_hook_is_not_supported(
             aml_hip.use_with_torch(area)
         assert isinstance(info.value.__cause__, ModuleNotFoundError)
         assert hooks._torch_hook is None
+
+
+@pytest.mark.parametrize("first", ["alloc", "free"])
+@pytest.mark.parametrize("managed", [False, True], ids=["device", "managed"])
+def test_pytorchs_first_stream_use_from_c(hip: HipDouble, torch: Any, first: str, managed: bool) -> None:
+    """Issue 32, root cause 1, on the double with PyTorch's C entry points: the first
+    request on a stream hits the cache in C (``alloc``), or a block allocated in host
+    order is freed on a stream first (``free``), before Python ever gave the pool a
+    stream. trim, growth and close then reclaim that stream (an event recorded and
+    queried: no AttributeError), and the slab goes back: nothing live after the area's
+    close."""
+    s1 = aml_hip.stream(non_blocking=True)
+    area = aml_hip.create(0, HipFlags.ALLOC_UNIFIED if managed else 0)
+    pool = aml_core.pool(area, small_slab=4096, small_max=4096)
+    hook = aml_hip.use_with_torch(pool)
+    malloc, free = torch_entry_points(torch)
+    ptr = malloc(4096, 0, None)
+    if first == "alloc":
+        free(ptr, 4096, 0, None)
+        assert malloc(4096, 0, s1.handle) == ptr  # a hit, in C
+    free(ptr, 4096, 0, s1.handle)  # onto s1's list, in C
+    assert pool._kernel.stream_cached() == {(s1.handle, 4096): [ptr]}
+    big = malloc(8192, 0, None)  # growth: s1 reclaimed first
+    assert hip.last("hipEventRecord")[1:] == (s1.handle,)
+    free(big, 8192, 0, None)
+    reserved = pool.pool_stats.bytes_reserved
+    assert pool.trim() == reserved  # the streams reclaimed, every slab back to the area
+    free(malloc(4096, 0, s1.handle), 4096, 0, s1.handle)  # one left on s1 for close
+    pool.close()
+    assert hook.errors == []
+    area.close()
+    s1.close()
+    assert not any(hip.live().values())

@@ -26,6 +26,7 @@ from aml_core.dmabuf import export_from as dmabuf_export_from
 from aml_core.errors import AMLNotSupported, AMLValueError
 from aml_core.gpu.ipc import ExportRegistry, IpcExport, close_exports, export_from
 from aml_core.specs import Capability, Kind
+from aml_core.stream import StreamLike
 
 if TYPE_CHECKING:
     from .runtime import HsaRuntime, Pool
@@ -69,7 +70,9 @@ class PoolArea(RuntimeMemory, Area):
         return self.runtime
 
     @compiled_mmap
-    def mmap(self, size: int, options: NoOptions | NoOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: NoOptions | NoOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Map ``size`` bytes from the area's pool (``hsa_amd_memory_pool_allocate``); host
         memory is then made accessible to every GPU agent (``hsa_amd_agents_allow_access``).
 

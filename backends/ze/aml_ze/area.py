@@ -44,6 +44,7 @@ from aml_core.gpu.backend import BackendBase
 from aml_core.gpu.ipc import IpcExport, IpcHandle
 from aml_core.gpu.runtime import Group
 from aml_core.specs import Capability, Kind
+from aml_core.stream import StreamLike
 
 from . import abi as C
 from .alloc import MemAllocator
@@ -130,7 +131,9 @@ class ZeArea(RuntimeMemory, Area):
 
     # -- allocation ----------------------------------------------------------------------
     @compiled_mmap
-    def mmap(self, size: int, options: NoOptions | NoOptionsDict | None = None) -> Buffer:
+    def mmap(
+        self, size: int, options: NoOptions | NoOptionsDict | None = None, *, stream: StreamLike = None
+    ) -> Buffer:
         """Map ``size`` bytes in the area's own context: device memory
         (``zeMemAllocDevice``), shared memory (``zeMemAllocShared``, a MANAGED area) or
         host memory (``zeMemAllocHost``), with the area's alignment, memory ordinal and
