@@ -967,6 +967,7 @@ cdef class PoolKernel(FastPath):
         """Ask the pool's ``on_oom`` callback (the GIL and the mutex held): 0 to retry;
         ``error`` (the pool's ENOMEM) when it declines, closes the pool or raises (then
         chained from the callback's exception, with a note)."""
+        from .pool import _callbacks
         from .pool._values import pool_stats_of
 
         callback = self.on_oom
@@ -974,6 +975,9 @@ cdef class PoolKernel(FastPath):
         try:
             retry = bool(callback(n, pool_stats_of(self.stats())))
         except Exception as exc:
+            # An interrupted callback (aml_core.pool._callbacks): its interrupt, not the
+            # ENOMEM; no block is taken yet, so the pool is whole (a miss in C too).
+            _callbacks.deliver()
             error.add_note(f"the pool's on_oom callback raised {type(exc).__name__}: {exc}")
             raise error from exc
         finally:

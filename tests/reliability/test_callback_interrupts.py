@@ -121,12 +121,12 @@ def test_an_interrupt_in_a_callback_never_strands_a_block(
                         ptr = sorted(live)[arg % len(live)]
                         b, _ = live[ptr]
                         try:
-                            pool.munmap_on(b, S1 if arg % 2 else S2)
+                            pool.munmap(b, stream=S1 if arg % 2 else S2)
                         finally:
                             if b.freed:
                                 del live[ptr]
                     elif op == "stream_mmap":
-                        b = pool.mmap(arg, {"stream": S2})
+                        b = pool.mmap(arg, stream=S2)
                         memoryview(b)[:1] = bytes([stamp])
                         live[b.ptr] = (b, stamp)
                     elif op == "trim":
