@@ -134,8 +134,11 @@ def test_move_failures_are_translated(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(AMLMemoryError, match="move_pages"):
             area.move(buf, NODE)
 
-        def partial(address: int, length: int, nodes: list[int], flags: int) -> tuple[int, dict[int, int]]:
+        def partial(
+            address: int, length: int, nodes: list[int], flags: int, retries: int
+        ) -> tuple[int, dict[int, int]]:
             assert flags == numa_mod.MPOL_MF_MOVE
+            assert retries == numa_mod.MOVE_RETRIES
             return 3, {NODE: 3, -errno.EBUSY: 2, -errno.ENOENT: 1, OUTSIDE: 1, -4096: 1}
 
         monkeypatch.setattr(_os, "move_pages", partial)

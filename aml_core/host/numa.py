@@ -329,6 +329,10 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
 
 #: move_pages' per-page status past every errno: a value the kernel should never write.
 _STATUS_OTHER = -4096
+#: How many times a move retries the pages the kernel answered -EBUSY (transient: a page
+#: under I/O, locked or in a per-CPU list; in the lab 7 of 4,096 pages of a THP-backed
+#: buffer were EBUSY in one call, and moved on the next).
+MOVE_RETRIES = 3
 
 
 def _node_counts(mapping: Mapping[int, int]) -> dict[int, int]:
@@ -372,7 +376,8 @@ def move_pages(address: int, length: int, nodes: Iterable[int] | int) -> MoveRep
     several (interleaved). The address and contents stay as they are, so NumPy arrays and
     memoryviews over the range keep working. The range's policy is not changed (``mbind``
     does that: pages touched later are placed by it). Nodes outside the allowed set are
-    EDOM, an empty set EINVAL, both before the call."""
+    EDOM, an empty set EINVAL, both before the call. Pages the kernel answers EBUSY
+    (transient) are tried again, :data:`MOVE_RETRIES` times at most."""
     targets = as_nodes(nodes)
     if not targets:
         raise AMLValueError("move_pages needs at least one target node")
@@ -380,7 +385,9 @@ def move_pages(address: int, length: int, nodes: Iterable[int] | int) -> MoveRep
     counts: Counter[int] = Counter()
     try:
         for start in range(0, length, step):
-            _, chunk = _os.move_pages(address + start, min(step, length - start), list(targets), MPOL_MF_MOVE)
+            _, chunk = _os.move_pages(
+                address + start, min(step, length - start), list(targets), MPOL_MF_MOVE, MOVE_RETRIES
+            )
             counts.update(chunk)
     except OSError as exc:
         raise os_error(exc, f"move_pages(nodes={list(targets)}) failed") from None
