@@ -60,7 +60,7 @@ def _vm_flags(ptr: int) -> list[str]:
 
 
 def test_move_with_a_numpy_view_live_keeps_address_and_bytes() -> None:
-    with HostArea() as area:
+    with HostArea("bind", [NODE]) as area:  # bound: the page written last is on NODE too
         buf = area.mmap(64 * PAGE)
         arr = np.frombuffer(buf, dtype=np.uint8)
         arr[: 40 * PAGE] = np.arange(40 * PAGE, dtype=np.uint64).astype(np.uint8)
