@@ -447,6 +447,10 @@ class HostArea(Area):
             align = max(align, hp)
             if not self.ipc:  # a hugetlbfs memfd is mapped as a file
                 flags |= MAP_HUGETLB | ((hp.bit_length() - 1) << MAP_HUGE_SHIFT)
+            if placed.policy is Policy.BIND and not extra & _HAS_PAGES:
+                # (a fault on a set without free huge pages is SIGBUS; a populated
+                # mapping's strict move reports ENOMEM itself)
+                numa.check_huge_pages(placed.nodes, length // hp, hp)
         record = None
         try:
             if self.ipc:

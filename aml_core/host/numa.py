@@ -26,6 +26,7 @@ import attrs
 from .. import _os, checks
 from ..errors import (
     AMLDomainError,
+    AMLMemoryError,
     AMLNotSupported,
     AMLTypeError,
     AMLValueError,
@@ -164,6 +165,31 @@ def node_memory(node: int) -> int:
     return 0
 
 
+def free_huge_pages(node: int, size: int) -> int:
+    """Free huge pages of ``size`` bytes on a node (its ``free_hugepages``; 0 if unknown)."""
+    path = f"/sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB/free_hugepages"
+    try:
+        with open(path) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
+
+
+def check_huge_pages(nodes: tuple[int, ...], count: int, size: int) -> None:
+    """ENOMEM unless ``nodes`` have ``count`` free huge pages of ``size`` bytes together.
+
+    A hugetlb mapping bound (BIND) to nodes without them maps, since the kernel reserves
+    huge pages for the whole machine, but its first touch is SIGBUS (no page on the set,
+    and BIND never takes another node's): checked before the mapping is made."""
+    free = sum(free_huge_pages(node, size) for node in nodes)
+    if free < count:
+        raise AMLMemoryError(
+            f"BIND to nodes {list(nodes)} needs {count} huge pages of {size >> 10} KiB and they have "
+            f"{free} free (reserve them per node: /sys/devices/system/node/node<N>/hugepages/"
+            f"hugepages-{size >> 10}kB/nr_hugepages)"
+        )
+
+
 def as_nodes(nodes: Iterable[int] | int | None) -> tuple[int, ...]:
     """Validate a node set: ints, each in the allowed set (else EDOM)."""
     if nodes is None:
@@ -294,6 +320,9 @@ def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
 #: What :func:`page_nodes` says of a page not yet touched (no physical page behind it):
 #: ``-ENOENT``, as move_pages(2) reports it. Other negative values are other errnos.
 NOT_TOUCHED = -errno.ENOENT
+#: What Linux 6.1 says of an untouched anonymous page with no page table yet (``-EFAULT``:
+#: follow_page's FOLL_DUMP answer; newer kernels say -ENOENT): reported as NOT_TOUCHED.
+_NO_PAGE_TABLE = -errno.EFAULT
 #: Pages per move_pages query (aml_core._os refuses more than 2**24 at once).
 _PAGE_QUERY = 1 << 20
 
@@ -304,7 +333,8 @@ def page_nodes(address: int, length: int, *, summary: Literal[False] = False) ->
 def page_nodes(address: int, length: int, *, summary: Literal[True]) -> dict[int, int]: ...
 def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int] | dict[int, int]:
     """The node of each page of a range (:data:`NOT_TOUCHED` for pages not yet touched,
-    another negative errno for a page move_pages cannot read). With ``summary=True``,
+    also where Linux 6.1 answers -EFAULT for them, another negative errno for a page
+    move_pages cannot read). With ``summary=True``,
     the number of pages per node instead, as numastat counts them: ``{node: pages}``,
     nodes in ascending order (negative keys first: untouched or unreadable pages)."""
     # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
@@ -316,6 +346,8 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
     try:
         for start in range(0, length, step):
             chunk = _os.page_nodes(address + start, min(step, length - start))
+            if _NO_PAGE_TABLE in chunk:
+                chunk = [NOT_TOUCHED if s == _NO_PAGE_TABLE else s for s in chunk]
             if summary:
                 counts.update(chunk)
             else:
