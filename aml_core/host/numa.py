@@ -383,7 +383,8 @@ class MoveReport:
     there already); ``untouched``: those with no page of their own yet (never written:
     not touched, or only read, which maps the kernel's shared zero page), so nothing to
     move: the range's policy places them when first written; ``failed``: those
-    left where they were, by errno name in ``errors`` (``EBUSY``: in use, ``ENOMEM``: the
+    left where they were, by errno name in ``errors`` (``EBUSY``: still in use after
+    :data:`MOVE_RETRIES` retries, ``ENOMEM``: the
     target node is full, ``EACCES``: mapped by another process too, ``not moved``: left
     on a node outside the targets...);
     ``nodes``: ``{node: pages}`` where the moved pages are now. ``pages == moved +
@@ -425,8 +426,9 @@ def move_pages(address: int, length: int, nodes: Iterable[int] | int) -> MoveRep
         raise os_error(exc, f"move_pages(nodes={list(targets)}) failed") from None
     pages = sum(counts.values())
     placed = {n: c for n, c in counts.items() if n >= 0}
-    # -ENOENT: no page; -EFAULT: only read so far, the kernel's shared zero page (the
-    # range is mapped: the callers check it is a live buffer). Neither has a page to move.
+    # -ENOENT: no page; -EFAULT: only read so far, the kernel's shared zero page, or on
+    # Linux 6.1 no page table yet (the range is mapped: the callers check it is a live
+    # buffer). Neither has a page to move.
     untouched = counts.get(NOT_TOUCHED, 0) + counts.get(-errno.EFAULT, 0)
     errors: dict[str, int] = {}
     for status, count in counts.items():
