@@ -11,7 +11,7 @@ system call and raises OSError(errno, strerror, function) on failure; the Python
 (aml_core.host) translates errno into AML errors.
 """
 
-from libc.errno cimport E2BIG, EINVAL, ENOENT, ENOMEM, errno
+from libc.errno cimport E2BIG, EBUSY, EINVAL, ENOENT, ENOMEM, errno
 from libc.stdint cimport uintptr_t
 from libc.string cimport memset, strerror
 from posix.mman cimport (
@@ -237,12 +237,13 @@ def page_nodes(unsigned long long address, unsigned long long length, /):
         PyMem_RawFree(status)
 
 
-def move_pages(unsigned long long address, unsigned long long length, nodes, int flags, /):
-    """move_pages(address, length, nodes, flags) -> (rc, {status: pages}): move each page of
-    a page-aligned range to a node of ``nodes``, page i to ``nodes[i % len(nodes)]`` (one
-    move_pages(2) call); rc is the call's result (the number of pages it could not move,
-    0 when all were), the dict counts the per-page status: a node number for a page now
-    there, -errno for one not moved (-ENOENT: no page yet)"""
+def move_pages(unsigned long long address, unsigned long long length, nodes, int flags, int retries=0, /):
+    """move_pages(address, length, nodes, flags, retries=0) -> (rc, {status: pages}): move
+    each page of a page-aligned range to a node of ``nodes``, page i to
+    ``nodes[i % len(nodes)]`` (one move_pages(2) call, then up to ``retries`` calls for the
+    pages it answered -EBUSY, a transient state); rc is the last call's result (the number
+    of pages it could not move, 0 when all were), the dict counts the per-page status: a
+    node number for a page now there, -errno for one not moved (-ENOENT: no page yet)"""
     cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
     if address % page != 0 or length == 0:
         raise_errno(EINVAL, "move_pages")
@@ -269,6 +270,13 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
     cdef long rc
     cdef int err = 0
     cdef int st
+    cdef int attempt
+    cdef size_t busy
+    # the -EBUSY pages of a retry: their index, address, target and new status
+    cdef size_t *busy_at = NULL
+    cdef void **busy_pages = NULL
+    cdef int *busy_dest = NULL
+    cdef int *busy_status = NULL
     try:
         if pages == NULL or dest == NULL or status == NULL or counts == NULL:
             raise MemoryError()
@@ -285,7 +293,37 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
             rc = syscall(SYS_move_pages, 0, <unsigned long>count, pages, dest, status, flags)
             if rc < 0:
                 err = errno
-            else:
+            attempt = 0
+            while rc >= 0 and attempt < retries:
+                attempt += 1
+                busy = 0
+                for i in range(count):
+                    if status[i] == -EBUSY:
+                        busy += 1
+                if busy == 0:
+                    break
+                if busy_at == NULL:
+                    busy_at = <size_t *>PyMem_RawMalloc(busy * sizeof(size_t))
+                    busy_pages = <void **>PyMem_RawMalloc(busy * sizeof(void *))
+                    busy_dest = <int *>PyMem_RawMalloc(busy * sizeof(int))
+                    busy_status = <int *>PyMem_RawMalloc(busy * sizeof(int))
+                    if busy_at == NULL or busy_pages == NULL or busy_dest == NULL or busy_status == NULL:
+                        break  # no room to retry: the pages stay -EBUSY
+                j = 0
+                for i in range(count):
+                    if status[i] == -EBUSY:
+                        busy_at[j] = i
+                        busy_pages[j] = pages[i]
+                        busy_dest[j] = dest[i]
+                        busy_status[j] = -EBUSY
+                        j += 1
+                rc = syscall(SYS_move_pages, 0, <unsigned long>busy, busy_pages, busy_dest, busy_status, flags)
+                if rc < 0:
+                    err = errno
+                    break
+                for j in range(busy):
+                    status[busy_at[j]] = busy_status[j]
+            if rc >= 0:
                 for i in range(count):
                     st = status[i]
                     if 0 <= st < MAX_NODES:
@@ -306,6 +344,10 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
         PyMem_RawFree(dest)
         PyMem_RawFree(status)
         PyMem_RawFree(counts)
+        PyMem_RawFree(busy_at)
+        PyMem_RawFree(busy_pages)
+        PyMem_RawFree(busy_dest)
+        PyMem_RawFree(busy_status)
 
 
 def touch(unsigned long long address, unsigned long long length, unsigned long long stride, int byte, /):

@@ -60,7 +60,7 @@ def _vm_flags(ptr: int) -> list[str]:
 
 
 def test_move_with_a_numpy_view_live_keeps_address_and_bytes() -> None:
-    with HostArea() as area:
+    with HostArea("bind", [NODE]) as area:  # bound: the page written last is on NODE too
         buf = area.mmap(64 * PAGE)
         arr = np.frombuffer(buf, dtype=np.uint8)
         arr[: 40 * PAGE] = np.arange(40 * PAGE, dtype=np.uint64).astype(np.uint8)
@@ -134,8 +134,11 @@ def test_move_failures_are_translated(monkeypatch: pytest.MonkeyPatch) -> None:
         with pytest.raises(AMLMemoryError, match="move_pages"):
             area.move(buf, NODE)
 
-        def partial(address: int, length: int, nodes: list[int], flags: int) -> tuple[int, dict[int, int]]:
+        def partial(
+            address: int, length: int, nodes: list[int], flags: int, retries: int
+        ) -> tuple[int, dict[int, int]]:
             assert flags == numa_mod.MPOL_MF_MOVE
+            assert retries == numa_mod.MOVE_RETRIES
             return 3, {NODE: 3, -errno.EBUSY: 2, -errno.ENOENT: 1, OUTSIDE: 1, -4096: 1}
 
         monkeypatch.setattr(_os, "move_pages", partial)

@@ -361,6 +361,10 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
 
 #: move_pages' per-page status past every errno: a value the kernel should never write.
 _STATUS_OTHER = -4096
+#: How many times a move retries the pages the kernel answered -EBUSY (transient: a page
+#: under I/O, locked or in a per-CPU list; in the lab 7 of 4,096 pages of a THP-backed
+#: buffer were EBUSY in one call, and moved on the next).
+MOVE_RETRIES = 3
 
 
 def _node_counts(mapping: Mapping[int, int]) -> dict[int, int]:
@@ -379,7 +383,8 @@ class MoveReport:
     there already); ``untouched``: those with no page of their own yet (never written:
     not touched, or only read, which maps the kernel's shared zero page), so nothing to
     move: the range's policy places them when first written; ``failed``: those
-    left where they were, by errno name in ``errors`` (``EBUSY``: in use, ``ENOMEM``: the
+    left where they were, by errno name in ``errors`` (``EBUSY``: still in use after
+    :data:`MOVE_RETRIES` retries, ``ENOMEM``: the
     target node is full, ``EACCES``: mapped by another process too, ``not moved``: left
     on a node outside the targets...);
     ``nodes``: ``{node: pages}`` where the moved pages are now. ``pages == moved +
@@ -404,7 +409,8 @@ def move_pages(address: int, length: int, nodes: Iterable[int] | int) -> MoveRep
     several (interleaved). The address and contents stay as they are, so NumPy arrays and
     memoryviews over the range keep working. The range's policy is not changed (``mbind``
     does that: pages touched later are placed by it). Nodes outside the allowed set are
-    EDOM, an empty set EINVAL, both before the call."""
+    EDOM, an empty set EINVAL, both before the call. Pages the kernel answers EBUSY
+    (transient) are tried again, :data:`MOVE_RETRIES` times at most."""
     targets = as_nodes(nodes)
     if not targets:
         raise AMLValueError("move_pages needs at least one target node")
@@ -412,14 +418,17 @@ def move_pages(address: int, length: int, nodes: Iterable[int] | int) -> MoveRep
     counts: Counter[int] = Counter()
     try:
         for start in range(0, length, step):
-            _, chunk = _os.move_pages(address + start, min(step, length - start), list(targets), MPOL_MF_MOVE)
+            _, chunk = _os.move_pages(
+                address + start, min(step, length - start), list(targets), MPOL_MF_MOVE, MOVE_RETRIES
+            )
             counts.update(chunk)
     except OSError as exc:
         raise os_error(exc, f"move_pages(nodes={list(targets)}) failed") from None
     pages = sum(counts.values())
     placed = {n: c for n, c in counts.items() if n >= 0}
-    # -ENOENT: no page; -EFAULT: only read so far, the kernel's shared zero page (the
-    # range is mapped: the callers check it is a live buffer). Neither has a page to move.
+    # -ENOENT: no page; -EFAULT: only read so far, the kernel's shared zero page, or on
+    # Linux 6.1 no page table yet (the range is mapped: the callers check it is a live
+    # buffer). Neither has a page to move.
     untouched = counts.get(NOT_TOUCHED, 0) + counts.get(-errno.EFAULT, 0)
     errors: dict[str, int] = {}
     for status, count in counts.items():

@@ -30,6 +30,7 @@ def touch(buf: aml_core.Buffer, value: int = 1) -> None:
     """Write one byte of every page (first touch places it)."""
     arr = np.frombuffer(buf, dtype=np.uint8)
     arr[::PAGE] = value
+    arr[-1] = value  # the last page, where the buffer does not start on a page
     del arr
 
 

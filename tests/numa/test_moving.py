@@ -1,6 +1,7 @@
-"""Moving memory between nodes, rebinding, running a thread on each node, interleave at
-the page size in use, and weighted interleave: in the NUMA lab's emulated machines
-(tests/numa/conftest.py; outside the lab these skip, inside a skip is a failure).
+"""Moving memory between nodes, rebinding, running a thread on each node and weighted
+interleave, in the NUMA lab's emulated machines
+(tests/numa/conftest.py; outside the lab these skip, inside a skip is a failure). BIND's
+ENOMEM, PREFERRED's spill and interleave at the page size in use are test_placement.py's.
 
 Every check reads back where the pages are (move_pages(2) queries, ``page_nodes``), with
 a NumPy view of the buffer alive through the move."""
@@ -125,19 +126,6 @@ def test_a_cpu_less_node_is_refused_by_the_thread_helper(lab_topology: LabTopolo
         with pytest.raises(AMLValueError, match="has no CPUs"), run_on_node(node):
             pytest.fail("the block ran")
         assert os.sched_getaffinity(0) == before
-
-
-@pytest.mark.parametrize("thp", ["auto", False, True])
-def test_interleave_is_even_at_the_page_size_in_use(lab_topology: LabTopology, thp: bool | str) -> None:
-    """64 MiB over two nodes: "auto" and False interleave page by page (MADV_NOHUGEPAGE;
-    Debian's kernels run THP "always"); True interleaves whole 2 MiB huge pages (aligned
-    to 2 MiB), even too. Issue 29 measured 7,936 and 8,448 pages before."""
-    a, b = lab_topology.cpu_nodes[:2]
-    with HostArea("interleave", [a, b], transparent_huge_pages=thp) as area:  # type: ignore[arg-type]
-        buf = area.mmap(64 * MiB)
-        _os.touch(buf.ptr, buf.size, PAGE, 1)
-        counts = area.page_nodes(buf, summary=True)
-        assert counts == {a: _pages(32 * MiB), b: _pages(32 * MiB)}, counts
 
 
 def _restore_weights(saved: dict[int, int]) -> None:
