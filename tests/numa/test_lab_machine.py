@@ -29,10 +29,11 @@ def test_nodes_and_cpus(lab_topology: LabTopology) -> None:
 
 def test_node_sizes(lab_topology: LabTopology) -> None:
     # MemTotal is the node's memory less what the kernel reserved at boot (its code, the
-    # page tables and struct pages of the node): within 15 % of what QEMU was given.
+    # struct pages of the node and, on the highest node, the initramfs virtme-ng loads at
+    # the top of memory: node 3 of tiered had 205 MiB of 256 in one run): within 25 %.
     for n in lab_topology.nodes:
         total = node_memory(n.node)
-        assert 0.85 * (n.memory_mib << 20) <= total <= n.memory_mib << 20, (n, total)
+        assert 0.75 * (n.memory_mib << 20) <= total <= n.memory_mib << 20, (n, total)
 
 
 def test_distances(lab_topology: LabTopology) -> None:

@@ -36,14 +36,17 @@ one guest at a time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import glob
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -313,7 +316,12 @@ def _mapped_dirs(cwd: Path) -> list[Path]:
 
 
 def vng_command(
-    topology: LabTopology, command: Sequence[str], *, accel: str = "tcg", cwd: Path | None = None
+    topology: LabTopology,
+    command: Sequence[str],
+    *,
+    accel: str = "tcg",
+    cwd: Path | None = None,
+    verbose: bool = False,
 ) -> list[str]:
     """The ``vng`` command line that boots ``topology`` and runs ``command`` in it."""
     kernel = find_kernel()
@@ -325,6 +333,8 @@ def vng_command(
     args += ["--disable-microvm", "--disable-monitor", "--cwd", str(where)]
     if accel == "tcg":
         args.append("--disable-kvm")
+    if verbose:
+        args.append("--verbose")
     for path in _mapped_dirs(where):
         args.append(f"--rwdir={path}={path}")
     # "=": the values start with "-" and would read as options
@@ -340,39 +350,53 @@ def boot(
     accel: str = "tcg",
     timeout: float = 900,
     log: Path | None = None,
+    verbose: bool = False,
 ) -> int:
     """Boot ``topology``, run ``command`` in it and return its exit status (124 when it
     ran past ``timeout`` seconds). Output goes to this process's stdout, and to ``log``."""
-    argv = vng_command(topology, command, accel=accel)
+    argv = vng_command(topology, command, accel=accel, verbose=verbose)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
     print(f"numa-lab: booting {topology.name} ({topology.description}; {accel})", flush=True)
     start = time.monotonic()
+    # its own session: a timeout ends vng, virtme-run and QEMU together
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    expired = threading.Event()
+
+    def _expire() -> None:
+        expired.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(timeout, _expire)
+    timer.start()
     out = open(log, "w") if log is not None else None  # noqa: SIM115 - closed below
     try:
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-        )
         assert proc.stdout is not None
-        deadline = start + timeout
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
             sys.stdout.write(line)
+            sys.stdout.flush()
             if out is not None:
                 out.write(line)
-            if time.monotonic() > deadline:
-                proc.kill()
-                break
-        try:
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            rc = 124
-        if time.monotonic() > deadline:
-            rc = 124
+        rc = proc.wait()
     finally:
+        timer.cancel()
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
         if out is not None:
             out.close()
+    if expired.is_set():
+        print(f"numa-lab: {topology.name}: killed after {timeout:.0f} s (--timeout)", flush=True)
+        rc = 124
     print(f"numa-lab: {topology.name}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
     return rc
 
@@ -406,6 +430,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=900, help="seconds per guest (default 900)")
     parser.add_argument("--lock", type=Path, help="hold an flock on this file while a guest runs")
     parser.add_argument("--log-dir", type=Path, help="write each guest's output to <dir>/<topology>.log")
+    parser.add_argument("--verbose", "-v", action="store_true", help="show the guest kernel's console")
     parser.add_argument("--list", action="store_true", help="print the topologies and exit")
     parser.add_argument("--dry-run", action="store_true", help="print the vng command lines and exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run in the guest")
@@ -431,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.dry_run:
         for name in names:
-            print(shlex.join(vng_command(TOPOLOGIES[name], command, accel=args.accel)))
+            print(shlex.join(vng_command(TOPOLOGIES[name], command, accel=args.accel, verbose=args.verbose)))
         return 0
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
@@ -442,7 +467,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             if lock is not None:
                 fcntl.flock(lock, fcntl.LOCK_EX)
-            results[name] = boot(TOPOLOGIES[name], command, accel=args.accel, timeout=args.timeout, log=log)
+            results[name] = boot(
+                TOPOLOGIES[name],
+                command,
+                accel=args.accel,
+                timeout=args.timeout,
+                log=log,
+                verbose=args.verbose,
+            )
         finally:
             if lock is not None:
                 lock.close()
