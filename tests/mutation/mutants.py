@@ -173,6 +173,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/reliability/test_audit.py::test_the_policy_holds_at_the_first_a_middle_and_the_last_page",),
     ),
     Mutant(
+        "an mbind of the first page only (the area's fast path)",
+        "aml_core/host/area.py",
+        "_os.mbind(ptr, size,",
+        "_os.mbind(ptr, min(size, 4096),",
+        ("tests/reliability/test_audit.py::test_the_policy_holds_at_the_first_a_middle_and_the_last_page",),
+    ),
+    Mutant(
         "the codec lets bare errors out",
         "aml_core/codec.py",
         "    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:",
