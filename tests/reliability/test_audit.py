@@ -17,7 +17,6 @@ import copy
 import errno
 import mmap
 import os
-import time
 from typing import Any
 
 import pytest
@@ -151,26 +150,22 @@ def test_every_tampered_field_is_refused_by_ipc_open(
     object.__setattr__(handle, field, value)  # what unpickling a tampered handle gives
     with pytest.raises(aml_core.AMLError):  # the first open makes the import area: not counted
         aml_core.ipc_open(_handle())
-    before = _aml_descriptors()
+    before = _memfds()
     with pytest.raises(aml_core.AMLError) as info:
         aml_core.ipc_open(handle)
     assert type(info.value).__name__ == cls, info.value
     assert info.value.code is code
     assert says in str(info.value), info.value
-    # Nothing left open: this process's exporter may close the refused importer's
-    # connection a little later (its server thread), so wait for it, up to 10 s.
-    deadline = time.monotonic() + 10
-    while _aml_descriptors() > before and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _aml_descriptors() <= before
+    assert _memfds() <= before  # nothing left open: no memfd received and kept
 
 
-def _aml_descriptors() -> int:
-    """This process's memfds and sockets: what an IPC open could leave open (not every
-    descriptor: pytest's capture opens temporary files of its own meanwhile)."""
+def _memfds() -> int:
+    """This process's memfds: what a refused open of a host handle could leave open (a
+    descriptor received and kept). Not every descriptor: pytest's capture opens files of
+    its own, and exporter threads of earlier tests accept and close sockets on their own
+    schedule (the sockets' own leak tests are tests/test_host_ipc_abuse.py's)."""
     n = 0
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # closed meanwhile (the listing's own one)
-            link = os.readlink(f"/proc/self/fd/{fd}")
-            n += link.startswith(("socket:", "/memfd:"))
+            n += os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
     return n
