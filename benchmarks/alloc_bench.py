@@ -12,9 +12,9 @@ and on any CPU, the host pool against the host area and raw ``mmap.mmap``::
     PYTHONUNBUFFERED=1 python benchmarks/alloc_bench.py --host   # evidence/<date>-<machine>-alloc-bench-host/
 
 Peers (GPU): ``aml area`` (``aml_cuda.create(0)``: cudaMalloc per mmap), ``aml area,
-stream-ordered`` (the same area's ``mmap(n, {"stream": s})``: cudaMallocAsync), ``aml pool``
+stream-ordered`` (the same area's ``mmap(n, stream=s)``: cudaMallocAsync), ``aml pool``
 (``aml_core.pool`` over it), ``aml pool, on a stream`` (the pool's per-stream lists:
-``pool.mmap(n, {"stream": s})``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
+``pool.mmap(n, stream=s)``), ``aml expandable pool`` (over ``aml_cuda.virtual_memory(0)``),
 raw ``cudaMalloc``/``cudaFree`` and ``cudaMallocAsync``/``cudaFreeAsync`` (the device's
 default memory pool) through cuda-bindings, CuPy's ``MemoryPool`` (plain and on a stream),
 RMM's pool, PyTorch's caching allocator through its allocator entry
@@ -365,14 +365,11 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
             raise
 
         class StreamOrderedArea(AmlArea):
-            pays = (
-                "`functools.partial(area.mmap, options={'stream': s})` and the bound `munmap`: "
-                "no benchmark frame"
-            )
+            pays = "`functools.partial(area.mmap, stream=s)` and the bound `munmap`: no benchmark frame"
 
             def __init__(self) -> None:
                 super().__init__("aml area, stream-ordered", area, native=False)
-                self.alloc = functools.partial(area.mmap, options={"stream": stream})  # type: ignore[method-assign]
+                self.alloc = functools.partial(area.mmap, stream=stream)  # type: ignore[method-assign]
 
             def sync(self) -> None:
                 stream.synchronize()
@@ -401,7 +398,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
 
         class PoolOnStream(AmlPool):
             """Each thread on a stream of its own (the main thread on ``main``), through
-            ``functools.partial(pool.mmap, options={"stream": its stream})`` and the bound
+            ``functools.partial(pool.mmap, stream=its stream)`` and the bound
             ``munmap``; with ``alternate``, every other request is a plain (host-order)
             one, chosen in a Python frame of the benchmark (no peer is compared with it)."""
 
@@ -412,7 +409,7 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 self.pays = (
                     "one benchmark frame per alloc (the plain/stream choice) and the bound `munmap`"
                     if alternate
-                    else "`functools.partial(pool.mmap, options={'stream': s})` (its thread's stream) and "
+                    else "`functools.partial(pool.mmap, stream=s)` (its thread's stream) and "
                     "the bound `munmap`: no benchmark frame"
                 )
 
@@ -420,19 +417,15 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
                 self.flip = not self.flip
                 if self.flip:
                     return pool.mmap(n)
-                return pool.mmap(n, {"stream": getattr(local, "stream", main)})
+                return pool.mmap(n, stream=getattr(local, "stream", main))
 
             def calls(self) -> tuple[Callable[[int], Any], Callable[[Any], Any]]:
                 if alternate:
                     return self._alternate, pool.munmap
-                options = getattr(local, "options", None)
-                if options is None:
-                    options = local.options = {"stream": getattr(local, "stream", main)}
-                return functools.partial(pool.mmap, options=options), pool.munmap
+                return functools.partial(pool.mmap, stream=getattr(local, "stream", main)), pool.munmap
 
             def thread_init(self) -> None:
                 local.stream = aml_cuda.stream(non_blocking=True)
-                local.options = {"stream": local.stream}
                 made.append(local.stream)
 
             def sync(self) -> None:

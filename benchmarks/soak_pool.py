@@ -293,9 +293,9 @@ def prime(backend_name: str, free: Any, log: TextIO) -> dict[str, int]:
         ss = [backend.BACKEND.stream(non_blocking=True) for _ in range(2)]
         try:
             with aml_core.pool(area) as p, contextlib.suppress(aml_core.AMLNotSupported):  # no stream order
-                buf = p.mmap(4096, {"stream": ss[0]})
-                p.munmap_on(buf, ss[1])
-                p.munmap(p.mmap(4096, {"stream": ss[1]}))
+                buf = p.mmap(4096, stream=ss[0])
+                p.munmap(buf, stream=ss[1])
+                p.munmap(p.mmap(4096, stream=ss[1]))
                 p.trim()
         finally:
             for st in ss:
