@@ -87,7 +87,9 @@ def test_the_nodes_are_what_qemu_was_given(lab_topology: LabTopology) -> None:
         lab = lab_topology.node(n.node)
         assert (n.cpus, n.has_cpu) == (lab.cpus, lab.has_cpu), n
         assert n.memory is not None
-        assert 0.85 * (lab.memory_mib << 20) <= n.memory <= lab.memory_mib << 20, n
+        # The kernel keeps part of a node for its own structures (its page structs): the
+        # same bound as test_lab_machine's node sizes (node 2 had 208 of 256 MiB in CI).
+        assert 0.75 * (lab.memory_mib << 20) <= n.memory <= lab.memory_mib << 20, n
         assert n.distances == tuple((b, lab_topology.distance(n.node, b)) for b in lab_topology.node_ids)
     assert [n.node for n in topo.nodes if not n.has_cpu] == list(lab_topology.cpuless_nodes)
 
