@@ -335,9 +335,9 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
         if rc < 0:
             raise_errno(err, "move_pages")
         out = {}
-        for i in range(MAX_NODES + 4096):
+        for i in range(<size_t>(MAX_NODES + 4096)):
             if counts[i]:
-                out[<long>i if i < MAX_NODES else MAX_NODES - 1 - <long>i] = counts[i]
+                out[<long>i if i < <size_t>MAX_NODES else MAX_NODES - 1 - <long>i] = counts[i]
         return rc, out
     finally:
         PyMem_RawFree(pages)
