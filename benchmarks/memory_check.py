@@ -17,6 +17,7 @@ wait is over (a leak never settles).
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,20 @@ from typing import Any
 MiB = 1 << 20
 #: the default tolerance: the driver's own bookkeeping pages move free memory by less
 DEFAULT_TOLERANCE = 2 * MiB
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every soak takes for its check: ``--slack`` (the tolerance) and
+    ``--leak`` (a deliberate leak, the check's own test)."""
+    parser.add_argument(
+        "--slack",
+        type=int,
+        default=DEFAULT_TOLERANCE,
+        help="the tolerance, in bytes, on either side of the baseline (default 2 MiB)",
+    )
+    parser.add_argument(
+        "--leak", type=int, default=0, help="leak this many bytes on purpose (the check's own test)"
+    )
 
 
 def verdict(baseline: int, now: int, tolerance: int = DEFAULT_TOLERANCE) -> dict[str, Any]:

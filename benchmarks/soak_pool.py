@@ -364,15 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--budget", type=float, default=240.0, help="stop the loop after this many seconds")
     parser.add_argument("--live", type=int, default=256, help="most blocks held at once (about 3 MiB each)")
-    parser.add_argument(
-        "--slack",
-        type=int,
-        default=memory_check.DEFAULT_TOLERANCE,
-        help="the tolerance, in bytes, on either side of the baseline (default 2 MiB)",
-    )
-    parser.add_argument(
-        "--leak", type=int, default=0, help="leak this many bytes on purpose (the check's own test)"
-    )
+    memory_check.add_arguments(parser)
     args = parser.parse_args(argv)
     args.out = str(out_dir(args.out, "soak-pool"))
     os.makedirs(args.out, exist_ok=True)
