@@ -86,6 +86,7 @@ cdef class NativeStreams:
 
     cdef int hand_over(self, void **event, unsigned long long other, unsigned long long stream,
                        int *op) noexcept nogil
+    cdef int record(self, void **event, unsigned long long stream, int *op) noexcept nogil
     cdef int idle(self, void **event, unsigned long long stream, int *op) noexcept nogil
     cdef int failed(self, int code, int op) except -1
     cdef int synchronize(self, unsigned long long stream) except -1

@@ -446,10 +446,9 @@ cdef class NativeStreams:
     def __repr__(self):
         return f"<aml NativeStreams {', '.join(self.names)}>"
 
-    cdef int hand_over(self, void **event, unsigned long long other, unsigned long long stream,
-                       int *op) noexcept nogil:
-        """``stream`` waits for ``other``'s work so far (the event made on first use,
-        recorded on ``other``): 0, or the failing call's code with its S_* in ``op``."""
+    cdef int record(self, void **event, unsigned long long stream, int *op) noexcept nogil:
+        """Record ``event`` on ``stream`` (the event made on first use): 0, or the failing
+        call's code with its S_* in ``op`` (an event that could not be made stays NULL)."""
         cdef int rc
         if event[0] == NULL:
             op[0] = S_EVENT_CREATE
@@ -458,7 +457,14 @@ cdef class NativeStreams:
                 event[0] = NULL
                 return rc
         op[0] = S_EVENT_RECORD
-        rc = self.c_event_record(event[0], <void *><uintptr_t>other)
+        return self.c_event_record(event[0], <void *><uintptr_t>stream)
+
+    cdef int hand_over(self, void **event, unsigned long long other, unsigned long long stream,
+                       int *op) noexcept nogil:
+        """``stream`` waits for ``other``'s work so far (the event made on first use,
+        recorded on ``other``): 0, or the failing call's code with its S_* in ``op``."""
+        cdef int rc
+        rc = self.record(event, other, op)
         if rc != 0:
             return rc
         op[0] = S_STREAM_WAIT_EVENT
@@ -471,14 +477,7 @@ cdef class NativeStreams:
         cdef int rc
         if self.c_event_query == NULL:
             return -1
-        if event[0] == NULL:
-            op[0] = S_EVENT_CREATE
-            rc = self.c_event_create(event, self.event_flags)
-            if rc != 0:
-                event[0] = NULL
-                return rc
-        op[0] = S_EVENT_RECORD
-        rc = self.c_event_record(event[0], <void *><uintptr_t>stream)
+        rc = self.record(event, stream, op)
         if rc != 0:
             return rc
         op[0] = S_EVENT_QUERY
