@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 from collections.abc import Iterable
 
 import attrs
@@ -46,6 +47,7 @@ from .area import LIVE_AREAS, Area
 from .errors import AMLTypeError
 from .pool import Pool, PoolStats, StreamStats
 from .specs import format_size
+from .statistics import figure, figure_of, format_value, record_summary
 
 __all__ = [
     "STAT_KEYS",
@@ -55,30 +57,6 @@ __all__ = [
     "memory_summary",
     "pool_stats_summary",
 ]
-
-#: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
-#: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
-#: ``<figure>.<current|peak|total>`` (docs/user-guide.md, "Memory statistics").
-STAT_KEYS: tuple[str, ...] = (
-    "requested_bytes.current",
-    "requested_bytes.peak",
-    "allocated_bytes.current",
-    "reserved_bytes.current",
-    "reserved_bytes.peak",
-    "cached_bytes.current",
-    "largest_free_block_bytes.current",
-    "fragmentation.current",
-    "segments.current",
-    "buffers.current",
-    "mmap_calls.total",
-    "munmap_calls.total",
-    "native_allocations.total",
-    "native_frees.total",
-    "pool_hits.total",
-    "pool_misses.total",
-    "pools.current",
-    "areas.current",
-)
 
 #: PyTorch's names (``torch.cuda.memory_stats()``) for the figures that mean the same
 #: here, added by :func:`memory_stats` as aliases of aml's keys (for one area or pool,
@@ -152,101 +130,239 @@ def _stream_stats(streams: _Streams, prefix: str = "") -> dict[str, int | float]
     }
 
 
+def _fragmentation(f: _Figures) -> float:
+    """1 - largest free block / cached bytes (0 when nothing is cached), as
+    :class:`~aml_core.pool.PoolStats` defines it."""
+    return 1.0 - f.largest_free_block / f.cached if f.cached else 0.0
+
+
 @attrs.frozen
 class _Figures:
-    """What one holder (an area or a pool), or a sum of them, reports."""
+    """What one holder (an area or a pool), or a sum of them, reports: each figure
+    declared once (:func:`aml_core.statistics.figure`), with its key, meaning, row in the
+    summary and the record fields it is read from; :data:`STAT_KEYS`, :meth:`as_stats`,
+    :func:`_figures` and :func:`_rows` derive from these declarations."""
 
-    requested: int = 0
-    requested_peak: int = 0
-    allocated: int = 0
-    reserved: int = 0
-    reserved_peak: int = 0
-    cached: int = 0
-    largest_free_block: int = 0
-    segments: int = 0
-    buffers: int = 0
-    mmaps: int = 0
-    munmaps: int = 0
-    native_allocations: int = 0
-    native_frees: int = 0
-    hits: int = 0
-    misses: int = 0
-    pools: int = 0
-    areas: int = 0
-
-    @property
-    def fragmentation(self) -> float:
-        """1 - largest free block / cached bytes (0 when nothing is cached), as
-        :class:`~aml_core.pool.PoolStats` defines it."""
-        return 1.0 - self.largest_free_block / self.cached if self.cached else 0.0
+    requested: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "requested_bytes.current",
+            "bytes asked for by live buffers",
+            pool="pool_stats.bytes_in_use",
+            area="stats.bytes_in_use",
+            row="Requested memory",
+        ),
+    )
+    requested_peak: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "requested_bytes.peak",
+            "the peak of requested bytes",
+            pool="pool_stats.peak_bytes_in_use",
+            area="stats.peak_bytes",
+            row="Requested memory",
+            column="total",
+        ),
+    )
+    allocated: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "allocated_bytes.current",
+            "bytes of live blocks (an area: of live mappings)",
+            pool="pool_stats.block_bytes",
+            area="stats.bytes_in_use",
+            row="Allocated memory (blocks)",
+        ),
+    )
+    reserved: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "reserved_bytes.current",
+            "bytes held from the area below (an area: of live mappings)",
+            pool="pool_stats.bytes_reserved",
+            area="stats.bytes_in_use",
+            row="Reserved memory",
+        ),
+    )
+    reserved_peak: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "reserved_bytes.peak",
+            "the peak of reserved bytes",
+            pool="pool_stats.peak_bytes_reserved",
+            area="stats.peak_bytes",
+            row="Reserved memory",
+            column="total",
+        ),
+    )
+    cached: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "cached_bytes.current",
+            "reserved bytes in no live block",
+            pool="pool_stats.bytes_cached",
+            area=0,
+            row="Cached memory (free blocks)",
+        ),
+    )
+    largest_free_block: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "largest_free_block_bytes.current",
+            "the largest free block (over holders: the largest of any)",
+            pool="pool_stats.largest_free_block",
+            area=0,
+            row="Largest free block",
+            add="max",
+        ),
+    )
+    fragmentation: float = attrs.field(
+        init=False,
+        default=attrs.Factory(_fragmentation, takes_self=True),
+        metadata=figure(
+            "fragmentation.current",
+            "1 - largest free block / cached bytes, 0 when nothing is cached",
+            pool=None,
+            area=None,
+            row="Fragmentation",
+            unit="ratio",
+        ),
+    )
+    segments: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "segments.current",
+            "slabs (or mapped chunks) held from the area (an area: live mappings)",
+            pool="pool_stats.slabs",
+            area="stats.live_mappings",
+            row="Segments (slabs, mappings)",
+            unit="count",
+        ),
+    )
+    buffers: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "buffers.current",
+            "live buffers",
+            pool="stats.live_mappings",
+            area="stats.live_mappings",
+            row="Live buffers",
+            unit="count",
+        ),
+    )
+    mmaps: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "mmap_calls.total",
+            "mmap calls",
+            pool="stats.total_maps",
+            area="stats.total_maps",
+            row="mmap / munmap calls",
+            column="total",
+            unit="count",
+        ),
+    )
+    munmaps: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "munmap_calls.total",
+            "munmap calls and frees",
+            pool="stats.total_unmaps",
+            area="stats.total_unmaps",
+            row="mmap / munmap calls",
+            column="total",
+            unit="count",
+        ),
+    )
+    native_allocations: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "native_allocations.total",
+            "calls to the area for a slab (an area: every mmap)",
+            pool="pool_stats.native_allocations",
+            area="stats.total_maps",
+            row="Native allocations / frees",
+            column="total",
+            unit="count",
+        ),
+    )
+    native_frees: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "native_frees.total",
+            "slabs given back to the area (an area: every munmap)",
+            pool="pool_stats.native_frees",
+            area="stats.total_unmaps",
+            row="Native allocations / frees",
+            column="total",
+            unit="count",
+        ),
+    )
+    hits: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "pool_hits.total",
+            "mmaps served from cached memory",
+            pool="pool_stats.pool_hits",
+            area=0,
+            row="Pool hits / misses",
+            column="total",
+            unit="count",
+        ),
+    )
+    misses: int = attrs.field(
+        default=0,
+        metadata=figure(
+            "pool_misses.total",
+            "mmaps that needed a new slab",
+            pool="pool_stats.pool_misses",
+            area=0,
+            row="Pool hits / misses",
+            column="total",
+            unit="count",
+        ),
+    )
+    pools: int = attrs.field(
+        default=0, metadata=figure("pools.current", "pools", pool=1, area=0, unit="count")
+    )
+    areas: int = attrs.field(
+        default=0, metadata=figure("areas.current", "areas", pool=0, area=1, unit="count")
+    )
 
     def __add__(self, other: _Figures) -> _Figures:
-        fields = attrs.fields(_Figures)
-        values = {f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields}
-        values["largest_free_block"] = max(self.largest_free_block, other.largest_free_block)
+        values: dict[str, int] = {}
+        for f in attrs.fields(_Figures):
+            if f.init:
+                add = max if figure_of(f).add == "max" else operator.add
+                values[f.name] = add(getattr(self, f.name), getattr(other, f.name))
         return _Figures(**values)
 
     def as_stats(self, prefix: str = "") -> dict[str, int | float]:
-        values: tuple[int | float, ...] = (
-            self.requested,
-            self.requested_peak,
-            self.allocated,
-            self.reserved,
-            self.reserved_peak,
-            self.cached,
-            self.largest_free_block,
-            self.fragmentation,
-            self.segments,
-            self.buffers,
-            self.mmaps,
-            self.munmaps,
-            self.native_allocations,
-            self.native_frees,
-            self.hits,
-            self.misses,
-            self.pools,
-            self.areas,
-        )
-        return {prefix + key: value for key, value in zip(STAT_KEYS, values, strict=True)}
+        return {prefix + figure_of(f).key: getattr(self, f.name) for f in attrs.fields(_Figures)}
+
+
+#: The keys of :func:`memory_stats` for one area or pool, and of its totals (``all.``)
+#: and per-group parts (``<backend>.<kind>.<device>.``) for the whole process; each is
+#: ``<figure>.<current|peak|total>`` (docs/user-guide.md, "Memory statistics").
+STAT_KEYS: tuple[str, ...] = tuple(figure_of(f).key for f in attrs.fields(_Figures))
 
 
 def _figures(area: Area) -> _Figures:
-    """An area's or pool's own statistics, exact."""
-    stats = area.stats
+    """An area's or pool's own statistics, exact: each figure read where its
+    declaration says."""
+    records: dict[str, object] = {"stats": area.stats}
     if isinstance(area, Pool):
-        ps = area.pool_stats
-        return _Figures(
-            requested=ps.bytes_in_use,
-            requested_peak=ps.peak_bytes_in_use,
-            allocated=ps.block_bytes,
-            reserved=ps.bytes_reserved,
-            reserved_peak=ps.peak_bytes_reserved,
-            cached=ps.bytes_cached,
-            largest_free_block=ps.largest_free_block,
-            segments=ps.slabs,
-            buffers=stats.live_mappings,
-            mmaps=stats.total_maps,
-            munmaps=stats.total_unmaps,
-            native_allocations=ps.native_allocations,
-            native_frees=ps.native_frees,
-            hits=ps.pool_hits,
-            misses=ps.pool_misses,
-            pools=1,
-        )
-    return _Figures(
-        requested=stats.bytes_in_use,
-        requested_peak=stats.peak_bytes,
-        allocated=stats.bytes_in_use,
-        reserved=stats.bytes_in_use,
-        reserved_peak=stats.peak_bytes,
-        segments=stats.live_mappings,
-        buffers=stats.live_mappings,
-        mmaps=stats.total_maps,
-        munmaps=stats.total_unmaps,
-        native_allocations=stats.total_maps,
-        native_frees=stats.total_unmaps,
-        areas=1,
-    )
+        records["pool_stats"] = area.pool_stats
+    values: dict[str, int] = {}
+    for f in attrs.fields(_Figures):
+        d = figure_of(f)
+        source = d.of_pool if isinstance(area, Pool) else d.of_area
+        if isinstance(source, int):
+            values[f.name] = source
+        elif source is not None:
+            record, _, name = source.partition(".")
+            values[f.name] = getattr(records[record], name)
+    return _Figures(**values)
 
 
 def _own(f: _Figures, drawn: _Figures | None) -> _Figures:
@@ -377,15 +493,7 @@ def pool_stats_summary(stats: PoolStats) -> str:
         raise AMLTypeError(
             f"pool_stats_summary takes a pool's PoolStats (pool.pool_stats), not {type(stats).__name__}"
         )
-    size = format_size
-    return (
-        f"{size(stats.bytes_in_use)} in use (peak {size(stats.peak_bytes_in_use)}, "
-        f"{size(stats.block_bytes)} in blocks), {size(stats.bytes_reserved)} reserved "
-        f"(peak {size(stats.peak_bytes_reserved)}), {size(stats.bytes_cached)} cached (largest free "
-        f"block {size(stats.largest_free_block)}, fragmentation {stats.fragmentation:.1%}), "
-        f"{stats.slabs} slabs, {stats.native_allocations} native allocations / {stats.native_frees} frees, "
-        f"{stats.pool_hits} hits / {stats.pool_misses} misses"
-    )
+    return record_summary(stats)
 
 
 # -- the table ------------------------------------------------------------------------------
@@ -393,20 +501,15 @@ _WIDTH = 75
 
 
 def _rows(f: _Figures) -> list[tuple[str, str, str]]:
-    """(metric, current, peak or total) rows of a table."""
-    return [
-        ("Requested memory", format_size(f.requested), format_size(f.requested_peak)),
-        ("Allocated memory (blocks)", format_size(f.allocated), ""),
-        ("Reserved memory", format_size(f.reserved), format_size(f.reserved_peak)),
-        ("Cached memory (free blocks)", format_size(f.cached), ""),
-        ("Largest free block", format_size(f.largest_free_block), ""),
-        ("Fragmentation", f"{f.fragmentation:.1%}", ""),
-        ("Segments (slabs, mappings)", str(f.segments), ""),
-        ("Live buffers", str(f.buffers), ""),
-        ("mmap / munmap calls", "", f"{f.mmaps} / {f.munmaps}"),
-        ("Native allocations / frees", "", f"{f.native_allocations} / {f.native_frees}"),
-        ("Pool hits / misses", "", f"{f.hits} / {f.misses}"),
-    ]
+    """(metric, current, peak or total) rows of a table, in the figures' order: the
+    figures of one row and column written ``a / b``."""
+    cells: dict[str, dict[str, list[str]]] = {}
+    for field in attrs.fields(_Figures):
+        d = figure_of(field)
+        if d.row is not None:
+            row = cells.setdefault(d.row, {"current": [], "total": []})
+            row[d.column].append(format_value(d.unit, getattr(f, field.name)))
+    return [(name, " / ".join(c["current"]), " / ".join(c["total"])) for name, c in cells.items()]
 
 
 def _table(title: str, f: _Figures, streams: _Streams) -> list[str]:

@@ -17,6 +17,8 @@ import attrs
 
 from . import checks
 from .errors import AMLTypeError, AMLValueError
+from .statistics import format_size as format_size  # noqa: PLC0414 (re-exported: its home before)
+from .statistics import record_summary, stat
 
 __all__ = [
     "BACKEND_STATES",
@@ -258,35 +260,30 @@ class BackendStatus:
         return status_to_json(self)
 
 
-def format_size(n: int, *, exact: bool = False) -> str:
-    """A byte count for people: ``"64.0 MiB"``, ``"4.0 KiB"``, ``"512 B"`` (binary
-    units, one decimal). Exact values stay in the fields that hold them; with ``exact``
-    (error messages, where the caller may need the very number) the count follows:
-    ``"8.0 GiB (8589934592 bytes)"``, ``"512 bytes"``."""
-    for unit, shift in (("PiB", 50), ("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if abs(n) >= 1 << shift:
-            text = f"{n / (1 << shift):.1f} {unit}"
-            return f"{text} ({n} bytes)" if exact else text
-    return f"{n} bytes" if exact else f"{n} B"
-
-
 @attrs.frozen
 class AreaStats:
     """A snapshot of an area's bookkeeping. The fields are exact byte and mapping
-    counts; ``str()`` (:meth:`summary`) gives them for people, sizes in binary units."""
+    counts; ``str()`` (:meth:`summary`) gives them for people, sizes in binary units.
+    Each field is declared once, with its meaning and its words in the summary
+    (:mod:`aml_core.statistics`)."""
 
-    bytes_in_use: int = 0
-    peak_bytes: int = 0
-    live_mappings: int = 0
-    total_maps: int = 0
-    total_unmaps: int = 0
+    bytes_in_use: int = attrs.field(default=0, metadata=stat("bytes of live mappings", "{} in use"))
+    peak_bytes: int = attrs.field(
+        default=0, metadata=stat("the peak of bytes_in_use since the area was made", "peak {}", part="aside")
+    )
+    live_mappings: int = attrs.field(
+        default=0, metadata=stat("mappings not yet unmapped", "{} live mappings", unit="count")
+    )
+    total_maps: int = attrs.field(
+        default=0, metadata=stat("mmap calls that succeeded", "{} maps", unit="count")
+    )
+    total_unmaps: int = attrs.field(
+        default=0, metadata=stat("munmap calls and frees that succeeded", "{} unmaps", unit="count")
+    )
 
     def summary(self) -> str:
         """``"64.0 MiB in use (peak 128.0 MiB), 2 live mappings, 5 maps, 3 unmaps"``."""
-        return (
-            f"{format_size(self.bytes_in_use)} in use (peak {format_size(self.peak_bytes)}), "
-            f"{self.live_mappings} live mappings, {self.total_maps} maps, {self.total_unmaps} unmaps"
-        )
+        return record_summary(self)
 
     def __str__(self) -> str:
         return self.summary()

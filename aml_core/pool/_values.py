@@ -4,9 +4,12 @@ the allocator kernel (aml_core/_kernel.pyx)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, TypedDict
 
 import attrs
+
+from ..statistics import counters_of, stat
 
 __all__ = [
     "NO_STREAM",
@@ -26,29 +29,92 @@ MiB = 1 << 20
 
 @attrs.frozen
 class PoolStats:
-    """A snapshot of a pool's counters (see aml_core.pool, "Statistics", for the formulas)."""
+    """A snapshot of a pool's counters (see aml_core.pool, "Statistics", for the formulas).
+    Each field is declared once: its meaning, its words in the summary and the kernel's
+    ``Counters`` field it is read from (:mod:`aml_core.statistics`)."""
 
-    #: Bytes asked for by live buffers, and their peak since creation or reset_peak().
-    bytes_in_use: int
-    peak_bytes_in_use: int
-    #: Bytes of live blocks (requests rounded up to the granule, unsplit tails included).
-    block_bytes: int
-    #: Bytes held from the area (slabs, or mapped bytes of an expandable pool), and peak.
-    bytes_reserved: int
-    peak_bytes_reserved: int
-    #: Reserved bytes not in a live block (cached for reuse).
-    bytes_cached: int
-    #: Slabs (or mapped chunks of an expandable pool) held from the area.
-    slabs: int
-    #: Native calls to the area: slabs (or chunks) allocated and returned.
-    native_allocations: int
-    native_frees: int
-    #: mmap calls served from cached memory, and those that needed a new slab.
-    pool_hits: int
-    pool_misses: int
-    #: The largest free block, and 1 - largest_free_block / bytes_cached (0 if none).
-    largest_free_block: int
-    fragmentation: float
+    bytes_in_use: int = attrs.field(
+        metadata=stat("bytes asked for by live buffers", "{} in use", counter="requested")
+    )
+    peak_bytes_in_use: int = attrs.field(
+        metadata=stat(
+            "the peak of bytes_in_use since creation or reset_peak()",
+            "peak {}",
+            part="aside",
+            counter="peak_requested",
+        )
+    )
+    block_bytes: int = attrs.field(
+        metadata=stat(
+            "bytes of live blocks (requests rounded up to the granule, unsplit tails included)",
+            "{} in blocks",
+            part="aside",
+            counter="blocks",
+        )
+    )
+    bytes_reserved: int = attrs.field(
+        metadata=stat(
+            "bytes held from the area (slabs, or mapped bytes of an expandable pool)",
+            "{} reserved",
+            counter="reserved",
+        )
+    )
+    peak_bytes_reserved: int = attrs.field(
+        metadata=stat(
+            "the peak of bytes_reserved since creation or reset_peak()",
+            "peak {}",
+            part="aside",
+            counter="peak_reserved",
+        )
+    )
+    bytes_cached: int = attrs.field(
+        metadata=stat("reserved bytes not in a live block (cached for reuse)", "{} cached", derived=True)
+    )
+    largest_free_block: int = attrs.field(
+        metadata=stat("the largest free block", "largest free block {}", part="aside", counter="largest_free")
+    )
+    fragmentation: float = attrs.field(
+        metadata=stat(
+            "1 - largest_free_block / bytes_cached (0 when nothing is cached)",
+            "fragmentation {}",
+            unit="ratio",
+            part="aside",
+            derived=True,
+        )
+    )
+    slabs: int = attrs.field(
+        metadata=stat(
+            "slabs (or mapped chunks of an expandable pool) held from the area",
+            "{} slabs",
+            unit="count",
+            counter="slabs",
+        )
+    )
+    native_allocations: int = attrs.field(
+        metadata=stat(
+            "native calls to the area for a slab (or chunk)",
+            "{} native allocations",
+            unit="count",
+            counter="native_allocs",
+        )
+    )
+    native_frees: int = attrs.field(
+        metadata=stat(
+            "slabs (or chunks) given back to the area",
+            "{} frees",
+            unit="count",
+            part="pair",
+            counter="native_frees",
+        )
+    )
+    pool_hits: int = attrs.field(
+        metadata=stat("mmap calls served from cached memory", "{} hits", unit="count", counter="hits")
+    )
+    pool_misses: int = attrs.field(
+        metadata=stat(
+            "mmap calls that needed a new slab", "{} misses", unit="count", part="pair", counter="misses"
+        )
+    )
 
     def __str__(self) -> str:
         from ..memory import pool_stats_summary  # here: aml_core.memory imports aml_core.pool
@@ -56,26 +122,10 @@ class PoolStats:
         return pool_stats_summary(self)
 
 
-#: Each PoolStats field read from the kernel's ``Counters`` struct (_kernel.pxd), by name.
-_FROM_COUNTERS = {
-    "bytes_in_use": "requested",
-    "peak_bytes_in_use": "peak_requested",
-    "block_bytes": "blocks",
-    "bytes_reserved": "reserved",
-    "peak_bytes_reserved": "peak_reserved",
-    "slabs": "slabs",
-    "native_allocations": "native_allocs",
-    "native_frees": "native_frees",
-    "pool_hits": "hits",
-    "pool_misses": "misses",
-    "largest_free_block": "largest_free",
-}
-
-
-def pool_stats_of(counters: dict[str, int]) -> PoolStats:
+def pool_stats_of(counters: Mapping[str, int]) -> PoolStats:
     """The :class:`PoolStats` of the kernel's counters (``PoolKernel.stats()``: its
     ``Counters`` struct by field name), and the two figures derived from them."""
-    fields: dict[str, Any] = {name: counters[c] for name, c in _FROM_COUNTERS.items()}
+    fields: dict[str, Any] = {name: counters[c] for name, c in counters_of(PoolStats).items()}
     cached = counters["reserved"] - counters["blocks"]
     fields["bytes_cached"] = cached
     fields["fragmentation"] = 1.0 - counters["largest_free"] / cached if cached else 0.0
