@@ -22,6 +22,18 @@ cdef extern from "<pthread.h>" nogil:
 cdef struct Block
 cdef struct Slab
 
+# The live blocks by address (_live): open addressing, linear probing, deletion by
+# backward shift; an empty slot has block NULL. No allocation per entry (an
+# unordered_map allocated a node for each hit): the slots grow by doubling.
+cdef struct LiveEntry:
+    u64 addr
+    Block *block
+
+cdef struct LiveMap:
+    LiveEntry *slots
+    size_t cap  # a power of two, or 0
+    size_t count
+
 # Memory held from the area: a slab Buffer (buf), or the expandable segment (buf NULL).
 cdef struct Slab:
     u64 ptr
@@ -105,7 +117,7 @@ cdef class PoolKernel(FastPath):
     cdef unordered_map[size_t, vector[Block *]] _fast
     cdef cmap[StreamKey, vector[Block *]] _sfast
     cdef unordered_map[u64, long long] _held
-    cdef unordered_map[u64, Block *] _live
+    cdef LiveMap _live
     cdef vector[Slab *] _slabs
     cdef Slab *_segment
     cdef vector[Chunk] _chunks

@@ -36,7 +36,7 @@ from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from cython.operator cimport dereference as deref
 from cython.operator cimport preincrement as inc
 from libc.stdint cimport uintptr_t
-from libc.stdlib cimport calloc
+from libc.stdlib cimport abort, calloc
 from libc.stdlib cimport free as cfree
 from libcpp.map cimport map as cmap
 from libcpp.vector cimport vector
@@ -98,6 +98,91 @@ cdef enum:
 
 
 @cython.final
+# -- the live blocks (LiveMap, _kernel.pxd) ----------------------------------------------------
+cdef inline size_t _live_hash(u64 addr) noexcept nogil:
+    # Blocks are granule-aligned: mix the high bits into the low ones.
+    cdef u64 h = addr * 0x9E3779B97F4A7C15ULL
+    return <size_t>(h ^ (h >> 29))
+
+
+cdef Block *live_find(LiveMap *m, u64 addr) noexcept nogil:
+    if m.cap == 0:
+        return NULL
+    cdef size_t mask = m.cap - 1
+    cdef size_t i = _live_hash(addr) & mask
+    while m.slots[i].block != NULL:
+        if m.slots[i].addr == addr:
+            return m.slots[i].block
+        i = (i + 1) & mask
+    return NULL
+
+
+cdef int _live_grow(LiveMap *m) noexcept nogil:
+    """Double the slots (64 at first): 0, or -1 (nothing changed) without memory."""
+    cdef size_t cap = 64 if m.cap == 0 else m.cap * 2
+    cdef LiveEntry *slots = <LiveEntry *>calloc(cap, sizeof(LiveEntry))
+    if slots == NULL:
+        return -1
+    cdef size_t mask = cap - 1
+    cdef size_t i, j
+    for i in range(m.cap):
+        if m.slots[i].block != NULL:
+            j = _live_hash(m.slots[i].addr) & mask
+            while slots[j].block != NULL:
+                j = (j + 1) & mask
+            slots[j] = m.slots[i]
+    cfree(m.slots)
+    m.slots = slots
+    m.cap = cap
+    return 0
+
+
+cdef void live_put(LiveMap *m, u64 addr, Block *b) noexcept nogil:
+    """Enter the live block ``b`` at ``addr`` (absent: a block is live once). The slots
+    grow at three quarters full; without memory for that, the entry goes into a free
+    slot of the present ones, and only a table with none left aborts (as the
+    unordered_map's allocation failure did)."""
+    if (m.count + 1) * 4 > m.cap * 3 and _live_grow(m) < 0 and m.count + 1 >= m.cap:
+        abort()
+    cdef size_t mask = m.cap - 1
+    cdef size_t i = _live_hash(addr) & mask
+    while m.slots[i].block != NULL:
+        i = (i + 1) & mask
+    m.slots[i].addr = addr
+    m.slots[i].block = b
+    m.count += 1
+
+
+cdef Block *live_pop(LiveMap *m, u64 addr) noexcept nogil:
+    """Remove the live block at ``addr`` and return it (NULL: none), shifting back the
+    entries whose probe passed its slot."""
+    if m.cap == 0:
+        return NULL
+    cdef size_t mask = m.cap - 1
+    cdef size_t i = _live_hash(addr) & mask
+    while m.slots[i].addr != addr or m.slots[i].block == NULL:
+        if m.slots[i].block == NULL:
+            return NULL
+        i = (i + 1) & mask
+    cdef Block *b = m.slots[i].block
+    cdef size_t j = i
+    cdef size_t home
+    while True:
+        j = (j + 1) & mask
+        if m.slots[j].block == NULL:
+            break
+        home = _live_hash(m.slots[j].addr) & mask
+        # The entry at j stays if its home lies cyclically in (i, j].
+        if (i < j and i < home <= j) or (i > j and (home > i or home <= j)):
+            continue
+        m.slots[i] = m.slots[j]
+        i = j
+    m.slots[i].block = NULL
+    m.slots[i].addr = 0
+    m.count -= 1
+    return b
+
+
 cdef class PoolKernel(FastPath):
     """PoolKernel(area, config, *, limit=None, options=None)
 --
@@ -159,6 +244,8 @@ cdef class PoolKernel(FastPath):
         if self._segment != NULL:
             self._free_slab_struct(self._segment)
             self._segment = NULL
+        cfree(self._live.slots)
+        self._live.slots = NULL
         pthread_mutex_destroy(&self._mu)
 
     cdef void _free_slab_struct(self, Slab *s) noexcept:
@@ -399,7 +486,7 @@ cdef class PoolKernel(FastPath):
         b.has_stream = has_stream
         b.stream = stream
         b.requested = size
-        self._live[b.addr] = b
+        live_put(&self._live, b.addr, b)
         if self._trace:
             self.record(EV_ALLOC, b.addr, b.size, size, has_stream, stream)
         self.hits += 1
@@ -433,11 +520,9 @@ cdef class PoolKernel(FastPath):
         return 1
 
     cdef Block *unlive(self, u64 addr) noexcept nogil:
-        it = self._live.find(addr)
-        if it == self._live.end():
+        cdef Block *b = live_pop(&self._live, addr)
+        if b == NULL:
             return NULL
-        cdef Block *b = deref(it).second
-        self._live.erase(it)
         self.requested -= b.requested
         return b
 
@@ -895,7 +980,7 @@ cdef class PoolKernel(FastPath):
                 try:
                     self._streams.synchronize(s)
                 except BaseException:
-                    self._live[b.addr] = b  # still live: the caller keeps the buffer, a retry frees it
+                    live_put(&self._live, b.addr, b)  # still live: the caller keeps the buffer, a retry frees it
                     self.requested += b.requested
                     raise
                 has_stream = False
@@ -1304,10 +1389,9 @@ cdef class PoolKernel(FastPath):
         slab's Buffer or None, the offset in the slab, the block's bytes)."""
         self.lock_gil()
         try:
-            it = self._live.find(addr)
-            if it == self._live.end():
+            b = live_find(&self._live, addr)
+            if b == NULL:
                 raise AMLValueError(f"0x{addr:x} is not a live block of this pool")
-            b = deref(it).second
             slab = b.slab
             info = <tuple>slab.cinfo
             buf = None if slab.buf == NULL else <object>slab.buf
@@ -1374,13 +1458,13 @@ cdef class PoolKernel(FastPath):
         self.lock_gil()
         try:
             out = {}
-            live_it = self._live.begin()
-            while live_it != self._live.end():
-                b = deref(live_it).second
+            for i in range(self._live.cap):
+                b = self._live.slots[i].block
+                if b == NULL:
+                    continue
                 key = b.stream if b.has_stream else None
                 r, used, cached, n, m = out.get(key, (0, 0, 0, 0, 0))
                 out[key] = (r + b.requested, used + b.size, cached, n + 1, m)
-                inc(live_it)
             stream_bytes = 0
             it = self._sfast.begin()
             while it != self._sfast.end():
@@ -1453,7 +1537,7 @@ cdef class PoolKernel(FastPath):
         on a stream finds them (issue 32, root cause 1)."""
         self.lock_gil()
         try:
-            if self._streams is not None or self._live.size() or self._slabs.size():
+            if self._streams is not None or self._live.count or self._slabs.size():
                 raise ValueError("set_streams comes once, before the pool hands out memory")
             self._streams = streams
         finally:
@@ -1474,7 +1558,7 @@ cdef class PoolKernel(FastPath):
 
     def live_blocks(self):
         """How many blocks are live (handed out and not freed)."""
-        return self._live.size()
+        return self._live.count
 
     @property
     def granule(self):

@@ -1023,3 +1023,31 @@ def test_bad_calls_of_the_kernel_are_refused(pool: Pool) -> None:
     with pytest.raises(AMLValueError):
         pool.trim(-1)
     _consistent(pool, {})
+
+
+# -- the live blocks' table (LiveMap: open addressing, grown by doubling) -----------------
+def test_thousands_of_live_blocks_freed_in_any_order_stay_found(pool: Pool) -> None:
+    """The kernel finds each live block by its address while its table grows past its
+    first 64 slots and entries are removed in a shuffled order (each removal shifts the
+    entries whose probe passed it): every free takes the block its buffer names, by
+    Buffer and by pointer, and a freed address is no longer live."""
+    rng = random.Random(31)
+    kernel = _kernel(pool)
+    live = {b.ptr: b for b in (pool.mmap(rng.choice((512, 1024, 4096))) for _ in range(3000))}
+    assert kernel.live_blocks() == 3000
+    _consistent(pool, live)
+    order = list(live)
+    rng.shuffle(order)
+    for i, ptr in enumerate(order):
+        buf = live.pop(ptr)
+        assert kernel.block(ptr)[-1] == (buf.size + 511) // 512 * 512
+        pool.munmap(ptr if i % 2 else buf)
+        with pytest.raises(AMLValueError, match="is not a live block of this pool"):
+            kernel.block(ptr)
+        if i % 500 == 0:
+            _consistent(pool, live)
+            again = pool.mmap(buf.size)  # a hit reuses a freed block and enters it again
+            assert kernel.block(again.ptr)[-1] >= buf.size
+            pool.munmap(again)
+    assert kernel.live_blocks() == 0
+    _consistent(pool, {})
