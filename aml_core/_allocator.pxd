@@ -79,6 +79,8 @@ cdef class NativeStreams:
     cdef handle_fn c_stream_synchronize
     cdef unsigned int event_flags
     cdef int not_ready  # event_query's "still running" code
+    cdef bint has_sentinel  # the functions may raise a Python exception with this code
+    cdef int sentinel
     cdef readonly bint needs_gil  # the calls run Python (trampolines): never from a hook without the GIL
     cdef readonly object fail
     cdef readonly tuple names

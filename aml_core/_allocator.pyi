@@ -78,6 +78,7 @@ class NativeStreams:
         not_ready: int = 0,
         event_flags: int = 0,
         needs_gil: bool = False,
+        error_sentinel: int | None = None,
         owner: object = None,
     ) -> None: ...
     @property

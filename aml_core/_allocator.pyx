@@ -376,7 +376,7 @@ STREAM_OPS = ("event_create", "event_destroy", "event_record", "stream_wait_even
 
 @cython.auto_pickle(False)
 cdef class NativeStreams:
-    """NativeStreams(*, event_create, event_destroy, event_record, stream_wait_event, stream_synchronize, fail, names, event_query=None, not_ready=0, event_flags=0, needs_gil=False, owner=None)
+    """NativeStreams(*, event_create, event_destroy, event_record, stream_wait_event, stream_synchronize, fail, names, event_query=None, not_ready=0, event_flags=0, needs_gil=False, error_sentinel=None, owner=None)
 --
 
     A runtime's stream and event calls as C function pointers (integer addresses), with
@@ -399,7 +399,10 @@ cdef class NativeStreams:
     AMLError. ``names`` maps each operation (:data:`STREAM_OPS`) to the native function's
     name. ``event_flags``: the flags events are created with (timing disabled).
     ``needs_gil``: the functions run Python (:func:`aml_core.stream.native_streams`'s
-    trampolines over a Python runtime): a framework hook then takes the GIL first. The
+    trampolines over a Python runtime): a framework hook then takes the GIL first.
+    ``error_sentinel``: the functions are Cython functions declared ``except
+    ?error_sentinel`` (cuda-bindings' cyruntime, as for NativeAllocator): that code with a
+    Python exception set propagates the exception instead of calling ``fail``. The
     functions must stay loaded while the table lives (``owner`` is kept for that)."""
 
     def __init__(
@@ -416,10 +419,13 @@ cdef class NativeStreams:
         int not_ready=0,
         unsigned int event_flags=0,
         bint needs_gil=False,
+        error_sentinel=None,
         owner=None,
     ):
         if not callable(fail):
             raise TypeError("fail must be callable")
+        self.has_sentinel = error_sentinel is not None
+        self.sentinel = error_sentinel if self.has_sentinel else 0
         for op in STREAM_OPS:
             if (op != "event_query" or event_query is not None) and not isinstance(names.get(op), str):
                 raise TypeError(f"names[{op!r}] must be a str")
@@ -487,7 +493,10 @@ cdef class NativeStreams:
         return rc
 
     cdef int failed(self, int code, int op) except -1:
-        """A call that returned ``code``: raise the backend's translated error."""
+        """A call that returned ``code``: raise the backend's translated error (or the
+        Python exception a function declared ``except ?error_sentinel`` raised)."""
+        if self.has_sentinel and code == self.sentinel and PyErr_Occurred() != NULL:
+            return -1
         self.fail(self.names[op], code)
         raise SystemError(f"the fail hook of {self!r} returned instead of raising")
 

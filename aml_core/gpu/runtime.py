@@ -293,14 +293,25 @@ GROUP_OPS: Mapping[Group, type] = {
 #: The methods a runtime's NativeAllocator stands for.
 NATIVE_METHODS = ("get_device", "_malloc", "_free", "_malloc_managed", "_host_alloc", "_free_host")
 
+#: The methods a runtime's NativeStreams (``native_streams()``) stands for.
+STREAM_METHODS = (
+    "_event_create",
+    "_event_destroy",
+    "_event_record",
+    "_stream_wait_event",
+    "_event_query",
+    "_stream_synchronize",
+)
 
-def replaces_native(runtime: object, owner: type) -> bool:
-    """Whether ``runtime``'s class replaces one of the :data:`NATIVE_METHODS` of
-    ``owner``, the class whose ``native_allocator`` describes them: its compiled table
+
+def replaces_native(runtime: object, owner: type, methods: tuple[str, ...] = NATIVE_METHODS) -> bool:
+    """Whether ``runtime``'s class replaces one of the ``methods`` of ``owner`` (the
+    :data:`NATIVE_METHODS`, or the :data:`STREAM_METHODS`), the class whose
+    ``native_allocator`` (or ``native_streams``) describes them: its compiled table
     would then not be what the runtime does (a test's recording runtime, a benchmark's
     do-nothing one), so it must not offer it."""
     cls = type(runtime)
-    return any(getattr(cls, m, None) is not getattr(owner, m, None) for m in NATIVE_METHODS)
+    return any(getattr(cls, m, None) is not getattr(owner, m, None) for m in methods)
 
 
 def device_capabilities(

@@ -101,3 +101,136 @@ def test_device_areas_run_the_compiled_path_on_a_gpu() -> None:
         )
         assert f"cudaMalloc of {2 * total} bytes failed" in str(info.value)
         area.munmap(area.mmap(4096))  # CUDA's last error was cleared
+
+
+# -- the kernel's stream calls (CudaStreams.native_streams) ------------------------------
+def _pointer_types() -> dict[str, str]:
+    """The C function pointer type of each NativeStreams operation, as aml_core's
+    _allocator.pxd declares it (the shapes the kernel calls): op -> parameter list."""
+    import re
+    from pathlib import Path
+
+    import aml_core
+
+    pxd = (Path(aml_core.__file__).parent / "_allocator.pxd").read_text()
+    shapes = dict(re.findall(r"ctypedef int \(\*(\w+)\)\(([^)]*)\) noexcept nogil", pxd))
+    by_op = {
+        "event_create": "event_create_fn",
+        "event_destroy": "handle_fn",
+        "event_record": "event_record_fn",
+        "stream_wait_event": "stream_wait_fn",
+        "event_query": "handle_fn",
+        "stream_synchronize": "handle_fn",
+    }
+    return {op: shapes[fn] for op, fn in by_op.items()}
+
+
+def test_the_stream_capsules_have_the_expected_signatures() -> None:
+    from aml_cuda.streams import STREAM_FUNCTIONS, STREAM_SIGNATURES
+
+    found = native.cyruntime_functions(STREAM_FUNCTIONS.values())
+    assert {name: signature for name, (_, signature) in found.items()} == STREAM_SIGNATURES
+    assert all(address for address, _ in found.values())
+
+
+def test_the_stream_signatures_are_the_kernels_pointer_types() -> None:
+    """Each capsule's C signature, with cudaEvent_t and cudaStream_t as the opaque
+    pointers cuda-bindings' cyruntime.pxd declares them (``ctypedef CUevent_st*
+    cudaEvent_t``), is the parameter list of the pointer type the kernel calls it
+    through; cudaError_t is a C enum, an int."""
+    import re
+    from pathlib import Path
+
+    from aml_cuda.streams import STREAM_FUNCTIONS, STREAM_SIGNATURES
+    from cuda.bindings import cyruntime
+
+    pxd = (Path(cyruntime.__file__).parent / "cyruntime.pxd").read_text()
+    assert re.search(r"ctypedef CUevent_st\* cudaEvent_t\b", pxd)
+    assert re.search(r"ctypedef CUstream_st\* cudaStream_t\b", pxd)
+    shapes = _pointer_types()
+    for op, function in STREAM_FUNCTIONS.items():
+        signature = STREAM_SIGNATURES[function]
+        assert signature.startswith("cudaError_t (")
+        assert signature.endswith(")")
+        params = signature.removeprefix("cudaError_t (").removesuffix(")")
+        as_void = params.replace("cudaEvent_t *", "void **").replace("cudaEvent_t", "void *")
+        assert as_void.replace("cudaStream_t", "void *") == shapes[op], function
+
+
+def test_the_runtime_offers_its_stream_calls_in_c() -> None:
+    from aml_cuda.streams import STREAM_FUNCTIONS
+
+    from aml_core.stream import NativeStreams
+
+    rt = CudaRuntime()
+    table = rt.native_streams()
+    assert isinstance(table, NativeStreams)
+    assert table is rt.native_streams()  # made once
+    assert not table.needs_gil  # a hook's hand-over takes no GIL
+    assert table.queries  # a plain request after a stream request queries an event
+    assert table.names == tuple(STREAM_FUNCTIONS.values())  # in NativeStreams' order of operations
+
+
+@pytest.mark.parametrize("method", ["_event_create", "_event_record", "_stream_wait_event", "_event_query"])
+def test_a_subclass_replacing_a_stream_method_offers_none(method: str) -> None:
+    from aml_core.gpu.runtime import STREAM_METHODS
+
+    assert method in STREAM_METHODS
+    inherited = getattr(CudaRuntime, method)
+
+    def wrapper(self: CudaRuntime, *args: object) -> object:
+        return inherited(self, *args)
+
+    replaced = type("Replaced", (CudaRuntime,), {method: wrapper})
+    assert replaced().native_streams() is None  # the kernel then calls the Python method
+    assert type("Same", (CudaRuntime,), {method: inherited})().native_streams() is not None
+
+
+def test_no_stream_table_without_the_capsules_or_their_signatures(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aml_cuda import streams
+
+    def missing(names: object) -> dict[str, tuple[int, str]]:
+        raise AMLNotSupported("cuda.bindings.cyruntime does not export cudaEventQuery")
+
+    monkeypatch.setattr(streams, "cyruntime_functions", missing)
+    assert CudaRuntime().native_streams() is None
+    monkeypatch.undo()
+    changed = dict(streams.STREAM_SIGNATURES, cudaEventRecord="cudaError_t (cudaEvent_t)")
+    monkeypatch.setattr(streams, "STREAM_SIGNATURES", changed)
+    assert CudaRuntime().native_streams() is None
+
+
+@pytest.mark.skipif(gpu_available(), reason="needs a machine without a usable CUDA driver")
+def test_a_failing_stream_call_raises_what_the_python_path_raises() -> None:
+    """cudaStreamSynchronize through the capsule, without a driver, fails as the Python
+    binding does, through the same table (the kernel's synchronize of a stream)."""
+    rt = CudaRuntime()
+    table = rt.native_streams()
+    assert table is not None
+    with pytest.raises(AMLError) as python_path:
+        rt.stream_synchronize(0)
+    with pytest.raises(AMLError) as compiled:
+        table._synchronize(0)
+    assert type(compiled.value) is type(python_path.value)
+    assert compiled.value.native == python_path.value.native
+    assert compiled.value.native is not None
+    assert compiled.value.native.function == "cudaStreamSynchronize"
+
+
+@pytest.mark.gpu
+def test_a_pool_over_a_device_area_has_the_stream_calls_in_c() -> None:
+    import aml_cuda
+
+    import aml_core
+
+    with aml_cuda.create(0, 0) as area, aml_core.pool(area) as pool:
+        streams = pool._kernel.streams()
+        assert streams is not None
+        assert not streams.needs_gil
+        s = aml_cuda.stream(non_blocking=True)
+        try:
+            pool.munmap(pool.mmap(4096, stream=s))
+            buf = pool.mmap(4096)  # a plain request after a stream request: an event query
+            pool.munmap(buf)
+        finally:
+            s.close()

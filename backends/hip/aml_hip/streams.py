@@ -16,17 +16,6 @@ from .calls import vp as _vp
 
 __all__ = ["HipStreams"]
 
-#: The methods whose native calls ``native_streams`` gives the kernel as C pointers: a
-#: subclass that replaces one (a test's recording runtime) gets the Python trampolines.
-_STREAM_METHODS = (
-    "_event_create",
-    "_event_destroy",
-    "_event_record",
-    "_stream_wait_event",
-    "_event_query",
-    "_stream_synchronize",
-)
-
 
 class HipStreams(HipCalls, core.StreamOps, core.StreamOrderedOps):
     """``hipStream*``, ``hipMallocAsync`` / ``hipFreeAsync`` and ``hipEvent*``."""
@@ -81,9 +70,8 @@ class HipStreams(HipCalls, core.StreamOps, core.StreamOrderedOps):
         library, for a pool's kernel (a hook's hand-over then needs no GIL; a plain
         request after a stream request queries an event); a failure raises through the
         same table as :meth:`HipLibrary.call`. None for a subclass that replaces one of
-        those methods."""
-        cls = type(self)
-        if any(getattr(cls, m) is not getattr(HipStreams, m) for m in _STREAM_METHODS):
+        those methods (:data:`aml_core.gpu.runtime.STREAM_METHODS`)."""
+        if core.replaces_native(self, HipStreams, core.STREAM_METHODS):
             return None
         cached: NativeStreams | None = getattr(self, "_native_streams", None)
         if cached is None:
