@@ -14,6 +14,10 @@ Each case is the best of 7 loops of 200,000 pairs (``--loops``, ``--n``), in ns 
                    ``{"stream": s}``: the same case, each tree's spelling)
   hip_handle_pair  the same with the stream's int handle
 
+``--clock thread`` times with the thread's CPU time (CLOCK_THREAD_CPUTIME_ID) instead of
+the wall clock: on a machine shared with other work, the time this thread was not running
+is left out (the caches it shares are not).
+
 ``--compare`` runs ``--one`` in a child process per tree (PYTHONPATH: the tree and its
 backends/hip), alternating old and new ``--rounds`` times, and writes the best per case
 and tree, and the new/old ratios, to ``DIR/contract_pairs.json``. The HIP double is the
@@ -35,12 +39,17 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 
 
+#: The clock of ``_best`` (``--clock``): the wall clock, or this thread's CPU time.
+CLOCKS = {"wall": time.perf_counter_ns, "thread": time.thread_time_ns}
+_clock = CLOCKS["wall"]
+
+
 def _best(body: Any, n: int, loops: int) -> float:
     best = float("inf")
     for _ in range(loops):
-        start = time.perf_counter_ns()
+        start = _clock()
         body(n)
-        best = min(best, (time.perf_counter_ns() - start) / n)
+        best = min(best, (_clock() - start) / n)
     return best
 
 
@@ -127,7 +136,9 @@ def _hip_double() -> str:
     return str(build_double("host"))
 
 
-def compare(old: Path, new: Path, rounds: int, n: int, loops: int, out_dir: Path) -> dict[str, Any]:
+def compare(
+    old: Path, new: Path, rounds: int, n: int, loops: int, out_dir: Path, clock: str = "wall"
+) -> dict[str, Any]:
     library = _hip_double()
     runs: dict[str, list[dict[str, Any]]] = {"old": [], "new": []}
     for _ in range(rounds):
@@ -144,6 +155,8 @@ def compare(old: Path, new: Path, rounds: int, n: int, loops: int, out_dir: Path
                     str(n),
                     "--loops",
                     str(loops),
+                    "--clock",
+                    clock,
                 ],
                 env=env,
                 capture_output=True,
@@ -154,8 +167,30 @@ def compare(old: Path, new: Path, rounds: int, n: int, loops: int, out_dir: Path
             runs[label].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     cases = ("host_pool_pair", "numpy_pair", "hip_stream_pair", "hip_handle_pair")
     best = {label: {c: min(r[c] for r in rs) for c in cases} for label, rs in runs.items()}
+    sys.path.insert(0, str(HERE))
+    from paired_stats import describe, summarize, verdict
+
+    # Paired figures: each round's old and new children side by side, and within each
+    # child its host pair against its own numpy pair.
+    paired = {
+        f"{c} new/old": summarize([b[c] / a[c] for a, b in zip(runs["old"], runs["new"], strict=True)])
+        for c in cases
+    }
+    for label, rs in runs.items():
+        paired[f"host_pool_pair/numpy_pair {label}"] = summarize(
+            [r["host_pool_pair"] / r["numpy_pair"] for r in rs]
+        )
+    verdicts = {
+        "host pool pair new <= old": verdict(paired["host_pool_pair new/old"], at_most=1.0),
+        "HIP stream pair new <= old": verdict(paired["hip_stream_pair new/old"], at_most=1.0),
+        "host pool pair <= numpy pair (new)": verdict(paired["host_pool_pair/numpy_pair new"], at_most=1.0),
+    }
     result = {
         "what": "best ns per pair over rounds x (best of loops of n), old and new trees in one run",
+        "clock": clock,
+        "paired": {k: describe(v) for k, v in paired.items()},
+        "paired_stats": paired,
+        "verdicts": verdicts,
         "old": str(old),
         "new": str(new),
         "rounds": rounds,
@@ -184,14 +219,18 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200_000)
     parser.add_argument("--loops", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path("."))
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     args = parser.parse_args()
+    global _clock
+    _clock = CLOCKS[args.clock]
     if args.one:
         print(json.dumps(one(args.n, args.loops)))
         return
     if args.compare is None:
         parser.error("--one or --compare OLD_ROOT NEW_ROOT")
-    result = compare(args.compare[0], args.compare[1], args.rounds, args.n, args.loops, args.out)
-    print(json.dumps({k: result[k] for k in ("best_ns", "new_over_old", "host_pool_over_numpy")}, indent=2))
+    result = compare(args.compare[0], args.compare[1], args.rounds, args.n, args.loops, args.out, args.clock)
+    keys = ("best_ns", "new_over_old", "host_pool_over_numpy", "paired", "verdicts")
+    print(json.dumps({k: result[k] for k in keys}, indent=2))
 
 
 if __name__ == "__main__":
