@@ -23,6 +23,11 @@ at top level, only what :func:`read_stub` reads:
 * ``from M import *`` of another stub ``M.pyi`` (``aml_core/gpu/exports.pyi``, the names
   every CUDA/HIP backend exports): its public names, read as that stub says;
 * docstrings. Anything else is refused when the package is imported (:class:`TypeError`).
+
+Not ``lazy_loader`` itself (0.6, checked for issue 31): its ``attach_stub`` takes only
+relative imports (the backends' ``from aml_core.gpu.exports import *`` is "ValueError:
+Only within-module imports are supported"), has no ``public = bound.attribute`` or
+``__version__`` declarations, and parses the stub when the package is imported.
 """
 
 from __future__ import annotations
