@@ -4,6 +4,7 @@
 # reads these fields and calls _buffer_type and _make; it changes the live table only
 # through the area, which calls it (docs/kernel.md).
 from cpython.object cimport PyObject
+from ._addrmap cimport AddrSlot
 
 from libc.stdint cimport int64_t
 
@@ -22,11 +23,8 @@ cdef enum:
     F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
     F_HELD = 256  # a slab a pool holds: its area refuses to free it (AreaBase._hold)
 
-# One entry of an area's live table: open addressing on the buffer's address, linear
-# probing, deletion by backward shift (no tombstones). The buffer pointer is borrowed.
-cdef struct LiveSlot:
-    unsigned long long key  # the buffer's address; 0: empty (NULL is never tracked)
-    PyObject *buf
+# An area's live table is an AddrSlot table (_addrmap.pxd): the key is the buffer's
+# address (NULL is never tracked), the value the buffer, borrowed.
 
 
 # What a DLPack capsule of a buffer owns.
@@ -76,7 +74,7 @@ cdef class AreaBase:
     cdef public object device
     cdef bint _closed
     # The live table: _cap slots (a power of two, or 0), _count used.
-    cdef LiveSlot *_slots
+    cdef AddrSlot *_slots
     cdef Py_ssize_t _cap
     cdef Py_ssize_t _count
     # C counters. Live mappings are disjoint address ranges, so their total fits in 64

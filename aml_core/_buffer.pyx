@@ -73,8 +73,10 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.weakref cimport PyWeakref_GetObject, PyWeakref_NewRef
 from libc.stdint cimport int64_t, uintptr_t
+from libc.stdlib cimport free as cfree
 from libc.string cimport memset
 
+from ._addrmap cimport AddrSlot, addr_find, addr_grown, addr_put, addr_remove_at
 from ._capi cimport PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull, aml_is_finalizing
 from ._dlpack cimport (
     DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -102,8 +104,6 @@ from .checks import MAX_SIZE, size as _check_size
 
 cdef extern from "Python.h":
     # Declared here without exception checks: the callers test and clear errors.
-    void *PyMem_Calloc(size_t nelem, size_t elsize) noexcept
-    void PyMem_Free(void *p) noexcept
     void _set_error "PyErr_SetObject"(object type, object value) noexcept
     void _write_unraisable "PyErr_WriteUnraisable"(object obj) noexcept
     int Py_IsInitialized() noexcept nogil
@@ -504,13 +504,7 @@ cdef class AreaLock:
 
 
 # ---- areas -------------------------------------------------------------------------------
-# The live table (LiveSlot, _buffer.pxd): open addressing on the buffer's address,
-# linear probing, deletion by backward shift (no tombstones). The buffer pointer is
-# borrowed (see the module doc).
-cdef inline size_t slot_hash(unsigned long long key) noexcept nogil:
-    # Addresses are aligned: mix the high bits into the low ones.
-    cdef unsigned long long h = key * 0x9E3779B97F4A7C15ULL
-    return <size_t>(h ^ (h >> 29))
+# The live table: an AddrSlot table (_addrmap.pxd) of borrowed buffers (see the module doc).
 
 
 cdef object _seq_of(BufferBase buf):
@@ -551,82 +545,40 @@ cdef class AreaBase:
     def __dealloc__(self):
         # Tracked buffers keep the area alive: none is left but those held by _kept and
         # _pending, which are released after this.
-        PyMem_Free(self._slots)
+        cfree(self._slots)
         self._slots = NULL
 
     # -- the live table (C only: no Python code, no tracked allocation) -----------------
     cdef inline Py_ssize_t _find(self, unsigned long long key) noexcept:
         """The slot of ``key``, or -1."""
-        if self._cap == 0 or key == 0:
-            return -1
-        cdef size_t mask = <size_t>self._cap - 1
-        cdef size_t i = slot_hash(key) & mask
-        cdef unsigned long long k
-        while True:
-            k = self._slots[i].key
-            if k == key:
-                return <Py_ssize_t>i
-            if k == 0:
-                return -1
-            i = (i + 1) & mask
+        return addr_find(self._slots, <size_t>self._cap, key)
 
     cdef int _reserve(self) noexcept:
         """Make room for one more entry: 0, or -1 (nothing changed) without memory."""
         if (self._count + 1) * 4 <= self._cap * 3:
             return 0
-        cdef Py_ssize_t cap = 64 if self._cap == 0 else self._cap * 2
-        cdef LiveSlot *slots = <LiveSlot *>PyMem_Calloc(<size_t>cap, sizeof(LiveSlot))
+        cdef AddrSlot *slots = addr_grown(self._slots, <size_t>self._cap)
         if slots == NULL:
             return -1
-        cdef size_t mask = <size_t>cap - 1
-        cdef size_t j
-        cdef Py_ssize_t i
-        for i in range(self._cap):
-            if self._slots[i].key != 0:
-                j = slot_hash(self._slots[i].key) & mask
-                while slots[j].key != 0:
-                    j = (j + 1) & mask
-                slots[j] = self._slots[i]
-        PyMem_Free(self._slots)
         self._slots = slots
-        self._cap = cap
+        self._cap = 64 if self._cap == 0 else self._cap * 2
         return 0
 
     cdef inline void _put(self, BufferBase buf) noexcept:
         """Enter ``buf`` (its address absent; _reserve made room) and mark it tracked."""
-        cdef size_t mask = <size_t>self._cap - 1
-        cdef size_t i = slot_hash(buf._ptr) & mask
-        while self._slots[i].key != 0:
-            i = (i + 1) & mask
-        self._slots[i].key = buf._ptr
-        self._slots[i].buf = <PyObject *>buf
+        addr_put(self._slots, <size_t>self._cap, buf._ptr, <void *>buf)
         self._count += 1
         buf.flags |= F_TRACKED
 
     cdef void _remove_at(self, Py_ssize_t at) noexcept:
         """Empty a slot, shifting back the entries whose probe passed it."""
-        cdef size_t mask = <size_t>self._cap - 1
-        cdef size_t i = <size_t>at
-        cdef size_t j = i
-        cdef size_t home
-        while True:
-            j = (j + 1) & mask
-            if self._slots[j].key == 0:
-                break
-            home = slot_hash(self._slots[j].key) & mask
-            # The entry at j stays if its home lies cyclically in (i, j].
-            if (i < j and i < home <= j) or (i > j and (home > i or home <= j)):
-                continue
-            self._slots[i] = self._slots[j]
-            i = j
-        self._slots[i].key = 0
-        self._slots[i].buf = NULL
+        addr_remove_at(self._slots, <size_t>self._cap, <size_t>at)
         self._count -= 1
 
     cdef void _untrack(self, BufferBase buf) noexcept:
         """Take a tracked buffer out of the table (and out of _kept: the caller holds it)."""
         cdef Py_ssize_t i = self._find(buf._ptr)
-        if i >= 0 and self._slots[i].buf == <PyObject *>buf:
+        if i >= 0 and self._slots[i].value == <void *>buf:
             self._remove_at(i)
         buf.flags &= ~F_TRACKED
         if buf.flags & F_KEPT:
@@ -646,7 +598,7 @@ cdef class AreaBase:
         cdef Py_ssize_t i = self._find(key)
         if i < 0:
             return None
-        return <object>self._slots[i].buf
+        return <object><PyObject *>self._slots[i].value
 
     cdef list _snapshot(self):
         """The tracked buffers, in table order, in a new list (which holds them)."""
@@ -660,7 +612,7 @@ cdef class AreaBase:
         j = 0
         for i in range(self._cap):
             if self._slots[i].key != 0:
-                out[j] = <object>self._slots[i].buf
+                out[j] = <object><PyObject *>self._slots[i].value
                 j += 1
         return out
 
@@ -712,7 +664,7 @@ cdef class AreaBase:
         cdef Py_ssize_t i = self._find(buf._ptr)
         cdef BufferBase old = None
         if i >= 0:
-            old = <BufferBase>self._slots[i].buf
+            old = <BufferBase><PyObject *>self._slots[i].value
             if not (old.flags & F_RELEASED):
                 return DUPLICATE
         if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:
@@ -721,7 +673,7 @@ cdef class AreaBase:
             # A stale entry (marked released by hand) at this address: replace it; it is
             # no longer tracked, so its finalizer leaves the table alone.
             old.flags &= ~F_TRACKED
-            self._slots[i].buf = <PyObject *>buf
+            self._slots[i].value = <void *>buf
             buf.flags |= F_TRACKED
         else:
             if self._reserve() < 0:
@@ -811,7 +763,7 @@ cdef class AreaBase:
             self._bytes -= buf.size
         self._unmaps += len(live)
         if self._cap:
-            memset(self._slots, 0, <size_t>self._cap * sizeof(LiveSlot))
+            memset(self._slots, 0, <size_t>self._cap * sizeof(AddrSlot))
         self._count = 0
         self._kept.clear()  # `live` still holds every buffer
         live.sort(key=SEQ_KEY)
@@ -826,7 +778,7 @@ cdef class AreaBase:
         if <unsigned long long>buf.size > ULLONG_MAX - self._bytes:  # fake pointers only
             raise AMLDomainError("this area's live mappings would pass 2**64 - 1 bytes")
         cdef Py_ssize_t i = self._find(buf._ptr)
-        if i >= 0 and not ((<BufferBase>self._slots[i].buf).flags & F_RELEASED):
+        if i >= 0 and not ((<BufferBase><PyObject *>self._slots[i].value).flags & F_RELEASED):
             raise AMLFailure(f"0x{buf._ptr:x} is live in this area again: {buf!r} cannot be restored")
         if i < 0 and self._reserve() < 0:
             raise MemoryError()
@@ -835,8 +787,8 @@ cdef class AreaBase:
         buf._seq = self._next_seq  # tracked again: the newest
         self._next_seq += 1
         if i >= 0:
-            (<BufferBase>self._slots[i].buf).flags &= ~F_TRACKED
-            self._slots[i].buf = <PyObject *>buf
+            (<BufferBase><PyObject *>self._slots[i].value).flags &= ~F_TRACKED
+            self._slots[i].value = <void *>buf
             buf.flags |= F_TRACKED
         else:
             self._put(buf)

@@ -6,6 +6,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
+from ._addrmap cimport AddrSlot
 from ._allocator cimport NativeStreams
 from ._buffer cimport AreaBase, BufferBase
 from ._fastpath cimport FastPath
@@ -22,15 +23,11 @@ cdef extern from "<pthread.h>" nogil:
 cdef struct Block
 cdef struct Slab
 
-# The live blocks by address (_live): open addressing, linear probing, deletion by
-# backward shift; an empty slot has block NULL. No allocation per entry (an
-# unordered_map allocated a node for each hit): the slots grow by doubling.
-cdef struct LiveEntry:
-    u64 addr
-    Block *block
-
+# The live blocks by address (_live): an AddrSlot table (_addrmap.pxd, as an area's live
+# table), the value a Block. No allocation per entry (an unordered_map allocated a node
+# for each hit): the slots grow by doubling.
 cdef struct LiveMap:
-    LiveEntry *slots
+    AddrSlot *slots
     size_t cap  # a power of two, or 0
     size_t count
 

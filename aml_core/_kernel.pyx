@@ -42,6 +42,7 @@ from libcpp.map cimport map as cmap
 from libcpp.vector cimport vector
 from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
+from ._addrmap cimport AddrSlot, addr_find, addr_grown, addr_put, addr_remove_at
 from ._allocator cimport NativeStreams
 from ._buffer cimport F_HOST, F_READONLY, AreaBase, BufferBase, forget_inside
 from ._capi cimport PY_SSIZE_T_MAX, PyErr_Clear, PyErr_Occurred, _as_ssize, _as_ull, aml_is_finalizing
@@ -98,43 +99,12 @@ cdef enum:
 
 
 @cython.final
-# -- the live blocks (LiveMap, _kernel.pxd) ----------------------------------------------------
-cdef inline size_t _live_hash(u64 addr) noexcept nogil:
-    # Blocks are granule-aligned: mix the high bits into the low ones.
-    cdef u64 h = addr * 0x9E3779B97F4A7C15ULL
-    return <size_t>(h ^ (h >> 29))
-
-
-cdef Block *live_find(LiveMap *m, u64 addr) noexcept nogil:
-    if m.cap == 0:
+# -- the live blocks (LiveMap, _kernel.pxd: an AddrSlot table) ---------------------------------
+cdef inline Block *live_find(LiveMap *m, u64 addr) noexcept nogil:
+    cdef Py_ssize_t i = addr_find(m.slots, m.cap, addr)
+    if i < 0:
         return NULL
-    cdef size_t mask = m.cap - 1
-    cdef size_t i = _live_hash(addr) & mask
-    while m.slots[i].block != NULL:
-        if m.slots[i].addr == addr:
-            return m.slots[i].block
-        i = (i + 1) & mask
-    return NULL
-
-
-cdef int _live_grow(LiveMap *m) noexcept nogil:
-    """Double the slots (64 at first): 0, or -1 (nothing changed) without memory."""
-    cdef size_t cap = 64 if m.cap == 0 else m.cap * 2
-    cdef LiveEntry *slots = <LiveEntry *>calloc(cap, sizeof(LiveEntry))
-    if slots == NULL:
-        return -1
-    cdef size_t mask = cap - 1
-    cdef size_t i, j
-    for i in range(m.cap):
-        if m.slots[i].block != NULL:
-            j = _live_hash(m.slots[i].addr) & mask
-            while slots[j].block != NULL:
-                j = (j + 1) & mask
-            slots[j] = m.slots[i]
-    cfree(m.slots)
-    m.slots = slots
-    m.cap = cap
-    return 0
+    return <Block *>m.slots[i].value
 
 
 cdef void live_put(LiveMap *m, u64 addr, Block *b) noexcept nogil:
@@ -142,43 +112,25 @@ cdef void live_put(LiveMap *m, u64 addr, Block *b) noexcept nogil:
     grow at three quarters full; without memory for that, the entry goes into a free
     slot of the present ones, and only a table with none left aborts (as the
     unordered_map's allocation failure did)."""
-    if (m.count + 1) * 4 > m.cap * 3 and _live_grow(m) < 0 and m.count + 1 >= m.cap:
-        abort()
-    cdef size_t mask = m.cap - 1
-    cdef size_t i = _live_hash(addr) & mask
-    while m.slots[i].block != NULL:
-        i = (i + 1) & mask
-    m.slots[i].addr = addr
-    m.slots[i].block = b
+    cdef AddrSlot *grown
+    if (m.count + 1) * 4 > m.cap * 3:
+        grown = addr_grown(m.slots, m.cap)
+        if grown != NULL:
+            m.slots = grown
+            m.cap = 64 if m.cap == 0 else m.cap * 2
+        elif m.count + 1 >= m.cap:
+            abort()
+    addr_put(m.slots, m.cap, addr, <void *>b)
     m.count += 1
 
 
 cdef Block *live_pop(LiveMap *m, u64 addr) noexcept nogil:
-    """Remove the live block at ``addr`` and return it (NULL: none), shifting back the
-    entries whose probe passed its slot."""
-    if m.cap == 0:
+    """Remove the live block at ``addr`` and return it (NULL: none)."""
+    cdef Py_ssize_t i = addr_find(m.slots, m.cap, addr)
+    if i < 0:
         return NULL
-    cdef size_t mask = m.cap - 1
-    cdef size_t i = _live_hash(addr) & mask
-    while m.slots[i].addr != addr or m.slots[i].block == NULL:
-        if m.slots[i].block == NULL:
-            return NULL
-        i = (i + 1) & mask
-    cdef Block *b = m.slots[i].block
-    cdef size_t j = i
-    cdef size_t home
-    while True:
-        j = (j + 1) & mask
-        if m.slots[j].block == NULL:
-            break
-        home = _live_hash(m.slots[j].addr) & mask
-        # The entry at j stays if its home lies cyclically in (i, j].
-        if (i < j and i < home <= j) or (i > j and (home > i or home <= j)):
-            continue
-        m.slots[i] = m.slots[j]
-        i = j
-    m.slots[i].block = NULL
-    m.slots[i].addr = 0
+    cdef Block *b = <Block *>m.slots[i].value
+    addr_remove_at(m.slots, m.cap, <size_t>i)
     m.count -= 1
     return b
 
@@ -1459,9 +1411,9 @@ cdef class PoolKernel(FastPath):
         try:
             out = {}
             for i in range(self._live.cap):
-                b = self._live.slots[i].block
-                if b == NULL:
+                if self._live.slots[i].key == 0:
                     continue
+                b = <Block *>self._live.slots[i].value
                 key = b.stream if b.has_stream else None
                 r, used, cached, n, m = out.get(key, (0, 0, 0, 0, 0))
                 out[key] = (r + b.requested, used + b.size, cached, n + 1, m)
