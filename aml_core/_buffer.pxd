@@ -99,6 +99,11 @@ cdef class AreaBase:
     # Whether the area orders work on streams (_take_streams): else mmap and munmap
     # refuse a stream (AMLNotSupported, _no_streams says why).
     cdef bint _streams
+    # The class's buffer type as _buffer_type last checked it, and the attribute-cache
+    # versions of the area's class and that type then (0: not cached).
+    cdef object _tp_checked
+    cdef unsigned int _tp_area_tag
+    cdef unsigned int _tp_buffer_tag
     cdef object __weakref__
 
     # the live table

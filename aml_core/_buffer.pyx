@@ -134,8 +134,13 @@ cdef extern from "<limits.h>":
 cdef extern from *:
     """
     #define aml_tp_finalize(t) ((void *)((PyTypeObject *)(t))->tp_finalize)
+    /* A type's attribute-cache version: 0 while it has none. Any change to the type or
+       a base (an attribute set, __del__ assigned, __bases__) gives it a new one. */
+    #define aml_type_tag(t) ((((PyTypeObject *)(t))->tp_flags & Py_TPFLAGS_VALID_VERSION_TAG) \
+                             ? ((PyTypeObject *)(t))->tp_version_tag : 0u)
     """
     void *aml_tp_finalize(object t) noexcept
+    unsigned int aml_type_tag(object t) noexcept
 
 # Which areas this thread is inside (AreaBase._enter/_leave), and how deep: a small
 # array in thread-local storage (no allocation; freed with the thread). An area is a key
@@ -1078,7 +1083,14 @@ cdef class AreaBase:
 
     cdef object _buffer_type(self, buffer_type):
         cdef PyObject *cls_attr
+        cdef unsigned int area_tag
         if buffer_type is None:  # the class attribute, through the type attribute cache
+            # The class's buffer type as last checked, while neither class changed since
+            # (their attribute-cache versions are the same: a mmap's hit checks nothing else)
+            area_tag = aml_type_tag(type(self))
+            if area_tag != 0 and area_tag == self._tp_area_tag and self._tp_checked is not None:
+                if aml_type_tag(self._tp_checked) == self._tp_buffer_tag:
+                    return self._tp_checked
             cls_attr = _PyType_Lookup(Py_TYPE(self), BUFFER_TYPE)
             tp = <object>cls_attr if cls_attr != NULL else type(self).buffer_type
         else:
@@ -1088,6 +1100,11 @@ cdef class AreaBase:
         if aml_tp_finalize(tp) != aml_tp_finalize(BufferBase):
             # Its finalizer frees a dropped buffer and keeps the live table sound.
             raise TypeError(f"{tp.__name__} defines __del__: a Buffer class must not override it")
+        if buffer_type is None:
+            _PyType_Lookup(<PyTypeObject *>tp, BUFFER_TYPE)  # gives the class a version if it has none
+            self._tp_buffer_tag = aml_type_tag(tp)
+            self._tp_area_tag = aml_type_tag(type(self)) if self._tp_buffer_tag != 0 else 0
+            self._tp_checked = tp
         return tp
 
     cdef BufferBase _make(

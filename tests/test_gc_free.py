@@ -233,6 +233,48 @@ def test_a_buffer_class_must_not_override_del() -> None:
     area.close()
 
 
+def test_a_buffer_class_changed_after_mmaps_is_checked_again() -> None:
+    """mmap checks its class's buffer type once while neither class changes: a
+    ``buffer_type`` set on the area's class, or a ``__del__`` given to the buffer class
+    later, is seen by the next mmap (and a pool's hit) as if never cached."""
+
+    class Good(Buffer):
+        __slots__ = ()
+
+    class Other(Buffer):
+        __slots__ = ()
+
+    class SomeArea(RecordingArea):
+        buffer_type = Good
+
+    class SomePool(aml_core.Pool):
+        buffer_type = Good
+
+    area = SomeArea()
+    pool = SomePool(area)
+    for _ in range(3):
+        assert type(area.mmap(8)) is Good
+        assert type(pool.mmap(8)) is Good
+    SomeArea.buffer_type = Other
+    SomePool.buffer_type = Other
+    assert type(area.mmap(8)) is Other
+    assert type(pool.mmap(8)) is Other  # a pool's hit (the kernel, in C) makes the pool's buffer type
+
+    def __del__(self: Buffer) -> None:
+        pass
+
+    Other.__del__ = __del__  # type: ignore[method-assign]
+    with pytest.raises(TypeError, match="__del__"):
+        area.mmap(8)
+    with pytest.raises(TypeError, match="__del__"):
+        pool.mmap(8)
+    assert pool.pool_stats.bytes_in_use == 0  # the refused request took no block (the others were dropped)
+    SomeArea.buffer_type = Good
+    assert type(area.mmap(8)) is Good
+    pool.close()
+    area.close()
+
+
 # -- the collector inside the area's own operations ---------------------------------------------
 def test_a_collection_inside_allocate_defers_the_free(area: RecordingArea) -> None:
     """A finalizer run inside _allocate does not re-enter the area: the free waits until
