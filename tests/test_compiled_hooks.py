@@ -247,3 +247,23 @@ def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: 
         assert malloc(4096, 0, None) == ptr
         free(ptr, 4096, 0, None)
         assert pool.pool_stats.bytes_in_use == 0
+
+
+def test_failed_pytorch_calls_leave_the_live_count(torch: Any) -> None:
+    """``hook.live`` counts the allocations PyTorch holds: a malloc the pool refused (NULL)
+    adds none, a free the pool refused (a pointer it never handed out) takes none away."""
+    with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
+        hook = hooks.use_with_torch(pool, backend="cuda")
+        malloc, free = torch_entry_points(torch)
+        ptr = malloc(4096, 0, None)
+        assert ptr
+        assert hook.live == 1
+        assert malloc(2 << 20, 0, None) is None  # past the limit: refused
+        assert isinstance(hook.errors[-1], MemoryError)
+        assert hook.live == 1
+        free(0x1000, 16, 0, None)  # never handed out: refused
+        assert isinstance(hook.errors[-1], AMLValueError)
+        assert hook.live == 1
+        free(ptr, 4096, 0, None)
+        assert hook.live == 0
+        assert pool.pool_stats.bytes_in_use == 0

@@ -513,3 +513,42 @@ def test_compiled_buffers_dropped_from_many_threads() -> None:
     drop_hammer(area, threads=8, rounds=200)
     assert live() == before
     area.close()
+
+
+@pytest.mark.parametrize("flags", [GpuFlags.DEFAULT, GpuFlags.ALLOC_UNIFIED, GpuFlags.ALLOC_HOST])
+def test_a_failed_buffer_construction_frees_the_native_allocation(
+    flags: GpuFlags, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled mmap allocated, then making the buffer failed: the allocation is
+    freed (in its mode's free), the error raised, nothing tracked; the next mmap works."""
+    from aml_core import Buffer
+
+    class Exploding(Buffer):
+        def __new__(cls, *args: Any, **kwargs: Any) -> Exploding:
+            raise RuntimeError("no buffer (injected)")
+
+    area = Spy(NoOpRuntime(), 0, flags)
+    before = live()
+    monkeypatch.setattr(Spy, "buffer_type", Exploding, raising=False)
+    with pytest.raises(RuntimeError, match="injected"):
+        area.mmap(4096)
+    monkeypatch.undo()
+    assert live() == before, "the native allocation of the failed mmap leaked"
+    assert (area.stats.live_mappings, area.stats.total_maps) == (0, 0)
+    assert area.python_calls == []  # the compiled path failed, and cleaned up
+    area.munmap(area.mmap(4096))
+    assert live() == before
+    area.close()
+
+
+@pytest.mark.parametrize(("size", "allocated"), [(1, 4096), (4096, 4096), (4097, 8192), (8192, 8192)])
+def test_managed_memory_is_allocated_in_whole_granules(size: int, allocated: int) -> None:
+    """A managed allocation is the size rounded up to the granule (4096 here): a size of
+    whole granules is allocated as it is, one byte more takes one more granule."""
+    area = Spy(NoOpRuntime(), -1, GpuFlags.ALLOC_UNIFIED)
+    buf = area.mmap(size)
+    assert buf.native == GpuAllocation(AllocMode.MANAGED, allocated)
+    assert buf.size == size
+    area.munmap(buf)
+    assert area.python_calls == []
+    area.close()

@@ -33,6 +33,9 @@ from ..errors import (
     ErrorCode,
     ErrorTable,
 )
+from ..topology import _id_list
+from ..topology import _int as _sysfs_int
+from ..topology import _read as _read_sysfs
 
 __all__ = [
     "NOT_TOUCHED",
@@ -93,6 +96,8 @@ MPOL_MF_STRICT = 1
 MPOL_MF_MOVE = 2
 #: Where the kernel keeps weighted interleave's per-node weights (Linux 6.9+).
 WEIGHTED_INTERLEAVE_ROOT = "/sys/kernel/mm/mempolicy/weighted_interleave"
+#: Where the node readers (online_nodes, node_memory, free_huge_pages) read sysfs.
+NODE_ROOT = "/sys/devices/system/node"
 
 #: errno → AML code for the host backend's system calls.
 OS_ERRORS = ErrorTable(
@@ -133,33 +138,24 @@ def allowed_nodes() -> frozenset[int]:
 
 
 def _read_list(path: str) -> list[int]:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return []
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
+    """A sysfs id list (``"0-3,8-11"``) as sorted ids, as aml_core.topology reads one: a
+    missing or unreadable file, or one that is not such a list (Unicode digits such as
+    ``"\u00b2"``, an id past 65535), is ``[]``, never an error."""
+    return list(_id_list(_read_sysfs(path)) or ())
 
 
 def online_nodes() -> list[int]:
     """The online NUMA nodes (``/sys/devices/system/node/online``)."""
-    return _read_list("/sys/devices/system/node/online") or [0]
+    return _read_list(f"{NODE_ROOT}/online") or [0]
 
 
 def node_memory(node: int) -> int:
     """Total memory of a node in bytes (0 if unknown)."""
-    path = f"/sys/devices/system/node/node{node}/meminfo"
-    try:
-        with open(path) as f:
-            for line in f:
-                if "MemTotal:" in line:
-                    return int(line.split()[-2]) * 1024
-    except (OSError, ValueError):
-        pass
+    for line in (_read_sysfs(f"{NODE_ROOT}/node{node}/meminfo") or "").splitlines():
+        if "MemTotal:" in line:
+            kib = _sysfs_int(line.split()[-2])
+            if kib is not None:
+                return kib * 1024
     if node == 0:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return 0
@@ -167,12 +163,8 @@ def node_memory(node: int) -> int:
 
 def free_huge_pages(node: int, size: int) -> int:
     """Free huge pages of ``size`` bytes on a node (its ``free_hugepages``; 0 if unknown)."""
-    path = f"/sys/devices/system/node/node{node}/hugepages/hugepages-{size >> 10}kB/free_hugepages"
-    try:
-        with open(path) as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 0
+    path = f"{NODE_ROOT}/node{node}/hugepages/hugepages-{size >> 10}kB/free_hugepages"
+    return _sysfs_int(_read_sysfs(path)) or 0
 
 
 def check_huge_pages(nodes: tuple[int, ...], count: int, size: int) -> None:
@@ -246,12 +238,10 @@ def interleave_weights() -> dict[int, int]:
     except OSError as exc:
         raise os_error(OSError(exc.errno, exc.strerror, "listdir")) from None
     for name in names:
-        if name.startswith("node") and name[4:].isdigit():
-            try:
-                with open(f"{WEIGHTED_INTERLEAVE_ROOT}/{name}") as f:
-                    out[int(name[4:])] = int(f.read().strip())
-            except (OSError, ValueError):
-                continue
+        node = _sysfs_int(name[4:]) if name.startswith("node") else None
+        weight = _sysfs_int(_read_sysfs(f"{WEIGHTED_INTERLEAVE_ROOT}/{name}")) if node is not None else None
+        if node is not None and weight is not None and name == f"node{node}":
+            out[node] = weight
     return dict(sorted(out.items()))
 
 
@@ -307,14 +297,30 @@ def bind(address: int, length: int, policy: Policy, nodes: tuple[int, ...], *, m
         raise os_error(exc, f"mbind({policy.name}, nodes={list(nodes)}) failed") from None
 
 
+#: The kernel's policies that :class:`Policy` has no member for (aml never sets them;
+#: another library may): MPOL_LOCAL and MPOL_PREFERRED_MANY (docs/native-abi.md).
+_UNNAMED_POLICIES = {4: "MPOL_LOCAL", 5: "MPOL_PREFERRED_MANY"}
+
+
 def policy_of(address: int) -> tuple[Policy, tuple[int, ...]]:
-    """The policy and node set of the page at ``address`` (``get_mempolicy``)."""
+    """The policy and node set of the page at ``address`` (``get_mempolicy``). A policy
+    that :class:`Policy` does not name (MPOL_LOCAL or MPOL_PREFERRED_MANY, set by another
+    library, or a mode of a newer kernel) is AMLNotSupported, which names it and its
+    nodes."""
     try:
         mode, nodes = _os.get_mempolicy(address)
     except OSError as exc:
         raise os_error(exc) from None
     # The kernel may report mode flags (MPOL_F_STATIC_NODES...) in the high bits.
-    return Policy(mode & 0xFF), tuple(nodes)
+    try:
+        policy = Policy(mode & 0xFF)
+    except ValueError:
+        name = _UNNAMED_POLICIES.get(mode & 0xFF, "a mode this version of aml does not know")
+        raise AMLNotSupported(
+            f"the page at 0x{address:x} has the NUMA policy {name} ({mode & 0xFF}, nodes "
+            f"{list(nodes)}), set outside aml: aml's Policy has no name for it"
+        ) from None
+    return policy, tuple(nodes)
 
 
 #: What :func:`page_nodes` says of a page not yet touched (no physical page behind it):

@@ -20,6 +20,8 @@ from ..errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..hookspecs import hookimpl
 from ..specs import Capability, DeviceInfo, Kind
 from ..topology import MemspaceNodes
+from ..topology import _int as _sysfs_int
+from ..topology import _read as _read_sysfs
 
 PRIORITY = 0
 NODE_ROOT = "/sys/devices/system/node"
@@ -34,11 +36,9 @@ CAPABILITIES = (
 
 
 def _read(path: str) -> str | None:
-    try:
-        with open(path) as f:
-            return f.read().strip()
-    except OSError:
-        return None
+    """A sysfs file's text as the topology readers read it (aml_core.topology: a regular
+    file, bounded, UTF-8; None otherwise)."""
+    return _read_sysfs(path)
 
 
 def node_cpus(node: int) -> str:
@@ -47,18 +47,22 @@ def node_cpus(node: int) -> str:
 
 
 def node_meminfo(node: int) -> tuple[int, int | None]:
-    """Total and free memory of a NUMA node in bytes (total 0 and free None if unknown)."""
+    """Total and free memory of a NUMA node in bytes (total 0 and free None if unknown).
+    A value that is not what the kernel writes (ASCII digits, as aml_core.topology reads
+    them: not ``"\u00b2"``) is not known, never an error."""
     from . import numa
 
     total, free = 0, None
     text = _read(f"{NODE_ROOT}/node{node}/meminfo") or ""
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 4 and parts[-1] == "kB" and parts[-2].isdigit():
-            if parts[2] == "MemTotal:":
-                total = int(parts[-2]) * 1024
-            elif parts[2] == "MemFree:":
-                free = int(parts[-2]) * 1024
+        kib = _sysfs_int(parts[-2]) if len(parts) >= 4 and parts[-1] == "kB" else None
+        if kib is None:
+            continue
+        if parts[2] == "MemTotal:":
+            total = kib * 1024
+        elif parts[2] == "MemFree:":
+            free = kib * 1024
     return (total or numa.node_memory(node)), free
 
 
@@ -85,10 +89,13 @@ def huge_pages(root: str = HUGEPAGES_ROOT) -> dict[int, int]:
     except OSError:
         return out
     for name in names:
-        m = re.fullmatch(r"hugepages-(\d+)kB", name)
-        count = _read(f"{root}/{name}/nr_hugepages")
-        if m and count is not None and count.isdigit():
-            out[int(m.group(1)) * 1024] = int(count)
+        m = re.fullmatch(r"hugepages-(.+)kB", name)
+        kib = _sysfs_int(m.group(1)) if m else None  # ASCII digits: "hugepages-²kB" is no size
+        if kib is None:
+            continue
+        count = _sysfs_int(_read(f"{root}/{name}/nr_hugepages"))
+        if count is not None:
+            out[kib * 1024] = count
     return dict(sorted(out.items()))
 
 

@@ -28,6 +28,13 @@ request = json.loads(sys.stdin.read())
 import aml_core
 if request["plugin"]:
     aml_core.register(importlib.import_module(request["plugin"]), name=request["backend"])
+memory = None
+if request["memory"]:
+    module, _, factory = request["memory"].partition(":")
+    found = importlib.import_module(module)
+    for name in factory.split("."):
+        found = getattr(found, name)
+    memory = found()
 handle = pickle.loads(base64.b64decode(request["handle"]))
 buf = aml_core.ipc_open(handle)
 n = len(bytes.fromhex(request["write"]))
@@ -35,6 +42,9 @@ if buf.host_accessible:
     with memoryview(buf) as view:
         seen = bytes(view[:n])
         view[:n] = bytes.fromhex(request["write"])
+elif memory is not None:
+    seen = memory.read_memory(buf.ptr, n)
+    memory.write_memory(buf.ptr, bytes.fromhex(request["write"]))
 else:
     seen = buf.area.read(buf, n)
     buf.area.write(buf, bytes.fromhex(request["write"]))
@@ -54,17 +64,51 @@ class IpcConformance(DataAccess):
     The child finds the backend by ``handle.backend`` in the registry: set
     :attr:`plugin` to the plugin module to register there when the backend is not
     installed as an entry point, and override :meth:`child_env` if the child needs
-    another environment."""
+    another environment. The child reads and writes the imported buffer through the
+    buffer protocol when it is host-accessible, else through its area's ``read`` and
+    ``write``, or, for a backend that copies nothing (its tests read device memory
+    through a driver double), through :attr:`child_memory`."""
 
     #: Bytes shared by the tests.
     size: ClassVar[int] = 1 << 16
     #: The plugin module the child registers (``aml_core.register``), or None when the
     #: backend is installed (found through its entry point).
     plugin: ClassVar[str | None] = None
+    #: ``"module:factory"`` (the factory may be dotted, ``Class.method``): the child
+    #: imports the module (on its ``PYTHONPATH``, see :meth:`child_env`) and calls the
+    #: factory for an object with
+    #: ``read_memory(ptr, size) -> bytes`` and ``write_memory(ptr, data)`` (a driver
+    #: double's, as tests/support/double_fixtures.py gives), used for an imported buffer
+    #: that is not host-accessible; None: the imported buffer's area reads and writes.
+    child_memory: ClassVar[str | None] = None
 
     def child_env(self, area: Area) -> dict[str, str]:
         """The child process's environment (default: this process's)."""
         return dict(os.environ)
+
+    def _open_in_a_child(self, area: Area, handle: Any, write: bytes) -> dict[str, Any]:
+        """Open ``handle`` in a child process, which reads what is there and writes
+        ``write``: its report (what it saw, the buffer's size and backend, whether its
+        munmap closed it)."""
+        request = {
+            "handle": base64.b64encode(pickle.dumps(handle)).decode(),
+            "plugin": self.plugin,
+            "backend": area.backend,
+            "write": write.hex(),
+            "memory": self.child_memory,
+        }
+        proc = subprocess.run(
+            [sys.executable, "-c", _IPC_CHILD],
+            input=json.dumps(request),
+            capture_output=True,
+            text=True,
+            env=self.child_env(area),
+            timeout=120,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return report
 
     def _area(self, area: Area) -> Any:
         if not area.capabilities & Capability.IPC or not hasattr(area, "ipc_export"):
@@ -107,23 +151,7 @@ class IpcConformance(DataAccess):
         parent, child = pattern(64), pattern(64)
         self.write(area, buf, parent)
         handle = ipc.ipc_export(buf).handle
-        request = {
-            "handle": base64.b64encode(pickle.dumps(handle)).decode(),
-            "plugin": self.plugin,
-            "backend": area.backend,
-            "write": child.hex(),
-        }
-        proc = subprocess.run(
-            [sys.executable, "-c", _IPC_CHILD],
-            input=json.dumps(request),
-            capture_output=True,
-            text=True,
-            env=self.child_env(area),
-            timeout=120,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        report = self._open_in_a_child(area, handle, child)
         assert bytes.fromhex(report["seen"]) == parent, "the child did not see the parent's bytes"
         assert report["size"] == self.size
         assert report["backend"] == area.backend, "the imported buffer is not in the backend's import area"
@@ -166,23 +194,7 @@ class PooledIpcConformance(IpcConformance):
             handle = pool.ipc_export(target).handle
             assert (handle.offset, handle.size) == (offset, self.block)
             child = pattern(64)
-            request = {
-                "handle": base64.b64encode(pickle.dumps(handle)).decode(),
-                "plugin": self.plugin,
-                "backend": area.backend,
-                "write": child.hex(),
-            }
-            proc = subprocess.run(
-                [sys.executable, "-c", _IPC_CHILD],
-                input=json.dumps(request),
-                capture_output=True,
-                text=True,
-                env=self.child_env(area),
-                timeout=120,
-                check=False,
-            )
-            assert proc.returncode == 0, proc.stderr
-            report = json.loads(proc.stdout.strip().splitlines()[-1])
+            report = self._open_in_a_child(area, handle, child)
             seen = bytes.fromhex(report["seen"])
             assert seen != fill[id(first)][:64], (
                 "the child read the slab's first block: the backend's ipc_open ignored "

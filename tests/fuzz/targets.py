@@ -7,7 +7,9 @@ refused) and nothing else: any other exception, a crash or a hang is a bug.
 * ``ipc_handle``: an IPC handle's fields as a tampered pickle gives them (every type):
   made (the validators), set on a real handle and opened as every importer checks it
   (``importable``), restored from a pickle's state (``__setstate__``), the host memfd
-  handle's decoder, and the GPU backends' native-handle check;
+  handle's decoder, and each GPU backend's decoder of its native handle, as its importer
+  runs it before any native call (:data:`NATIVE_DECODERS`: CUDA's and HIP's 64 bytes,
+  HSA's ``hsa_amd_ipc_memory_t``, aml-ze's handle with its exporter's pid, device and fd);
 * ``info_json``: JSON read back by the ``aml info --json`` codec (a probe's answer);
 * ``cli_args``: the ``aml`` command's arguments (usage errors are argparse's exit 2).
 """
@@ -16,10 +18,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import io
 import json
 import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from aml_core import checks, codec, snapshot_file
 from aml_core.cli import build_parser
@@ -88,6 +93,63 @@ def ipc_handle(data: bytes) -> None:
     for size in (64, 8, 1024):
         with contextlib.suppress(AMLError):
             checks.handle_bytes(fields.get("data", data[:64]), size, "a fuzzed native IPC handle")
+    native = fields.get("data", data)
+    _native(native if isinstance(native, bytes) else data)
+
+
+def _backend_module(package: str, module: str) -> object | None:
+    """``package.module`` of a backend, installed or from this checkout's backends/
+    (None where it cannot be imported)."""
+    if importlib.util.find_spec(package) is None:
+        tree = Path(__file__).resolve().parents[2] / "backends" / package.removeprefix("aml_")
+        if not (tree / package).is_dir():
+            return None
+        sys.path.append(str(tree))
+    try:
+        return importlib.import_module(f"{package}.{module}")
+    except ImportError:
+        return None
+
+
+def _native_decoders() -> dict[str, Callable[[bytes], object]]:
+    """Each GPU backend's decoder of the native part of an IPC handle: the bytes its
+    importer reads before any native call (aml_core.gpu.ops_sharing.ipc_open_handle: the
+    size check, then the backend's own decoding where it has one)."""
+    from aml_core.gpu.runtime import RuntimeTraits
+
+    generic = RuntimeTraits.__attrs_attrs__.ipc_handle_size.default  # type: ignore[attr-defined]
+    decoders: dict[str, Callable[[bytes], object]] = {
+        name: lambda data, n=generic, name=name: checks.handle_bytes(data, n, f"a {name} IPC handle")
+        for name in ("cuda", "hip")  # their runtimes keep the traits' default: 64 bytes, opaque
+    }
+    hsa = _backend_module("aml_hsa", "abi")
+    if hsa is not None:
+        size = hsa.IPC_HANDLE_SIZE  # type: ignore[attr-defined]
+        decoders["hsa"] = lambda data: checks.handle_bytes(data, size, "an hsa IPC handle")
+    ze = _backend_module("aml_ze", "ipc")
+    if ze is not None:
+        decoders["ze"] = ze.ZeIpc.parse_ipc_handle  # type: ignore[attr-defined]
+    return decoders
+
+
+#: The GPU backends' native-handle decoders the ``ipc_handle`` target runs (by backend).
+NATIVE_DECODERS = _native_decoders()
+
+
+def _native(data: bytes) -> None:
+    """Each backend's native decoder on ``data``, and on ``data`` made to look like that
+    backend's handle (aml-ze's magic and a zero reserved word in place, so that the
+    decoder reaches its pid, device and fd checks)."""
+    ze = _backend_module("aml_ze", "ipc") if "ze" in NATIVE_DECODERS else None
+    for name, decode in NATIVE_DECODERS.items():
+        candidates = [data, data[:64], data[:32]]
+        if name == "ze" and ze is not None:
+            body = (data[1:] + bytes(80))[: ze.IPC_HANDLE_SIZE]  # type: ignore[attr-defined]
+            tail = 64
+            candidates.append(body[:tail] + b"AMZE" + body[tail + 4 : tail + 12] + bytes(4))
+        for candidate in candidates:
+            with contextlib.suppress(AMLError):
+                decode(candidate)
 
 
 def _fields(handle: IpcHandle) -> dict[str, object]:

@@ -141,6 +141,12 @@ class DriverDouble:
         self.mode = self.suite.mode
         self.ctl: Any = self.suite.build.DoubleControl(path)
 
+    @classmethod
+    def in_child(cls: type[D]) -> D:
+        """The double of a child process run with :meth:`env`: the library its
+        environment names (the IPC conformance kit's ``child_memory`` factory)."""
+        return cls(Path(os.environ[cls.library_var]))
+
     # -- hooks ----------------------------------------------------------------------------
     def forget(self) -> None:
         """Drop the backend's runtime, so that the next use loads the library afresh."""

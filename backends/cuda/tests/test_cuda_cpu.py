@@ -691,3 +691,23 @@ def test_memcpy_peer_waits_for_the_copy(monkeypatch: pytest.MonkeyPatch) -> None
     assert info.value.native is not None
     assert info.value.native.name == "cudaErrorInvalidValue"
     assert fake.calls[-1][0] == "cudaMemcpyPeer"  # no synchronization after a failed copy
+
+
+def test_the_ipc_conformance_class_is_wired() -> None:
+    """aml-cuda adopts the kit's pooled IPC class (test_cuda_ipc.TestCudaIpcConformance):
+    it imports on a machine without a GPU, runs every test of PooledIpcConformance (the
+    pooled block's offset among them) over an area fixture of its own, and is marked
+    ``gpu``, so that off-GPU it is collected and skipped with the probe's reason."""
+    from test_cuda_ipc import TestCudaIpcConformance
+
+    from aml_core.testing import IpcConformance, PooledIpcConformance
+
+    assert issubclass(TestCudaIpcConformance, PooledIpcConformance)
+    kit = {name for name in dir(PooledIpcConformance) if name.startswith("test_")}
+    assert "test_a_pooled_block_is_opened_at_its_offset" in kit
+    assert kit >= {name for name in dir(IpcConformance) if name.startswith("test_")}
+    assert {name for name in dir(TestCudaIpcConformance) if name.startswith("test_")} == kit
+    assert "area" in vars(TestCudaIpcConformance)
+    assert "child_env" in vars(TestCudaIpcConformance)
+    marks = sys.modules[TestCudaIpcConformance.__module__].pytestmark
+    assert "gpu" in {mark.name for mark in (marks if isinstance(marks, list) else [marks])}

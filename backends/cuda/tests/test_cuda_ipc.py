@@ -1,5 +1,7 @@
-"""IPC of device memory between two real processes (docs/aml-contract.md#hip-ipc), and virtual memory
-shared through a POSIX file descriptor sent over a UNIX socket (SCM_RIGHTS)."""
+"""IPC of device memory between two real processes (docs/aml-contract.md#hip-ipc), the
+conformance kit's IPC classes (a pooled block that is not its slab's first, opened at its
+offset), and virtual memory shared through a POSIX file descriptor sent over a UNIX socket
+(SCM_RIGHTS)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pickle
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import aml_cuda
@@ -16,7 +19,9 @@ import pytest
 from cuda_children import pattern, read_device, write_device
 from cuda_helpers import HERE, child_env
 
+from aml_core.area import Area
 from aml_core.errors import AMLError, AMLNotSupported, AMLTypeError, AMLValueError
+from aml_core.testing import PooledIpcConformance
 
 pytestmark = pytest.mark.gpu
 
@@ -36,6 +41,24 @@ def run_child(*args: str, pass_fds: tuple[int, ...] = ()) -> dict[str, Any]:
     assert out.returncode == 0, out.stderr[-4000:]
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
+
+
+class TestCudaIpcConformance(PooledIpcConformance):
+    """The kit's IPC classes on a real GPU: export device memory here
+    (``cudaIpcGetMemHandle``), open it in a child process (``cudaIpcOpenMemHandle``, the
+    import aml-cuda shares with the other GPU backends, aml_core.gpu.ipc), write there
+    and read back here through the area's copies; a pooled block that is not its slab's
+    first too (the handle's offset honoured). Off-GPU the directory's conftest skips it
+    with the probe's reason (marked ``gpu`` with the module)."""
+
+    @pytest.fixture
+    def area(self, rt: Any) -> Iterator[Area]:
+        area = aml_cuda.create(0)
+        yield area
+        area.close()
+
+    def child_env(self, area: Area) -> dict[str, str]:
+        return child_env()
 
 
 def test_ipc_between_processes(rt: Any) -> None:

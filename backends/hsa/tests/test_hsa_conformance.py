@@ -1,5 +1,6 @@
 """aml_core's conformance kit on aml-hsa: the shared virtual-memory API (unchanged, over the
-device's coarse-grained pool) and the pool areas (device and host)."""
+device's coarse-grained pool), the pool areas (device and host), and IPC (plain and under
+a pool: a block that is not its slab's first, opened at its offset)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hsa_helpers import HsaDouble, aml_hsa
 
 from aml_core import Area
 from aml_core.gpu import VirtualMemory
-from aml_core.testing import AreaConformance, VirtualMemoryConformance
+from aml_core.testing import AreaConformance, PooledIpcConformance, VirtualMemoryConformance
 
 
 class TestVirtualMemoryConformance(VirtualMemoryConformance):
@@ -34,3 +35,24 @@ class TestPoolAreaConformance(AreaConformance):
         area = aml_hsa.create(0) if request.param == "device" else aml_hsa.host_area()
         yield area
         area.close()
+
+
+@pytest.mark.host_double  # IPC between two processes: the double's host mode (as test_hsa_runtime)
+class TestIpcConformance(PooledIpcConformance):
+    """The kit's IPC classes over the double: ``hsa_amd_ipc_memory_create`` here, attach in
+    a child process (the same double, through hsa.env()), write there, read back here; a
+    pooled block that is not its slab's first too (the handle's offset honoured by the
+    import aml-hsa shares with the other GPU backends, aml_core.gpu.ipc). The child reads
+    and writes device memory through the double (HSA's import area has no copies)."""
+
+    child_memory = "hsa_helpers:HsaDouble.in_child"
+
+    @pytest.fixture
+    def area(self, hsa: HsaDouble) -> Iterator[Area]:
+        self.double = hsa
+        area = aml_hsa.create(0)
+        yield area
+        area.close()
+
+    def child_env(self, area: Area) -> dict[str, str]:
+        return self.double.env()

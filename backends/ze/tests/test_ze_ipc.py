@@ -2,7 +2,8 @@
 ``zeMemGetIpcHandle`` handle carries a file descriptor, the importer duplicates it
 (pidfd_getfd) and maps the same memory (memfd in the double's host mode, cuMem VMM fds in
 forward mode); the importer cache; zeMemPutIpcHandle where the loader has it and life
-without it; the error paths."""
+without it; the error paths; and the conformance kit's IPC classes (a pooled block that is
+not its slab's first, opened at its offset)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import os
 import pickle
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ from aml_ze import IpcHandle
 from aml_ze import abi as C
 from ze_helpers import ZeDouble
 
+from aml_core.area import Area
+from aml_core.buffer import Buffer
+from aml_core.testing import PooledIpcConformance
 from tests.support.child import pickled
 
 CHILD = Path(__file__).resolve().parent / "ze_children.py"
@@ -181,3 +185,28 @@ def test_a_failed_range_query_closes_the_mapping(ze: ZeDouble, areas: Callable[.
     assert report["error"]["function"] == "zeMemGetAddressRange"
     assert not any(report["live"].values()), report["live"]
     area.munmap(buf)
+
+
+class TestIpcConformance(PooledIpcConformance):
+    """The kit's IPC classes over the double: export a device buffer here, open it in a
+    child process (the same double, through ze.env()), write there, read back here; a
+    pooled block that is not its slab's first too (the handle's offset honoured by the
+    import aml-ze shares with the other GPU backends, aml_core.gpu.ipc). aml-ze copies
+    nothing: both processes reach device memory through the double."""
+
+    child_memory = "ze_helpers:ZeDouble.in_child"
+
+    @pytest.fixture
+    def area(self, ze: ZeDouble) -> Iterator[Area]:
+        self.double = ze
+        with aml_ze.device_area() as area:
+            yield area
+
+    def child_env(self, area: Area) -> dict[str, str]:
+        return self.double.env()
+
+    def write(self, area: Area, buf: Buffer, data: bytes) -> None:
+        self.double.write_memory(buf.ptr, data)
+
+    def read(self, area: Area, buf: Buffer, size: int) -> bytes:
+        return self.double.read_memory(buf.ptr, size)

@@ -1230,7 +1230,13 @@ API hsa_status_t hsa_amd_ipc_memory_attach(const hsa_amd_ipc_memory_t *handle, s
         if (!agents || agent_index(agents[i]) < 0)
             RETURN(HSA_STATUS_ERROR_INVALID_AGENT);
     size_t size = (size_t)handle->handle[3] | ((size_t)handle->handle[4] << 32);
-    if (len != size)
+    /* ROCr's Runtime::IPCAttach maps the whole shared allocation (hsaKmtRegisterSharedHandle's
+     * importSize) and never compares len with it (ROCR-Runtime src/core/runtime/runtime.cpp;
+     * docs/native-abi.md): a pooled block's importer asks for its offset + size, less than
+     * the slab, which is accepted here too. A length of 0, or past the export, is refused:
+     * the double's own strictness, which ROCr does not have (aml-hsa has no mapped-size
+     * check of its own yet: docs/native-abi.md). */
+    if (len == 0 || len > size)
         RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
     char path[64];
     snprintf(path, sizeof path, "/proc/%u/fd/%u", handle->handle[1], handle->handle[2]);
