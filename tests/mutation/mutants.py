@@ -36,11 +36,23 @@ class Mutant:
     new: str
     tests: tuple[str, ...]
     quick: bool = True  # in the CI subset
+    #: the extension rebuilt for a mutant of a shared ``.pxd`` (inline code compiled into
+    #: the modules that cimport it); a ``.pyx`` mutant rebuilds its own
+    module: str | None = None
 
     @property
     def compiled(self) -> bool:
         """A mutant of a Cython module: its extension is rebuilt before its tests run."""
-        return self.path.endswith(".pyx")
+        return self.path.endswith((".pyx", ".pxd"))
+
+    @property
+    def extension(self) -> str:
+        """The one extension this mutant's build makes."""
+        if self.path.endswith(".pxd"):
+            if self.module is None:
+                raise ValueError(f"{self.name}: a .pxd mutant names the extension it rebuilds (module=)")
+            return self.module
+        return Path(self.path).stem
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -257,8 +269,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "the kernel's live-table erase skipped",
         "aml_core/_kernel.pyx",
-        "        self._live.erase(it)\n",
-        "",
+        "    addr_remove_at(m.slots, m.cap, <size_t>i)\n    m.count -= 1\n",
+        "    m.count -= 1\n",
         ("tests/test_kernel.py",),
         quick=False,
     ),
@@ -341,11 +353,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "a live-table removal without the back-shift",
-        "aml_core/_buffer.pyx",
-        "            self._slots[i] = self._slots[j]\n            i = j",
-        "            break",
+        "aml_core/_addrmap.pxd",
+        "        slots[i] = slots[j]\n        i = j",
+        "        break",
         ("tests/test_area_bookkeeping.py", "tests/test_host_area.py"),
         quick=False,
+        module="_buffer",
     ),
     Mutant(
         "an unmap leaves its bytes counted",
@@ -490,12 +503,12 @@ def _build(where: Path, module: str, env: dict[str, str]) -> None:
         raise RuntimeError(f"building the mutant of {module} failed:\n{(proc.stdout + proc.stderr)[-3000:]}")
 
 
-def _restore(where: Path, path: str) -> None:
-    """Put the original ``path`` back in the copy, and, for a compiled module, its
-    original build (copy2 keeps their times: the next build sees nothing changed)."""
-    shutil.copy2(ROOT / path, where / path)
-    if path.endswith(".pyx"):
-        module = Path(path).stem
+def _restore(where: Path, m: Mutant) -> None:
+    """Put the original source back in the copy, and, for a compiled mutant, the original
+    build of its extension (copy2 keeps their times: the next build sees nothing changed)."""
+    shutil.copy2(ROOT / m.path, where / m.path)
+    if m.compiled:
+        module = m.extension
         for p in _built(where, module):
             p.unlink()
         for p in _built(ROOT, module):
@@ -535,10 +548,10 @@ def run(mutants: tuple[Mutant, ...], verbose: bool = True) -> list[tuple[Mutant,
             target.write_text(original.replace(m.old, m.new))
             try:
                 if m.compiled:
-                    _build(where, Path(m.path).stem, env)
+                    _build(where, m.extension, env)
                 proc = _run_tests(where, m.tests, env)
             finally:
-                _restore(where, m.path)
+                _restore(where, m)
             seconds = time.monotonic() - t
             # A test failed (1), or the tests crashed (a signal: a compiled mutant may
             # corrupt memory); 2..5: pytest could not run them, an error of the check.
