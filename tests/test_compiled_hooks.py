@@ -55,16 +55,28 @@ def test_pytorch_hits_run_in_c_and_misses_through_the_pool(torch: Any) -> None:
         assert hook.errors == []
 
 
-def test_pytorch_errors_are_recorded_and_null(torch: Any) -> None:
+def test_pytorch_refusals_raise_and_the_errors_are_kept(torch: Any) -> None:
+    """Past the limit the entry point throws its C++ out_of_memory, which PyTorch's
+    catch makes a RuntimeError naming aml's error (kept in hook.errors); the next
+    allocation is served; a foreign free and a double free are recorded, never raised."""
     with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
         malloc, free = torch_entry_points(torch)
-        assert malloc(2 << 20, 0, None) is None  # past the limit
-        assert isinstance(hook.errors[-1], MemoryError)
+        with pytest.raises(RuntimeError, match=r"^CUDA out of memory\. aml could not allocate 2097152 bytes on device 0 .*AMLMemoryError"):
+            malloc(2 << 20, 0, None)  # past the limit
+        assert isinstance(hook.errors[-1], AMLMemoryError)
+        assert hook.live == 0
+        ptr = malloc(4096, 0, None)  # the process goes on: the next allocation is served
+        assert ptr
         free(0x1000, 16, 0, None)  # never handed out
         assert isinstance(hook.errors[-1], AMLValueError)
+        free(ptr, 4096, 0, None)
+        errors = len(hook.errors)
+        free(ptr, 4096, 0, None)  # a double free: recorded, nothing freed twice
+        assert len(hook.errors) == errors + 1
+        assert isinstance(hook.errors[-1], AMLValueError)
         assert malloc(-5, 0, None) is None  # a negative size: NULL, no error (PyTorch's rule)
-        assert pool.pool_stats.bytes_in_use == 0
+        assert (hook.live, pool.pool_stats.bytes_in_use) == (0, 0)
 
 
 def test_one_pool_per_device(torch: Any) -> None:
@@ -76,7 +88,8 @@ def test_one_pool_per_device(torch: Any) -> None:
         y = malloc(1000, 1, None)
         assert p0.pool_stats.bytes_in_use == 1000
         assert p1.pool_stats.bytes_in_use == 1000
-        assert malloc(1000, 2, None) is None  # no pool for device 2
+        with pytest.raises(RuntimeError, match="serves no pool for that device"):
+            malloc(1000, 2, None)  # no pool for device 2
         assert "device 2" in str(hook.errors[-1])
         free(x, 1000, 0, None)
         free(y, 1000, 1, None)
@@ -239,7 +252,8 @@ def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: 
     with FakeDeviceArea() as area, aml_core.pool(area) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
         malloc, free = torch_entry_points(torch)
-        assert malloc(4096, 0, S1) is None
+        with pytest.raises(RuntimeError, match="AMLNotSupported"):
+            malloc(4096, 0, S1)
         assert isinstance(hook.errors[-1], AMLNotSupported)
         ptr = malloc(4096, 0, None)
         free(ptr, 4096, 0, S1)  # host order

@@ -18,17 +18,17 @@ a GPU area, with memory a test may touch.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import sys
 import types
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from .. import _hooks
 from ..gpu import hooks
 from ..host import HostArea
 from ..specs import Kind
 
-__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch", "faked", "torch_entry_points"]
+__all__ = ["FakeDeviceArea", "entry_points", "fake_cupy", "fake_torch", "faked", "torch_entry_points"]
 
 
 class FakeDeviceArea(HostArea):
@@ -146,19 +146,32 @@ def fake_torch() -> types.ModuleType:
     return torch
 
 
-#: The C signatures PyTorch calls an allocator through: ``void *malloc(ssize_t size, int
-#: device, cudaStream_t stream)`` and ``void free(void *ptr, ssize_t size, int device,
-#: cudaStream_t stream)``.
-TORCH_MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
-TORCH_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+def entry_points(malloc: int, free: int) -> tuple[Any, Any]:
+    """Python callables for the C entry points at ``malloc`` and ``free`` (``void
+    *malloc(ssize_t size, int device, cudaStream_t stream)`` and ``void free(void *ptr,
+    ssize_t size, int device, cudaStream_t stream)``), called as PyTorch calls them: from
+    C++, without the GIL, through a ``std::function`` in a try/catch of
+    ``std::exception`` (:func:`aml_core._hooks.call_entry_malloc`). ``malloc(size,
+    device, stream)`` returns the address, or None for NULL; a C++ exception it throws is
+    the ``RuntimeError`` PyTorch would raise (ctypes could not carry it: the process would
+    abort). ``stream`` is a handle or None."""
+
+    def call_malloc(size: int, device: int, stream: int | None) -> int | None:
+        return _hooks.call_entry_malloc(malloc, size, device, stream or 0) or None
+
+    def call_free(ptr: int | None, size: int, device: int, stream: int | None) -> None:
+        _hooks.call_entry_free(free, ptr or 0, size, device, stream or 0)
+
+    return call_malloc, call_free
 
 
 def torch_entry_points(torch: types.ModuleType) -> tuple[Any, Any]:
     """The ``malloc`` and ``free`` that a hook installed in the fake ``torch`` (of
-    :func:`fake_torch`), callable from Python as PyTorch calls them from C."""
+    :func:`fake_torch`), callable from Python as PyTorch calls them from C++
+    (:func:`entry_points`)."""
     tag, alloc, free = torch.state["current"]
     assert tag == "custom", "no pluggable allocator was installed"
-    return ctypes.cast(alloc, TORCH_MALLOC), ctypes.cast(free, TORCH_FREE)
+    return entry_points(alloc, free)
 
 
 @contextlib.contextmanager

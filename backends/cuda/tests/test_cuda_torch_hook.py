@@ -76,11 +76,12 @@ def test_streams_reach_the_pool(torch: Any) -> None:
     area.close()
 
 
-def test_failures_become_null_and_are_kept(torch: Any, area: Area) -> None:
+def test_failures_raise_in_pytorch_and_are_kept(torch: Any, area: Area) -> None:
     with aml_core.pool(area, limit=1 << 20) as pool:
         hook = aml_cuda.use_with_torch(pool)
         malloc, free = torch_entry_points(torch)
-        assert malloc(2 << 20, 0, None) is None  # past the limit: PyTorch sees NULL (its OOM)
+        with pytest.raises(RuntimeError, match="^CUDA out of memory"):
+            malloc(2 << 20, 0, None)  # past the limit: thrown, PyTorch raises
         assert isinstance(hook.errors[-1], MemoryError)
         free(0x1000, 16, 0, None)  # not ours: reported, not raised into PyTorch
         assert isinstance(hook.errors[-1], AMLValueError)
@@ -133,9 +134,15 @@ import aml_core, aml_cuda, torch
 pool = aml_core.pool(aml_cuda.create(0), limit=64 << 20)
 hook = aml_cuda.use_with_torch(pool)
 x = torch.ones(1 << 20, device="cuda")
-y = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")  # PyTorch never checks for NULL
-print("refused", y.data_ptr(), type(hook.errors[-1]).__name__, flush=True)
-del y  # PyTorch frees the NULL pointer: nothing to do
+for attempt in range(3):  # each refusal raises; none leaves a tensor behind
+    try:
+        y = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    except RuntimeError as exc:
+        assert str(exc).startswith("CUDA out of memory."), str(exc)
+        assert "AMLMemoryError" in str(exc), str(exc)
+    else:
+        raise AssertionError(f"no error: a tensor at {y.data_ptr():#x}")
+print("refused", type(hook.errors[-1]).__name__, len(hook.errors), flush=True)
 assert float(x.sum()) == float(1 << 20)
 z = torch.ones(1 << 20, device="cuda")  # the pool goes on
 assert float(z.sum()) == float(1 << 20)
@@ -156,13 +163,14 @@ def test_real_pytorch_on_a_pool() -> None:
 
 @pytest.mark.gpu
 def test_real_pytorch_out_of_the_pools_memory() -> None:
-    """Past the pool's limit the entry point gives PyTorch NULL (its allocator's only
-    refusal, unchecked by PyTorch: a tensor at address 0) and keeps aml's error; the
-    process goes on, and tensors alive at exit are freed without a crash."""
+    """Past the pool's limit the entry point throws its C++ out_of_memory, which PyTorch
+    raises as a RuntimeError naming aml's error (kept in hook.errors), never a tensor at
+    address 0; the process goes on, the next allocation is served, and tensors alive at
+    exit are freed without a crash."""
     pytest.importorskip("torch")
     proc = subprocess.run(
         [sys.executable, "-c", _TORCH_OOM_CHILD], capture_output=True, text=True, timeout=300, check=False
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "refused 0 AMLMemoryError" in proc.stdout, proc.stdout
+    assert "refused AMLMemoryError 3" in proc.stdout, proc.stdout
     assert proc.stdout.rstrip().endswith("ok"), proc.stdout
