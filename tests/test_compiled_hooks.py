@@ -62,7 +62,8 @@ def test_pytorch_refusals_raise_and_the_errors_are_kept(torch: Any) -> None:
     with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
         malloc, free = torch_entry_points(torch)
-        with pytest.raises(RuntimeError, match=r"^CUDA out of memory\. aml could not allocate 2097152 bytes on device 0 .*AMLMemoryError"):
+        oom = r"^CUDA out of memory\. aml could not allocate 2097152 bytes on device 0 .*AMLMemoryError"
+        with pytest.raises(RuntimeError, match=oom):
             malloc(2 << 20, 0, None)  # past the limit
         assert isinstance(hook.errors[-1], AMLMemoryError)
         assert hook.live == 0

@@ -346,7 +346,8 @@ class TorchHook:
                 self.errors.append(exc)
                 return False
 
-        return _hooks.HookState(None, slow_malloc, slow_free, errors=self.errors, label=label_of(self.backend))
+        label = label_of(self.backend)
+        return _hooks.HookState(None, slow_malloc, slow_free, errors=self.errors, label=label)
 
     @property
     def live(self) -> int:
