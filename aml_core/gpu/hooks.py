@@ -268,13 +268,15 @@ def _hook_state(hook: Any, pool: Pool) -> _hooks.HookState:
     """The C entry points' state for ``pool``: its kernel serves hits; misses, hand-overs
     and foreign pointers call the pool with the GIL, errors kept in ``hook.errors`` (a
     :class:`TorchHook`, :class:`CupyHook` or ``TorchMemPool``: what has ``errors`` and
-    ``backend``)."""
+    ``backend``). The state refers to the list, not to the hook, so that a hook that
+    outlives its use (a MemPool's, whose slot keeps the state) can be collected."""
+    errors: list[BaseException] = hook.errors
 
     def slow_malloc(size: int, device: int, stream: int | None) -> int:
         try:
             return pool._hook_alloc(size, stream)
         except BaseException as exc:  # a callback must not raise: the entry point refuses
-            hook.errors.append(exc)
+            errors.append(exc)
             return 0
 
     def slow_free(ptr: int, device: int, stream: int | None) -> bool:
@@ -282,16 +284,14 @@ def _hook_state(hook: Any, pool: Pool) -> _hooks.HookState:
             pool._hook_free(ptr, stream)
             return True
         except BaseException as exc:
-            hook.errors.append(exc)
+            errors.append(exc)
             return False
 
     def raising_malloc(size: int, device: int) -> int:
         return pool._hook_alloc(size, None)  # CuPy takes the error: raised, not kept
 
     label = label_of(getattr(hook, "backend", "cuda"))
-    return _hooks.HookState(
-        pool._kernel, slow_malloc, slow_free, raising_malloc, errors=hook.errors, label=label
-    )
+    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc, errors=errors, label=label)
 
 
 # -- PyTorch ----------------------------------------------------------------------------------
