@@ -108,8 +108,9 @@ def test_several_mempools_at_once(torch: Any) -> None:
             assert first.slot != second.slot
             with first.use():
                 x = torch.cuda.empty(MiB)
-                with second.use():  # nested: the innermost scope serves
-                    y = torch.cuda.empty(MiB)
+            with second.use():  # both alive, each scope its own pool's
+                y = torch.cuda.empty(MiB)
+            with first.use():
                 z = torch.cuda.empty(3 * MiB)
             assert (pa.pool_stats.bytes_in_use, pb.pool_stats.bytes_in_use) == (6 * MiB, 2 * MiB)
             assert (first.live, second.live) == (2, 1)
@@ -286,5 +287,16 @@ def test_unsupported_pytorch(torch: Any, pool: Pool, setup: Any, message: str) -
 def test_not_with_the_process_wide_hook(torch: Any, pool: Pool) -> None:
     hooks.use_with_torch(pool, backend="cuda")
     with pytest.raises(AMLNotSupported, match="whole process already"):
+        _mp(pool)
+    assert torch_pool._bound == {}
+
+
+def test_pytorch_without_a_gpu_is_refused_before_anything_is_made(pool: Pool) -> None:
+    """The real PyTorch, where it has no GPU (its CPU wheel here): AMLNotSupported saying
+    so, no slot bound, no MemPool made."""
+    real = pytest.importorskip("torch")
+    if real.cuda.is_available():
+        pytest.skip("this PyTorch has a GPU: the refusal is for one without")
+    with pytest.raises(AMLNotSupported, match=r"no usable GPU \(torch\.cuda\.is_available\(\) is False"):
         _mp(pool)
     assert torch_pool._bound == {}

@@ -104,6 +104,11 @@ def _check_torch(torch: Any) -> None:
             f"a scoped aml pool needs PyTorch {MIN_TORCH[0]}.{MIN_TORCH[1]} or newer "
             f"(torch.cuda.MemPool with an allocator); this is PyTorch {torch.__version__}"
         )
+    if not cuda.is_available():
+        raise AMLNotSupported(
+            f"PyTorch {torch.__version__} has no usable GPU (torch.cuda.is_available() is False: "
+            "a CPU build, or no device): a MemPool needs one"
+        )
     backend = cuda.memory.get_allocator_backend()
     if backend != "native":
         raise AMLNotSupported(

@@ -179,7 +179,8 @@ def _fake_mem_pools(torch: types.ModuleType, cuda: Any, state: dict[str, Any]) -
 
     ``state["pools"]`` maps a MemPool's id to its record (``segments``, ``use_count``);
     ``state["device"]`` is the current device, ``state["backend"]`` the allocator
-    backend. Scopes are per process here (PyTorch's are per thread)."""
+    backend. Scopes are per process here (PyTorch's are per thread), and only the
+    innermost is modelled (which of nested scopes PyTorch serves is not claimed)."""
     state.update(pools={}, active={}, device=0, backend="native", next_id=1)
 
     class OutOfMemoryError(RuntimeError):
@@ -273,6 +274,7 @@ def _fake_mem_pools(torch: types.ModuleType, cuda: Any, state: dict[str, Any]) -
         "empty_cache": empty_cache,
         "device": device,
         "current_device": lambda: state["device"],
+        "is_available": lambda: True,
     }
     for name, value in names.items():
         setattr(cuda, name, value)

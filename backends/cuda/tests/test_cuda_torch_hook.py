@@ -1,4 +1,4 @@
-"""aml_cuda.use_with_torch: the C entry points (ctypes callbacks) called through their
+"""aml_cuda.use_with_torch and torch_mem_pool: the C entry points called through their
 addresses, as PyTorch's CUDAPluggableAllocator calls them, against a stand-in ``torch``
 module on any machine; and real PyTorch on a GPU (marked ``gpu``, in a child process:
 PyTorch takes one allocator per process)."""
@@ -6,6 +6,7 @@ PyTorch takes one allocator per process)."""
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
 import sys
 import types
@@ -174,3 +175,86 @@ def test_real_pytorch_out_of_the_pools_memory() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "refused AMLMemoryError 3" in proc.stdout, proc.stdout
     assert proc.stdout.rstrip().endswith("ok"), proc.stdout
+
+
+# -- scoped pools: torch.cuda.MemPool over an aml pool (aml_core.gpu.torch_pool) --------------
+
+_MEMPOOL_CHILD = """
+import aml_core, aml_cuda, torch
+from aml_core.errors import AMLMemoryError
+before = torch.ones(1 << 20, device="cuda")  # PyTorch has allocated: the MemPool comes after
+pool = aml_core.pool(aml_cuda.create(0), limit=512 << 20)
+other = aml_core.pool(aml_cuda.create(0))
+mp, mp2 = aml_cuda.torch_mem_pool(pool), aml_cuda.torch_mem_pool(other)
+with mp.use():
+    x = torch.arange(1 << 24, device="cuda", dtype=torch.float32)   # 64 MiB from the aml pool
+with torch.cuda.use_mem_pool(mp2.mempool):                         # two alive at once
+    y = torch.ones(1 << 20, device="cuda")
+with mp.use():
+    try:
+        torch.empty(1 << 30, dtype=torch.uint8, device="cuda")     # past the aml limit
+    except torch.OutOfMemoryError:
+        pass
+    else:
+        raise AssertionError("no torch.OutOfMemoryError")
+    z = torch.ones(1 << 20, device="cuda")                         # the next one is served
+outside = torch.ones(1 << 20, device="cuda")                       # PyTorch's own pool again
+assert isinstance(mp.errors[-1], AMLMemoryError), mp.errors
+assert float(x[-1]) == float((1 << 24) - 1) and float(y.sum() + z.sum()) == float(2 << 20)
+assert pool.pool_stats.bytes_in_use >= 64 << 20 and other.pool_stats.bytes_in_use > 0
+assert "aml memory summary" in aml_core.memory_summary(pool)
+try:
+    with mp.use():
+        w = torch.ones(1 << 20, device="cuda")
+        raise KeyError("left by an exception")
+except KeyError:
+    pass
+del x, y, z, w
+torch.cuda.synchronize()
+mp.close()
+mp2.close()
+print("back", pool.pool_stats.bytes_in_use, other.pool_stats.bytes_in_use, mp.live, mp2.live, flush=True)
+assert (pool.pool_stats.bytes_in_use, other.pool_stats.bytes_in_use) == (0, 0)
+print("ok", torch.__version__, flush=True)
+"""
+
+_MEMPOOL_ASYNC_CHILD = """
+import aml_core, aml_cuda, torch
+from aml_core.errors import AMLNotSupported
+pool = aml_core.pool(aml_cuda.create(0))
+try:
+    aml_cuda.torch_mem_pool(pool)
+except AMLNotSupported as exc:
+    print("refused", exc, flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_real_pytorch_mempool_over_an_aml_pool() -> None:
+    """Issue 33 item 2 on a GPU: a MemPool over an aml pool after PyTorch allocated, two
+    at once, torch.OutOfMemoryError past the aml limit with the next allocation served, a
+    scope left by an exception, and every segment back in the aml pools after close()."""
+    pytest.importorskip("torch")
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEMPOOL_CHILD], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "back 0 0 0 0" in proc.stdout, proc.stdout
+    assert proc.stdout.rstrip().splitlines()[-1].startswith("ok"), proc.stdout
+
+
+@pytest.mark.gpu
+def test_real_pytorch_mempool_under_cuda_malloc_async_is_refused() -> None:
+    """pytorch#192464: PyTorch's cudaMallocAsync backend has no MemPools; aml says so."""
+    pytest.importorskip("torch")
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF="backend:cudaMallocAsync")
+    proc = subprocess.run(
+        [sys.executable, "-c", _MEMPOOL_ASYNC_CHILD],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "refused PyTorch's cudaMallocAsync allocator backend has no MemPools" in proc.stdout, proc.stdout
