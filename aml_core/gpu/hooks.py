@@ -42,7 +42,9 @@ Rules (errors are aml's, with their codes):
   installing is :class:`~aml_core.errors.AMLNotSupported` (ENOTSUP) naming the package.
 
 ``use_with_torch(area, backend=...)`` does the same for PyTorch through
-``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed.
+``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed;
+a refusal is raised in PyTorch. For a pool PyTorch uses inside a scope, at any time, see
+:mod:`aml_core.gpu.torch_pool` (a ``torch.cuda.MemPool`` over an aml pool).
 """
 
 from __future__ import annotations
