@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -262,3 +264,55 @@ def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: 
         assert malloc(4096, 0, None) == ptr
         free(ptr, 4096, 0, None)
         assert pool.pool_stats.bytes_in_use == 0
+
+
+_GIL_HOLDER_CHILD = """
+import threading
+import aml_core
+from aml_core.gpu import hooks
+from aml_core.testing.hook_fakes import FakeDeviceArea
+
+class Hook:
+    errors = []
+    backend = "cuda"
+
+pool = aml_core.pool(FakeDeviceArea(), small_slab=4096, small_max=4096)
+state = hooks._hook_state(Hook, pool)
+stop = False
+
+def gil_holder():  # CuPy's compiled free runs with the GIL held: a hit in C
+    while not stop:
+        state.cupy_free(state.cupy_malloc(512, 0), 0)
+
+def grower():  # misses and trims: Python under the kernel's mutex
+    for i in range(400):
+        bufs = [pool.mmap(8192 + 4096 * (i % 5)) for _ in range(4)]
+        for b in bufs:
+            pool.munmap(b)
+        pool.trim()
+
+threads = [threading.Thread(target=gil_holder) for _ in range(2)]
+growers = [threading.Thread(target=grower) for _ in range(2)]
+for t in threads + growers:
+    t.start()
+for g in growers:
+    g.join()
+stop = True
+for t in threads:
+    t.join()
+assert state.live == 0 and Hook.errors == [], (state.live, Hook.errors)
+print("ok")
+"""
+
+
+def test_a_hit_taken_with_the_gil_never_waits_for_a_holder_that_needs_it() -> None:
+    """A framework calls its hook with the GIL held (CuPy's free, PyTorch freeing a
+    tensor Python dropped) while another thread grows the pool, running Python under
+    the kernel's mutex: the hit waits for the mutex with the GIL released (it used to
+    block holding the GIL: a deadlock, about one run in two of this child). In a child,
+    with a timeout: a deadlock fails it instead of hanging the run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _GIL_HOLDER_CHILD], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok", proc.stdout
