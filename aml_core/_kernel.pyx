@@ -67,6 +67,14 @@ cdef extern from "<sched.h>" nogil:
     int sched_yield()
 
 
+cdef extern from "Python.h":
+    ctypedef struct PyThreadState:
+        pass
+    int PyGILState_Check() noexcept nogil
+    PyThreadState *PyEval_SaveThread() noexcept nogil
+    void PyEval_RestoreThread(PyThreadState *) noexcept nogil
+
+
 cdef enum:
     MIB = 1048576
 
@@ -235,12 +243,27 @@ cdef class PoolKernel(FastPath):
         return 0
 
     cdef int lock_nogil(self) noexcept nogil:
-        """Take the mutex without the GIL (a hook); 1 if this thread holds it already
-        (nothing taken: the caller must not go on), else 0."""
+        """Take the mutex for a hook's hit; 1 if this thread holds it already (nothing
+        taken: the caller must not go on), else 0. A framework may call its hook with
+        the GIL held (PyTorch frees the tensor Python dropped, allocates for a Python
+        thread's op): that thread never blocks on the mutex with the GIL, as in
+        lock_gil, because a Python-side holder may be waiting for the GIL (a slab's
+        allocation runs Python): a deadlock found by tests/test_torch_oom_harness.py."""
         cdef unsigned long me = PyThread_get_thread_ident()
+        cdef PyThreadState *saved
         if self._holder == me:
             return 1
-        pthread_mutex_lock(&self._mu)
+        if PyGILState_Check():
+            while pthread_mutex_trylock(&self._mu) != 0:
+                if self._gil_holder:
+                    saved = PyEval_SaveThread()
+                    pthread_mutex_lock(&self._mu)
+                    pthread_mutex_unlock(&self._mu)
+                    PyEval_RestoreThread(saved)
+                else:
+                    sched_yield()
+        else:
+            pthread_mutex_lock(&self._mu)
         self._holder = me
         self._depth = 1
         self._gil_holder = False

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -55,16 +57,29 @@ def test_pytorch_hits_run_in_c_and_misses_through_the_pool(torch: Any) -> None:
         assert hook.errors == []
 
 
-def test_pytorch_errors_are_recorded_and_null(torch: Any) -> None:
+def test_pytorch_refusals_raise_and_the_errors_are_kept(torch: Any) -> None:
+    """Past the limit the entry point throws its C++ out_of_memory, which PyTorch's
+    catch makes a RuntimeError naming aml's error (kept in hook.errors); the next
+    allocation is served; a foreign free and a double free are recorded, never raised."""
     with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
         malloc, free = torch_entry_points(torch)
-        assert malloc(2 << 20, 0, None) is None  # past the limit
-        assert isinstance(hook.errors[-1], MemoryError)
+        oom = r"^CUDA out of memory\. aml could not allocate 2097152 bytes on device 0 .*AMLMemoryError"
+        with pytest.raises(RuntimeError, match=oom):
+            malloc(2 << 20, 0, None)  # past the limit
+        assert isinstance(hook.errors[-1], AMLMemoryError)
+        assert hook.live == 0
+        ptr = malloc(4096, 0, None)  # the process goes on: the next allocation is served
+        assert ptr
         free(0x1000, 16, 0, None)  # never handed out
         assert isinstance(hook.errors[-1], AMLValueError)
+        free(ptr, 4096, 0, None)
+        errors = len(hook.errors)
+        free(ptr, 4096, 0, None)  # a double free: recorded, nothing freed twice
+        assert len(hook.errors) == errors + 1
+        assert isinstance(hook.errors[-1], AMLValueError)
         assert malloc(-5, 0, None) is None  # a negative size: NULL, no error (PyTorch's rule)
-        assert pool.pool_stats.bytes_in_use == 0
+        assert (hook.live, pool.pool_stats.bytes_in_use) == (0, 0)
 
 
 def test_one_pool_per_device(torch: Any) -> None:
@@ -76,7 +91,8 @@ def test_one_pool_per_device(torch: Any) -> None:
         y = malloc(1000, 1, None)
         assert p0.pool_stats.bytes_in_use == 1000
         assert p1.pool_stats.bytes_in_use == 1000
-        assert malloc(1000, 2, None) is None  # no pool for device 2
+        with pytest.raises(RuntimeError, match="serves no pool for that device"):
+            malloc(1000, 2, None)  # no pool for device 2
         assert "device 2" in str(hook.errors[-1])
         free(x, 1000, 0, None)
         free(y, 1000, 1, None)
@@ -239,7 +255,8 @@ def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: 
     with FakeDeviceArea() as area, aml_core.pool(area) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
         malloc, free = torch_entry_points(torch)
-        assert malloc(4096, 0, S1) is None
+        with pytest.raises(RuntimeError, match="AMLNotSupported"):
+            malloc(4096, 0, S1)
         assert isinstance(hook.errors[-1], AMLNotSupported)
         ptr = malloc(4096, 0, None)
         free(ptr, 4096, 0, S1)  # host order
@@ -250,7 +267,7 @@ def test_a_hook_request_on_a_stream_of_a_pool_without_streams_is_refused(torch: 
 
 
 def test_failed_pytorch_calls_leave_the_live_count(torch: Any) -> None:
-    """``hook.live`` counts the allocations PyTorch holds: a malloc the pool refused (NULL)
+    """``hook.live`` counts the allocations PyTorch holds: a malloc the pool refused (thrown)
     adds none, a free the pool refused (a pointer it never handed out) takes none away."""
     with FakeDeviceArea() as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = hooks.use_with_torch(pool, backend="cuda")
@@ -258,7 +275,8 @@ def test_failed_pytorch_calls_leave_the_live_count(torch: Any) -> None:
         ptr = malloc(4096, 0, None)
         assert ptr
         assert hook.live == 1
-        assert malloc(2 << 20, 0, None) is None  # past the limit: refused
+        with pytest.raises(RuntimeError, match="out of memory"):
+            malloc(2 << 20, 0, None)  # past the limit: refused, thrown as PyTorch sees it
         assert isinstance(hook.errors[-1], MemoryError)
         assert hook.live == 1
         free(0x1000, 16, 0, None)  # never handed out: refused
@@ -267,3 +285,55 @@ def test_failed_pytorch_calls_leave_the_live_count(torch: Any) -> None:
         free(ptr, 4096, 0, None)
         assert hook.live == 0
         assert pool.pool_stats.bytes_in_use == 0
+
+
+_GIL_HOLDER_CHILD = """
+import threading
+import aml_core
+from aml_core.gpu import hooks
+from aml_core.testing.hook_fakes import FakeDeviceArea
+
+class Hook:
+    errors = []
+    backend = "cuda"
+
+pool = aml_core.pool(FakeDeviceArea(), small_slab=4096, small_max=4096)
+state = hooks._hook_state(Hook, pool)
+stop = False
+
+def gil_holder():  # CuPy's compiled free runs with the GIL held: a hit in C
+    while not stop:
+        state.cupy_free(state.cupy_malloc(512, 0), 0)
+
+def grower():  # misses and trims: Python under the kernel's mutex
+    for i in range(400):
+        bufs = [pool.mmap(8192 + 4096 * (i % 5)) for _ in range(4)]
+        for b in bufs:
+            pool.munmap(b)
+        pool.trim()
+
+threads = [threading.Thread(target=gil_holder) for _ in range(2)]
+growers = [threading.Thread(target=grower) for _ in range(2)]
+for t in threads + growers:
+    t.start()
+for g in growers:
+    g.join()
+stop = True
+for t in threads:
+    t.join()
+assert state.live == 0 and Hook.errors == [], (state.live, Hook.errors)
+print("ok")
+"""
+
+
+def test_a_hit_taken_with_the_gil_never_waits_for_a_holder_that_needs_it() -> None:
+    """A framework calls its hook with the GIL held (CuPy's free, PyTorch freeing a
+    tensor Python dropped) while another thread grows the pool, running Python under
+    the kernel's mutex: the hit waits for the mutex with the GIL released (it used to
+    block holding the GIL: a deadlock, about one run in two of this child). In a child,
+    with a timeout: a deadlock fails it instead of hanging the run."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _GIL_HOLDER_CHILD], capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == "ok", proc.stdout

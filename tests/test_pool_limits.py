@@ -346,7 +346,8 @@ def test_pytorch_miss_asks_on_oom_and_the_retry_serves_it(torch: Any) -> None:
         ctypes.memset(got, 1, 2 * MiB)
         assert hook.errors == []
         pool.on_oom = lambda n, s: False
-        assert malloc(3 * MiB, 0, None) is None  # refused: NULL, the error kept
+        with pytest.raises(RuntimeError, match="out of memory"):
+            malloc(3 * MiB, 0, None)  # refused: PyTorch raises, the error kept
         assert isinstance(hook.errors[-1], AMLMemoryError)
         free(got, 2 * MiB, 0, None)
         assert pool.pool_stats.bytes_in_use == 0

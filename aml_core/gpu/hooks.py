@@ -42,7 +42,9 @@ Rules (errors are aml's, with their codes):
   installing is :class:`~aml_core.errors.AMLNotSupported` (ENOTSUP) naming the package.
 
 ``use_with_torch(area, backend=...)`` does the same for PyTorch through
-``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed.
+``CUDAPluggableAllocator`` (see :func:`use_with_torch`): one per process, never removed;
+a refusal is raised in PyTorch. For a pool PyTorch uses inside a scope, at any time, see
+:mod:`aml_core.gpu.torch_pool` (a ``torch.cuda.MemPool`` over an aml pool).
 """
 
 from __future__ import annotations
@@ -264,15 +266,19 @@ def use_with_cupy(area: Area, *, pinned: Area | None = None, backend: str) -> Cu
 # -- the compiled entry points' slow path ----------------------------------------------------
 
 
-def _hook_state(hook: TorchHook | CupyHook, pool: Pool) -> _hooks.HookState:
+def _hook_state(hook: Any, pool: Pool) -> _hooks.HookState:
     """The C entry points' state for ``pool``: its kernel serves hits; misses, hand-overs
-    and foreign pointers call the pool with the GIL, errors kept in ``hook.errors``."""
+    and foreign pointers call the pool with the GIL, errors kept in ``hook.errors`` (a
+    :class:`TorchHook`, :class:`CupyHook` or ``TorchMemPool``: what has ``errors`` and
+    ``backend``). The state refers to the list, not to the hook, so that a hook that
+    outlives its use (a MemPool's, whose slot keeps the state) can be collected."""
+    errors: list[BaseException] = hook.errors
 
     def slow_malloc(size: int, device: int, stream: int | None) -> int:
         try:
             return pool._hook_alloc(size, stream)
-        except BaseException as exc:  # a callback must not raise: NULL is the framework's OOM
-            hook.errors.append(exc)
+        except BaseException as exc:  # a callback must not raise: the entry point refuses
+            errors.append(exc)
             return 0
 
     def slow_free(ptr: int, device: int, stream: int | None) -> bool:
@@ -280,13 +286,14 @@ def _hook_state(hook: TorchHook | CupyHook, pool: Pool) -> _hooks.HookState:
             pool._hook_free(ptr, stream)
             return True
         except BaseException as exc:
-            hook.errors.append(exc)
+            errors.append(exc)
             return False
 
     def raising_malloc(size: int, device: int) -> int:
         return pool._hook_alloc(size, None)  # CuPy takes the error: raised, not kept
 
-    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc, errors=hook.errors)
+    label = label_of(getattr(hook, "backend", "cuda"))
+    return _hooks.HookState(pool._kernel, slow_malloc, slow_free, raising_malloc, errors=errors, label=label)
 
 
 # -- PyTorch ----------------------------------------------------------------------------------
@@ -299,7 +306,8 @@ class TorchHook:
     which makes it with ``areas``, one per device index or None for "any device", and
     the ``backend`` name). The entry points are compiled (aml_core/_hooks.pyx): a pool's
     hit runs in C without the GIL; ``live`` counts the blocks PyTorch holds, ``errors``
-    what the slow path refused (returned to PyTorch as NULL, its out of memory)."""
+    what the slow path refused (each refusal raised in PyTorch as a ``RuntimeError``
+    whose message names the error kept here)."""
 
     def __init__(self, areas: Mapping[int | None, Area], backend: str = "cuda") -> None:
         self.areas = dict(areas)
@@ -340,7 +348,8 @@ class TorchHook:
                 self.errors.append(exc)
                 return False
 
-        return _hooks.HookState(None, slow_malloc, slow_free)
+        label = label_of(self.backend)
+        return _hooks.HookState(None, slow_malloc, slow_free, errors=self.errors, label=label)
 
     @property
     def live(self) -> int:
@@ -373,20 +382,22 @@ def use_with_torch(area: Area | Mapping[int, Area], *, backend: str) -> TorchHoo
     pool per device when PyTorch uses several GPUs) through
     ``torch.cuda.memory.CUDAPluggableAllocator`` (the same name in ROCm builds):
     PyTorch's caching is replaced by the area's (a pool is the right area). An area
-    bound to one device serves that device only (a request for another is refused: NULL
-    and an error in ``hook.errors``); an area of the current device serves every device.
+    bound to one device serves that device only (a request for another is refused, an
+    error in ``hook.errors``); an area of the current device serves every device.
     Must run before PyTorch allocates any GPU memory (PyTorch's rule: otherwise
     :class:`~aml_core.errors.AMLBusyError`), and only once per process (EBUSY too); the
     hook cannot be removed (:meth:`TorchHook.uninstall` says so). The entry points are
     compiled C functions (aml_core/_hooks.pyx): a pool serves a cached block with no
-    GIL and no Python object. An allocation the area refuses is kept in ``hook.errors``
-    and returned to PyTorch as NULL, the pluggable allocator's only way to refuse, which
-    PyTorch does not check: the tensor it makes has ``data_ptr() == 0`` (checked on PyTorch
-    2.11; a kernel writing to it faults the GPU context). Size the pool's ``limit`` for
-    the workload, and check ``hook.errors`` (or ``t.data_ptr()``) where a refusal is
-    possible. The hook and its pools live until the process ends: PyTorch frees tensors
-    after the interpreter is torn down, and those frees are served in C (or left to the
-    process's exit)."""
+    GIL and no Python object. An allocation the area refuses (its limit, ``on_oom``
+    declining, the device out of memory) is kept in ``hook.errors`` and raised in
+    PyTorch as a ``RuntimeError`` whose message starts as PyTorch's own ("CUDA out of
+    memory.", "HIP out of memory.") and names aml's error: the entry point throws a C++
+    ``std::runtime_error`` that PyTorch's C++ frames carry to Python (never NULL, which
+    PyTorch would not check). For ``torch.OutOfMemoryError`` itself, and a pool that
+    can be changed at any time, use a scoped pool (:func:`aml_core.gpu.torch_pool.torch_mem_pool`).
+    The hook and its pools live until the process ends: PyTorch frees tensors after the
+    interpreter is torn down, and those frees are served in C (or left to the process's
+    exit)."""
     global _torch_hook
     given: Mapping[Any, Any] = area if isinstance(area, Mapping) else {None: area}
     if not given:

@@ -18,17 +18,17 @@ a GPU area, with memory a test may touch.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import sys
 import types
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from .. import _hooks
 from ..gpu import hooks
 from ..host import HostArea
 from ..specs import Kind
 
-__all__ = ["FakeDeviceArea", "fake_cupy", "fake_torch", "faked", "torch_entry_points"]
+__all__ = ["FakeDeviceArea", "entry_points", "fake_cupy", "fake_torch", "faked", "torch_entry_points"]
 
 
 class FakeDeviceArea(HostArea):
@@ -138,27 +138,175 @@ def fake_torch() -> types.ModuleType:
         state["current"] = allocator._allocator
 
     memory = types.SimpleNamespace(
-        CUDAPluggableAllocator=CUDAPluggableAllocator, change_current_allocator=change_current_allocator
+        CUDAPluggableAllocator=CUDAPluggableAllocator,
+        change_current_allocator=change_current_allocator,
+        get_allocator_backend=lambda: state["backend"],
     )
-    setattr(torch, "cuda", types.SimpleNamespace(memory=memory))  # noqa: B010  (a module's new attribute)
+    cuda = types.SimpleNamespace(memory=memory)
+    setattr(torch, "cuda", cuda)  # noqa: B010  (a module's new attribute)
     setattr(torch, "_C", types.SimpleNamespace(_cuda_customAllocator=custom_allocator))  # noqa: B010
     setattr(torch, "state", state)  # noqa: B010
+    setattr(torch, "__version__", "2.13.0")  # noqa: B010
+    _fake_mem_pools(torch, cuda, state)
     return torch
 
 
-#: The C signatures PyTorch calls an allocator through: ``void *malloc(ssize_t size, int
-#: device, cudaStream_t stream)`` and ``void free(void *ptr, ssize_t size, int device,
-#: cudaStream_t stream)``.
-TORCH_MALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
-TORCH_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+class _Segment:
+    """A segment of a fake MemPool: what PyTorch's caching allocator got from the pool's
+    allocator (one tensor in it at most, in this model)."""
+
+    __slots__ = ("ptr", "size", "used")
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.ptr, self.size, self.used = ptr, size, True
+
+
+def _fake_mem_pools(torch: types.ModuleType, cuda: Any, state: dict[str, Any]) -> None:
+    """``torch.cuda.MemPool``, ``use_mem_pool``, ``empty_cache``, ``device``,
+    ``current_device`` and ``torch.OutOfMemoryError``, modelling what PyTorch's caching
+    allocator does with a MemPool's allocator (c10/cuda/CUDACachingAllocator.cpp, 2.8 on):
+
+    * ``cuda.empty(size)`` is ``torch.empty(size, device="cuda")``: inside a
+      ``use_mem_pool`` scope a free cached segment of the pool, else a new segment of at
+      least 2 MiB from the pool's allocator (its C entry point, called as PyTorch calls
+      it); NULL makes it release the freeable pools' cached segments and retry, then
+      raise ``torch.OutOfMemoryError``. Outside a scope: PyTorch's own memory (a tuple).
+    * a tensor dropped leaves its segment cached in its pool (not given back);
+    * ``~MemPool`` (the object collected) releases the pool (use count down) and empties
+      its cache: the free segments go back through the allocator's free;
+    * ``empty_cache()`` empties only pools whose use count is 0 (pytorch#145168: a pool
+      alive, or in a scope, keeps its segments).
+
+    ``state["pools"]`` maps a MemPool's id to its record (``segments``, ``use_count``);
+    ``state["device"]`` is the current device, ``state["backend"]`` the allocator
+    backend. Scopes are per process here (PyTorch's are per thread), and only the
+    innermost is modelled (which of nested scopes PyTorch serves is not claimed)."""
+    state.update(pools={}, active={}, device=0, backend="native", next_id=1)
+
+    class OutOfMemoryError(RuntimeError):
+        pass
+
+    def release(record: dict[str, Any]) -> None:
+        for seg in [s for s in record["segments"] if not s.used]:
+            record["free"](seg.ptr, seg.size, record["device"], None)
+            record["segments"].remove(seg)
+        if record["use_count"] == 0 and not record["segments"]:
+            state["pools"].pop(record["id"], None)
+
+    class MemPool:
+        def __init__(self, allocator: Any = None, use_on_oom: bool = False, no_split: bool = False) -> None:
+            tag, malloc, free = allocator
+            assert tag == "custom", "a MemPool over something else than _cuda_customAllocator"
+            self.id = (0, state["next_id"])
+            state["next_id"] += 1
+            call_malloc, call_free = entry_points(malloc, free)
+            self._record: dict[str, Any] = {
+                "id": self.id, "device": state["device"], "malloc": call_malloc, "free": call_free,
+                "segments": [], "use_count": 1,
+            }  # fmt: skip
+            state["pools"][self.id] = self._record
+
+        def use_count(self) -> int:
+            return int(self._record["use_count"])
+
+        def __del__(self) -> None:  # ~MemPool: releasePool, emptyCache(id)
+            self._record["use_count"] -= 1
+            release(self._record)
+
+    @contextlib.contextmanager
+    def use_mem_pool(pool: MemPool, device: int | None = None) -> Iterator[None]:
+        index = state["device"] if device is None else device
+        pool._record["use_count"] += 1
+        state["active"].setdefault(index, []).append(pool._record)
+        try:
+            yield
+        finally:
+            state["active"][index].pop()
+            pool._record["use_count"] -= 1
+
+    class Tensor:
+        def __init__(self, seg: _Segment) -> None:
+            self._seg = seg
+
+        def data_ptr(self) -> int:
+            return self._seg.ptr
+
+        def __del__(self) -> None:
+            self._seg.used = False  # cached in its pool, not given back
+
+    def empty(size: int) -> Any:
+        scopes = state["active"].get(state["device"])
+        if not scopes:
+            return ("PyTorch's own memory", size)
+        record = scopes[-1]
+        for seg in record["segments"]:
+            if not seg.used and seg.size >= size:
+                seg.used = True
+                return Tensor(seg)
+        seg_size = max(2 << 20, (size + (2 << 20) - 1) & ~((2 << 20) - 1))
+        ptr = record["malloc"](seg_size, state["device"], None)
+        if ptr is None:  # cudaErrorMemoryAllocation: release what can go, retry once
+            empty_cache()
+            ptr = record["malloc"](seg_size, state["device"], None)
+        if ptr is None:
+            raise OutOfMemoryError(f"CUDA out of memory. Tried to allocate {seg_size} bytes")
+        seg = _Segment(ptr, seg_size)
+        record["segments"].append(seg)
+        return Tensor(seg)
+
+    def empty_cache() -> None:
+        for record in list(state["pools"].values()):
+            if record["use_count"] == 0:
+                release(record)
+
+    @contextlib.contextmanager
+    def device(index: int) -> Iterator[None]:
+        saved, state["device"] = state["device"], index
+        try:
+            yield
+        finally:
+            state["device"] = saved
+
+    names = {
+        "MemPool": MemPool,
+        "use_mem_pool": use_mem_pool,
+        "empty": empty,
+        "empty_cache": empty_cache,
+        "device": device,
+        "current_device": lambda: state["device"],
+        "is_available": lambda: True,
+    }
+    for name, value in names.items():
+        setattr(cuda, name, value)
+    setattr(torch, "OutOfMemoryError", OutOfMemoryError)  # noqa: B010
+
+
+def entry_points(malloc: int, free: int) -> tuple[Any, Any]:
+    """Python callables for the C entry points at ``malloc`` and ``free`` (``void
+    *malloc(ssize_t size, int device, cudaStream_t stream)`` and ``void free(void *ptr,
+    ssize_t size, int device, cudaStream_t stream)``), called as PyTorch calls them: from
+    C++, without the GIL, through a ``std::function`` in a try/catch of
+    ``std::exception`` (:func:`aml_core._hooks.call_entry_malloc`). ``malloc(size,
+    device, stream)`` returns the address, or None for NULL; a C++ exception it throws is
+    the ``RuntimeError`` PyTorch would raise (ctypes could not carry it: the process would
+    abort). ``stream`` is a handle or None."""
+
+    def call_malloc(size: int, device: int, stream: int | None) -> int | None:
+        return _hooks.call_entry_malloc(malloc, size, device, stream or 0) or None
+
+    def call_free(ptr: int | None, size: int, device: int, stream: int | None) -> None:
+        _hooks.call_entry_free(free, ptr or 0, size, device, stream or 0)
+
+    return call_malloc, call_free
 
 
 def torch_entry_points(torch: types.ModuleType) -> tuple[Any, Any]:
     """The ``malloc`` and ``free`` that a hook installed in the fake ``torch`` (of
-    :func:`fake_torch`), callable from Python as PyTorch calls them from C."""
+    :func:`fake_torch`), callable from Python as PyTorch calls them from C++
+    (:func:`entry_points`)."""
     tag, alloc, free = torch.state["current"]
     assert tag == "custom", "no pluggable allocator was installed"
-    return ctypes.cast(alloc, TORCH_MALLOC), ctypes.cast(free, TORCH_FREE)
+    return entry_points(alloc, free)
 
 
 @contextlib.contextmanager

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from aml_core.area import Area
 from aml_core.gpu import hooks as _hooks
+from aml_core.gpu import torch_pool as _torch_pool
 from aml_core.gpu.hooks import CupyHook, TorchHook
+from aml_core.gpu.torch_pool import TorchMemPool
+from aml_core.pool import Pool
 
-__all__ = ["CupyHook", "TorchHook", "use_with_cupy", "use_with_torch"]
+__all__ = ["CupyHook", "TorchHook", "TorchMemPool", "torch_mem_pool", "use_with_cupy", "use_with_torch"]
 
 #: The backend the hooks take areas of.
 BACKEND_NAME = "cuda"
@@ -35,3 +38,11 @@ def use_with_torch(area: Area) -> TorchHook:
     over one) through ``torch.cuda.memory.CUDAPluggableAllocator``, before PyTorch's first
     CUDA allocation, once per process (:func:`aml_core.gpu.hooks.use_with_torch`)."""
     return _hooks.use_with_torch(area, backend=BACKEND_NAME)
+
+
+def torch_mem_pool(pool: Pool, *, device: int | None = None) -> TorchMemPool:
+    """A ``torch.cuda.MemPool`` over ``pool`` (an aml_cuda device or managed pool), for
+    ``with mp.use():`` / ``torch.cuda.use_mem_pool(mp.mempool)`` at any time, several at
+    once; ``mp.close()`` gives its memory back to the pool
+    (:mod:`aml_core.gpu.torch_pool`)."""
+    return _torch_pool.torch_mem_pool(pool, device=device, backend=BACKEND_NAME)

@@ -93,11 +93,12 @@ def test_stream_ordered_allocation_through_a_hip_area(hip: HipDouble, torch: Any
     s.close()
 
 
-def test_failures_become_null_and_are_kept(hip: HipDouble, torch: Any) -> None:
+def test_failures_raise_in_pytorch_and_are_kept(hip: HipDouble, torch: Any) -> None:
     with aml_hip.create(0, 0) as area, aml_core.pool(area, limit=1 << 20) as pool:
         hook = aml_hip.use_with_torch(pool)
         malloc, free = torch_entry_points(torch)
-        assert malloc(2 << 20, 0, None) is None  # past the limit: PyTorch sees NULL (its OOM)
+        with pytest.raises(RuntimeError, match=r"^HIP out of memory"):
+            malloc(2 << 20, 0, None)  # past the limit: thrown, PyTorch raises
         assert isinstance(hook.errors[-1], MemoryError)
         free(0x1000, 16, 0, None)  # not ours: reported, not raised into PyTorch
         assert isinstance(hook.errors[-1], AMLValueError)
