@@ -55,7 +55,7 @@ def test_a_missing_series_falls_back_and_says_so(roots: tuple[Path, Path]) -> No
     assert image == installed  # a kernel without its modules cannot boot the lab: ignored
     assert note is not None
     assert "no Linux 6.12 kernel" in note
-    assert "run-tests" in note
+    assert "--fetch-kernels" in note
     assert str(cache) in note
 
 
@@ -79,3 +79,26 @@ def test_the_repository_is_compiled_before_a_boot(tmp_path: Path) -> None:
     numa_lab.precompile(tmp_path)
     assert list((tmp_path / "tests" / "__pycache__").glob("mod.*.pyc"))
     assert not (tmp_path / "__pycache__").exists()  # only the repository's packages
+
+
+def test_the_image_package_behind_the_meta_package() -> None:
+    # apt-cache depends linux-image-6.12-amd64, as Debian 12 answers it
+    out = (
+        "linux-image-6.12-amd64\n"
+        "  Depends: linux-image-6.12.117+deb12-amd64\n"
+        "  Depends: linux-image-6.12.117+deb12-amd64-unsigned\n"
+    )
+    assert numa_lab.image_package(out, "6.12") == "linux-image-6.12.117+deb12-amd64"
+    assert (
+        numa_lab.image_package("linux-image-6.1-amd64\n  Depends: linux-image-6.1.0-57-amd64\n", "6.12")
+        is None
+    )
+    assert numa_lab.image_package("", "6.12") is None
+
+
+def test_fetching_needs_root_and_apt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(numa_lab.os, "geteuid", lambda: 1000)
+    assert numa_lab.fetch_kernel("6.12") is None
+    assert "needs root" in capsys.readouterr().out

@@ -45,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -60,7 +61,9 @@ __all__ = [
     "LabNode",
     "LabTopology",
     "current",
+    "fetch_kernel",
     "find_kernel",
+    "image_package",
     "kernel_cache",
     "kernel_for",
     "kernel_series",
@@ -124,7 +127,7 @@ class LabTopology:
     distances: dict[tuple[int, int], int] = attrs.field(factory=dict)
     hmat: tuple[HmatLink, ...] = ()
     #: The Linux series the guest boots (``"6.12"``: Debian's ``linux-image-6.12-amd64``,
-    #: unpacked under :func:`kernel_cache` by run-tests), None: the Debian kernel installed
+    #: unpacked under :func:`kernel_cache` by :func:`fetch_kernel`), None: the Debian kernel installed
     #: in /boot (Debian 12's ``linux-image-amd64``, 6.1).
     kernel: str | None = None
     #: Why this topology boots that kernel (shown by ``--list`` and in a test's failure).
@@ -268,7 +271,7 @@ def current() -> LabTopology | None:
 # -- the host side: booting a guest ---------------------------------------------------------
 
 
-#: The environment variable naming where run-tests unpacks the extra kernels.
+#: The environment variable naming where the extra guest kernels are unpacked.
 KERNELS_ENV = "AML_NUMA_LAB_KERNELS"
 #: The root whose /boot and /lib/modules hold the installed kernels (a test's fake root).
 SYSTEM_ROOT = Path("/")
@@ -277,9 +280,9 @@ SYSTEM_ROOT = Path("/")
 def kernel_cache() -> Path:
     """Where the extra guest kernels are unpacked (``$AML_NUMA_LAB_KERNELS``, default
     ``~/.cache/aml-numa-lab/kernels``): one directory per Debian package, made by
-    ``dpkg -x`` (``<dir>/boot/vmlinuz-<release>`` beside ``<dir>/lib/modules/<release>``,
-    where virtme-ng finds the modules). Never installed, so the host's /boot and boot
-    loader are left as they are."""
+    :func:`fetch_kernel` with ``dpkg -x`` (``<dir>/boot/vmlinuz-<release>`` beside
+    ``<dir>/lib/modules/<release>``, where virtme-ng finds the modules). Never installed,
+    so the host's /boot and boot loader are left as they are."""
     return Path(os.environ.get(KERNELS_ENV) or Path.home() / ".cache" / "aml-numa-lab" / "kernels")
 
 
@@ -328,10 +331,64 @@ def kernel_for(topology: LabTopology) -> tuple[Path | None, str | None]:
         return image, None
     fallback = find_kernel()
     return fallback, (
-        f"no Linux {topology.kernel} kernel in /boot or {kernel_cache()} (run-tests unpacks Debian's "
-        f"linux-image-{topology.kernel}-amd64 there); booting {fallback} instead, so the checks that need "
-        f"{topology.kernel} ({topology.kernel_reason}) fail"
+        f"no Linux {topology.kernel} kernel in /boot or {kernel_cache()} (--fetch-kernels, which tox -e "
+        f"numa passes, unpacks Debian's linux-image-{topology.kernel}-amd64 there); booting {fallback} "
+        f"instead, so the checks that need {topology.kernel} ({topology.kernel_reason}) fail"
     )
+
+
+def image_package(depends: str, series: str) -> str | None:
+    """The image package ``apt-cache depends linux-image-<series>-amd64`` names
+    (``linux-image-6.12.117+deb12-amd64``), None when it names none."""
+    pattern = re.compile(rf"^linux-image-{re.escape(series)}\.\d+\S*-amd64$")
+    for line in depends.splitlines():
+        kind, _, name = line.strip().partition(" ")
+        if kind in ("Depends:", "|Depends:") and pattern.match(name.strip()):
+            return name.strip()
+    return None
+
+
+def fetch_kernel(series: str) -> Path | None:
+    """Download Debian's ``linux-image-<series>-amd64`` (its image package, through the
+    meta package, from this machine's apt sources: Debian 12's security suite has 6.12)
+    with ``apt-get download`` and unpack it under :func:`kernel_cache` with ``dpkg -x``,
+    its modules indexed by ``depmod``. Nothing is installed: /boot and the boot loader
+    are left as they are. Root with apt only; returns the image, or None after saying why."""
+    meta = f"linux-image-{series}-amd64"
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("apt-get", "apt-cache", "dpkg")):
+        print(f"numa-lab: cannot fetch {meta}: needs root and apt-get/dpkg (Debian)", flush=True)
+        return None
+
+    def resolve() -> str | None:
+        out = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True, check=False)
+        return image_package(out.stdout, series) if out.returncode == 0 else None
+
+    package = resolve()
+    if package is None:
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        package = resolve()
+    if package is None:
+        print(f"numa-lab: cannot fetch {meta}: apt knows no such package here", flush=True)
+        return None
+    cache = kernel_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    print(
+        f"numa-lab: fetching {package} into {cache} (apt-get download + dpkg -x, not installed)", flush=True
+    )
+    # unpacked beside the cache, then moved in whole: an interrupted fetch leaves no half kernel
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
+        got = subprocess.run(["apt-get", "download", "-qq", package], cwd=tmp, check=False)
+        debs = sorted(Path(tmp).glob("*.deb"))
+        if got.returncode != 0 or not debs:
+            print(f"numa-lab: apt-get download {package} failed ({got.returncode})", flush=True)
+            return None
+        root = Path(tmp) / "root"
+        subprocess.run(["dpkg", "-x", str(debs[0]), str(root)], check=True)
+        if shutil.which("depmod"):
+            subprocess.run(["depmod", "-b", str(root), package.removeprefix("linux-image-")], check=True)
+        shutil.rmtree(cache / package, ignore_errors=True)
+        root.rename(cache / package)
+    return find_kernel(series)
 
 
 def _vng() -> str | None:
@@ -533,6 +590,12 @@ def _parser() -> argparse.ArgumentParser:
         help="hold an flock on this file while a guest runs (default $AML_NUMA_LAB_LOCK, none when unset)",
     )
     parser.add_argument(
+        "--fetch-kernels",
+        action="store_true",
+        help="first download and unpack (dpkg -x, never installed) the Debian kernels the chosen topologies "
+        "name and this machine lacks (root with apt; tox -e numa does)",
+    )
+    parser.add_argument(
         "--kernel",
         type=Path,
         help="boot every topology on this kernel image (default: each topology's, see --list)",
@@ -573,6 +636,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
+    if args.fetch_kernels and args.kernel is None:
+        for series in sorted({t.kernel for n in names if (t := TOPOLOGIES[n]).kernel is not None}):
+            if find_kernel(series) is None:
+                fetch_kernel(series)
     precompile(Path.cwd())
     results: dict[str, int] = {}
     for name in names:
