@@ -342,7 +342,10 @@ def page_nodes(address: int, length: int, *, summary: bool = False) -> list[int]
     also where Linux 6.1 answers -EFAULT for them, another negative errno for a page
     move_pages cannot read). With ``summary=True``,
     the number of pages per node instead, as numastat counts them: ``{node: pages}``,
-    nodes in ascending order (negative keys first: untouched or unreadable pages)."""
+    nodes in ascending order (negative keys first: untouched or unreadable pages).
+    Where automatic NUMA balancing is on, Linux 6.1 answers a resident page its scanner
+    has just made PROT_NONE as untouched too, until it is next accessed (docs/numa.md,
+    "page_nodes and automatic NUMA balancing")."""
     # move_pages answers at most _PAGE_QUERY pages at once (E2BIG past it): query in chunks.
     # A summary counts each chunk as it comes, so a 128 GiB range (2**25 pages) never holds
     # one Python int per page.

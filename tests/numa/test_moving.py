@@ -134,17 +134,25 @@ def _restore_weights(saved: dict[int, int]) -> None:
 
 def test_weighted_interleave(lab_topology: LabTopology) -> None:
     """Linux 6.9+: pages in proportion to the weights (3:1 here); before 6.9 the policy
-    and the weights are AMLNotSupported. The guest's kernel decides which one runs: the
-    lab boots Debian's (6.1: refused; a 6.12 guest: placed)."""
+    and the weights are AMLNotSupported. The topology names the kernel it boots
+    (numa_lab.TOPOLOGIES): two-node boots Debian's 6.12 (placed), the others Debian 12's
+    6.1 (refused). A guest booted on another kernel than its topology's fails here."""
     a, b = lab_topology.cpu_nodes[:2]
-    if not weighted_interleave_supported():
-        major, minor = (int(x) for x in os.uname().release.split(".")[:2])
-        assert (major, minor) < (6, 9)
+    release = os.uname().release
+    if lab_topology.kernel is not None:
+        assert release.startswith(f"{lab_topology.kernel}."), (
+            f"{lab_topology.name} should boot Linux {lab_topology.kernel} ({lab_topology.kernel_reason}), "
+            f"not {release}: run-tests unpacks it (see python -m tests.support.numa_lab --list)"
+        )
+    major, minor = (int(x) for x in release.split(".")[:2])
+    if (major, minor) < (6, 9):
+        assert not weighted_interleave_supported()
         with pytest.raises(AMLNotSupported, match=r"6\.9"):
             HostArea("weighted_interleave", [a, b])
         with pytest.raises(AMLNotSupported):
             set_interleave_weights({a: 3, b: 1})
         return
+    assert weighted_interleave_supported(), release
     saved = interleave_weights()
     try:
         set_interleave_weights({a: 3, b: 1})
@@ -154,5 +162,8 @@ def test_weighted_interleave(lab_topology: LabTopology) -> None:
             assert area.policy_of(buf) == (Policy.WEIGHTED_INTERLEAVE, (a, b))
             _os.touch(buf.ptr, buf.size, PAGE, 1)
             assert area.page_nodes(buf, summary=True) == {a: 48, b: 16}
+            # page by page: any four pages in a row hold three on a and one on b
+            each = area.page_nodes(buf)
+            assert all(each[i : i + 4].count(b) == 1 for i in range(len(each) - 3)), each[:16]
     finally:
         _restore_weights({n: w for n, w in saved.items() if n in allowed_nodes()})

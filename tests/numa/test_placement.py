@@ -7,6 +7,7 @@ the thread runs on; BIND's ENOMEM and PREFERRED's and INTERLEAVE's spill over a 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import mmap
@@ -83,35 +84,43 @@ def test_bind_file_backed(lab_topology: LabTopology, tmp_path: Path) -> None:
             path.unlink()
 
 
+@pytest.mark.numa_lab("tiered")  # its nodes hold two-node's and small-node's kinds: one child is enough
 def test_ipc_importer_sees_the_node(lab_topology: LabTopology) -> None:
     # The importer (another process) touches the pages first: the memfd's shared policy
-    # places them on the node, and both processes see them there.
+    # places them on the node, and both processes see them there. One importer for every
+    # node's buffer (a child Python costs ~8-15 s under TCG).
     code = """
 import json, sys
 import numpy as np
 import aml_core
 from aml_core.host import page_nodes, policy_of
 from tests.support.child import unpickled
-buf = aml_core.ipc_open(unpickled(sys.argv[1]))
-arr = np.frombuffer(buf, dtype=np.uint8); arr[::4096] = 7; del arr
-mode, nodes = policy_of(buf.ptr)
-print(json.dumps({"pages": page_nodes(buf.ptr, buf.size, summary=True), "policy": [mode.name, list(nodes)]}))
-buf.free()
+for handle in sys.argv[1:]:
+    buf = aml_core.ipc_open(unpickled(handle))
+    arr = np.frombuffer(buf, dtype=np.uint8); arr[::4096] = 7; del arr
+    mode, nodes = policy_of(buf.ptr)
+    pages = page_nodes(buf.ptr, buf.size, summary=True)
+    print(json.dumps({"pages": pages, "policy": [mode.name, list(nodes)]}))
+    buf.free()
 """
-    for node in lab_topology.node_ids:
-        with HostArea("bind", [node], ipc=True) as area:
+    with contextlib.ExitStack() as stack:
+        shared = []
+        for node in lab_topology.node_ids:
+            area = stack.enter_context(HostArea("bind", [node], ipc=True))
             buf = area.mmap(4 * MiB)
             export = area.ipc_export(buf)
-            rc, outs, err = run_child(code, pickled(export.handle))
-            assert rc == 0, err
-            out = outs[-1]
-            assert out["policy"] == ["BIND", [node]]
+            stack.callback(export.close)
+            shared.append((node, buf, export))
+        rc, outs, err = run_child(code, *(pickled(export.handle) for _, _, export in shared))
+        assert rc == 0, err
+        assert len(outs) == len(shared), (outs, err)
+        for (node, buf, _), out in zip(shared, outs, strict=True):
+            assert out["policy"] == ["BIND", [node]], out
             assert out["pages"] == {str(node): buf.size // PAGE}, out
             # (a page the importer made is in this process's page tables once read here)
             with memoryview(buf) as view:
                 assert bytes(view[::PAGE]) == b"\x07" * (buf.size // PAGE)
             all_on(buf, node)
-            export.close()
 
 
 def test_bind_huge_pages_per_node(lab_topology: LabTopology) -> None:
@@ -323,7 +332,7 @@ def test_bind_huge_pages_on_a_node_without_them_is_enomem(lab_topology: LabTopol
 # -- MPI ------------------------------------------------------------------------------------
 
 
-@pytest.mark.numa_lab("two-node", "tiered")
+@pytest.mark.numa_lab("tiered")  # the same two ranks on nodes 0 and 1 as two-node's: 85 s a guest
 def test_mpi_ranks_bound_to_their_nodes_share_buffers(lab_topology: LabTopology) -> None:
     from tests.mpi.support import launcher
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import glob
 import os
 import re
 import shlex
@@ -46,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -61,7 +61,12 @@ __all__ = [
     "LabNode",
     "LabTopology",
     "current",
+    "fetch_kernel",
     "find_kernel",
+    "image_package",
+    "kernel_cache",
+    "kernel_for",
+    "kernel_series",
     "guest_script",
     "main",
     "missing",
@@ -76,6 +81,9 @@ SKIP_REASON = "runs in the NUMA lab (tox -e numa)"
 ROOT = Path(__file__).resolve().parents[2]
 #: Host environment variables passed into the guest (by prefix or name).
 PASSED_PREFIXES = ("AML_", "OMPI_", "PYTHON", "HYPOTHESIS", "PYTEST")
+#: The line the guest prints (then its kernel release) as its command starts: the host
+#: times the boot up to it.
+STARTED = "numa-lab: guest up, running the command on Linux"
 #: The guest's PATH after this Python's bin.
 GUEST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -118,6 +126,12 @@ class LabTopology:
     nodes: tuple[LabNode, ...]
     distances: dict[tuple[int, int], int] = attrs.field(factory=dict)
     hmat: tuple[HmatLink, ...] = ()
+    #: The Linux series the guest boots (``"6.12"``: Debian's ``linux-image-6.12-amd64``,
+    #: unpacked under :func:`kernel_cache` by :func:`fetch_kernel`), None: the Debian kernel installed
+    #: in /boot (Debian 12's ``linux-image-amd64``, 6.1).
+    kernel: str | None = None
+    #: Why this topology boots that kernel (shown by ``--list`` and in a test's failure).
+    kernel_reason: str = ""
 
     @property
     def node_ids(self) -> tuple[int, ...]:
@@ -195,6 +209,11 @@ TOPOLOGIES: dict[str, LabTopology] = {
             description="2 nodes with a CPU each (512 MiB each), distance 21",
             nodes=(LabNode(0, 512, (0,)), LabNode(1, 512, (1,))),
             distances={(0, 1): 21},
+            kernel="6.12",
+            kernel_reason=(
+                "weighted interleave (MPOL_WEIGHTED_INTERLEAVE) is Linux 6.9+; the other "
+                "topologies boot Debian 12's 6.1, where aml refuses it"
+            ),
         ),
         LabTopology(
             name="tiered",
@@ -252,19 +271,124 @@ def current() -> LabTopology | None:
 # -- the host side: booting a guest ---------------------------------------------------------
 
 
-def find_kernel() -> Path | None:
-    """Debian's kernel in /boot (``vmlinuz-*-amd64``, the newest), or None. Its modules
-    (9p, virtio) must be in /lib/modules, as linux-image-amd64 puts them."""
-    found = []
-    for path in glob.glob("/boot/vmlinuz-*-amd64"):
-        release = Path(path).name.removeprefix("vmlinuz-")
-        if Path("/lib/modules", release).is_dir():
-            found.append(path)
+#: The environment variable naming where the extra guest kernels are unpacked.
+KERNELS_ENV = "AML_NUMA_LAB_KERNELS"
+#: The root whose /boot and /lib/modules hold the installed kernels (a test's fake root).
+SYSTEM_ROOT = Path("/")
 
-    def version(path: str) -> list[int]:
-        return [int(x) for x in re.findall(r"\d+", Path(path).name)]
 
-    return Path(max(found, key=version)) if found else None
+def kernel_cache() -> Path:
+    """Where the extra guest kernels are unpacked (``$AML_NUMA_LAB_KERNELS``, default
+    ``~/.cache/aml-numa-lab/kernels``): one directory per Debian package, made by
+    :func:`fetch_kernel` with ``dpkg -x`` (``<dir>/boot/vmlinuz-<release>`` beside
+    ``<dir>/lib/modules/<release>``, where virtme-ng finds the modules). Never installed,
+    so the host's /boot and boot loader are left as they are."""
+    return Path(os.environ.get(KERNELS_ENV) or Path.home() / ".cache" / "aml-numa-lab" / "kernels")
+
+
+def _kernel_version(path: Path) -> list[int]:
+    return [int(x) for x in re.findall(r"\d+", path.name)]
+
+
+def _kernels() -> list[tuple[Path, bool]]:
+    """Every bootable Debian kernel: ``(image, installed)``, those of /boot (with their
+    modules in /lib/modules) and those unpacked under :func:`kernel_cache`."""
+    found: list[tuple[Path, bool]] = []
+    for root, installed in ((SYSTEM_ROOT, True), *((d, False) for d in sorted(kernel_cache().glob("*/")))):
+        for image in sorted(root.glob("boot/vmlinuz-*-amd64")):
+            release = image.name.removeprefix("vmlinuz-")
+            if (root / "lib" / "modules" / release).is_dir():
+                found.append((image, installed))
+    return found
+
+
+def kernel_series(image: Path) -> str:
+    """``"6.12"`` of ``vmlinuz-6.12.117+deb12-amd64``."""
+    return ".".join(image.name.removeprefix("vmlinuz-").split(".")[:2])
+
+
+def find_kernel(series: str | None = None) -> Path | None:
+    """The guest kernel: of ``series`` (``"6.12"``) the newest found in /boot or under
+    :func:`kernel_cache`; without a series the newest Debian kernel installed in /boot
+    (``vmlinuz-*-amd64`` with its modules in /lib/modules, as linux-image-amd64 puts them).
+    None when there is none."""
+    found = [
+        image
+        for image, installed in _kernels()
+        if (installed if series is None else kernel_series(image) == series)
+    ]
+    return max(found, key=_kernel_version) if found else None
+
+
+def kernel_for(topology: LabTopology) -> tuple[Path | None, str | None]:
+    """The kernel ``topology`` boots, and a note when it is not the one it names (its
+    series is not unpacked here: the default kernel is booted instead, and the tests that
+    need the series fail saying so)."""
+    if topology.kernel is None:
+        return find_kernel(), None
+    image = find_kernel(topology.kernel)
+    if image is not None:
+        return image, None
+    fallback = find_kernel()
+    return fallback, (
+        f"no Linux {topology.kernel} kernel in /boot or {kernel_cache()} (--fetch-kernels, which tox -e "
+        f"numa passes, unpacks Debian's linux-image-{topology.kernel}-amd64 there); booting {fallback} "
+        f"instead, so the checks that need {topology.kernel} ({topology.kernel_reason}) fail"
+    )
+
+
+def image_package(depends: str, series: str) -> str | None:
+    """The image package ``apt-cache depends linux-image-<series>-amd64`` names
+    (``linux-image-6.12.117+deb12-amd64``), None when it names none."""
+    pattern = re.compile(rf"^linux-image-{re.escape(series)}\.\d+\S*-amd64$")
+    for line in depends.splitlines():
+        kind, _, name = line.strip().partition(" ")
+        if kind in ("Depends:", "|Depends:") and pattern.match(name.strip()):
+            return name.strip()
+    return None
+
+
+def fetch_kernel(series: str) -> Path | None:
+    """Download Debian's ``linux-image-<series>-amd64`` (its image package, through the
+    meta package, from this machine's apt sources: Debian 12's security suite has 6.12)
+    with ``apt-get download`` and unpack it under :func:`kernel_cache` with ``dpkg -x``,
+    its modules indexed by ``depmod``. Nothing is installed: /boot and the boot loader
+    are left as they are. Root with apt only; returns the image, or None after saying why."""
+    meta = f"linux-image-{series}-amd64"
+    if os.geteuid() != 0 or not all(shutil.which(t) for t in ("apt-get", "apt-cache", "dpkg")):
+        print(f"numa-lab: cannot fetch {meta}: needs root and apt-get/dpkg (Debian)", flush=True)
+        return None
+
+    def resolve() -> str | None:
+        out = subprocess.run(["apt-cache", "depends", meta], capture_output=True, text=True, check=False)
+        return image_package(out.stdout, series) if out.returncode == 0 else None
+
+    package = resolve()
+    if package is None:
+        subprocess.run(["apt-get", "update", "-qq"], check=False)
+        package = resolve()
+    if package is None:
+        print(f"numa-lab: cannot fetch {meta}: apt knows no such package here", flush=True)
+        return None
+    cache = kernel_cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    print(
+        f"numa-lab: fetching {package} into {cache} (apt-get download + dpkg -x, not installed)", flush=True
+    )
+    # unpacked beside the cache, then moved in whole: an interrupted fetch leaves no half kernel
+    with tempfile.TemporaryDirectory(dir=cache, prefix=".fetch-") as tmp:
+        got = subprocess.run(["apt-get", "download", "-qq", package], cwd=tmp, check=False)
+        debs = sorted(Path(tmp).glob("*.deb"))
+        if got.returncode != 0 or not debs:
+            print(f"numa-lab: apt-get download {package} failed ({got.returncode})", flush=True)
+            return None
+        root = Path(tmp) / "root"
+        subprocess.run(["dpkg", "-x", str(debs[0]), str(root)], check=True)
+        if shutil.which("depmod"):
+            subprocess.run(["depmod", "-b", str(root), package.removeprefix("linux-image-")], check=True)
+        shutil.rmtree(cache / package, ignore_errors=True)
+        root.rename(cache / package)
+    return find_kernel(series)
 
 
 def _vng() -> str | None:
@@ -299,6 +423,7 @@ def guest_script(topology: LabTopology, command: Sequence[str], cwd: Path) -> st
     env[ENV] = topology.name
     env["PATH"] = f"{Path(sys.executable).parent}:{GUEST_PATH}"
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    lines.append(f"echo {shlex.quote(STARTED)} $(uname -r), guest uptime $(cut -d' ' -f1 /proc/uptime) s")
     lines.append(f"cd {shlex.quote(str(cwd))}")
     lines.append(shlex.join(command))
     return "; ".join(lines)
@@ -322,9 +447,12 @@ def vng_command(
     accel: str = "tcg",
     cwd: Path | None = None,
     verbose: bool = False,
+    kernel: Path | None = None,
 ) -> list[str]:
-    """The ``vng`` command line that boots ``topology`` and runs ``command`` in it."""
-    kernel = find_kernel()
+    """The ``vng`` command line that boots ``topology`` (on ``kernel``, default
+    :func:`kernel_for`'s) and runs ``command`` in it."""
+    if kernel is None:
+        kernel, _ = kernel_for(topology)
     vng = _vng()
     if kernel is None or vng is None:
         raise RuntimeError(missing() or "no kernel or vng")
@@ -351,13 +479,20 @@ def boot(
     timeout: float = 900,
     log: Path | None = None,
     verbose: bool = False,
+    kernel: Path | None = None,
 ) -> int:
     """Boot ``topology``, run ``command`` in it and return its exit status (124 when it
     ran past ``timeout`` seconds). Output goes to this process's stdout, and to ``log``."""
-    argv = vng_command(topology, command, accel=accel, verbose=verbose)
+    note = None
+    if kernel is None:
+        kernel, note = kernel_for(topology)
+    argv = vng_command(topology, command, accel=accel, verbose=verbose, kernel=kernel)
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
-    print(f"numa-lab: booting {topology.name} ({topology.description}; {accel})", flush=True)
+    if note is not None:
+        print(f"numa-lab: {topology.name}: {note}", flush=True)
+    print(f"numa-lab: booting {topology.name} ({topology.description}; {kernel}; {accel})", flush=True)
     start = time.monotonic()
+    up: float | None = None
     # its own session: a timeout ends vng, virtme-run and QEMU together
     proc = subprocess.Popen(
         argv,
@@ -381,6 +516,8 @@ def boot(
         assert proc.stdout is not None
         for raw in proc.stdout:
             line = raw.decode(errors="replace")
+            if up is None and line.startswith(STARTED):
+                up = time.monotonic() - start
             sys.stdout.write(line)
             sys.stdout.flush()
             if out is not None:
@@ -397,8 +534,26 @@ def boot(
     if expired.is_set():
         print(f"numa-lab: {topology.name}: killed after {timeout:.0f} s (--timeout)", flush=True)
         rc = 124
-    print(f"numa-lab: {topology.name}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
+    total = time.monotonic() - start
+    split = "" if up is None else f" (boot {up:.0f} s, command {total - up:.0f} s)"
+    print(f"numa-lab: {topology.name}: exit {rc} after {total:.0f} s{split}", flush=True)
     return rc
+
+
+#: The repository's packages compiled on the host before a boot (:func:`precompile`).
+COMPILED_DIRS = ("aml_core", "tests", "benchmarks")
+
+
+def precompile(where: Path) -> None:
+    """Compile the repository's Python to bytecode on the host, before booting: the guest's
+    interpreters (pytest, each child, each MPI rank) then load it instead of compiling
+    every module under emulation, each time where ``PYTHONDONTWRITEBYTECODE`` (tox's
+    setenv) stops them writing it. Seconds here, and compileall skips what is current."""
+    import compileall
+
+    for sub in COMPILED_DIRS:
+        if (where / sub).is_dir():
+            compileall.compile_dir(where / sub, quiet=2)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -428,7 +583,23 @@ def _parser() -> argparse.ArgumentParser:
         help="QEMU acceleration (default tcg, or $AML_NUMA_LAB_ACCEL; KVM guests hang at boot here)",
     )
     parser.add_argument("--timeout", type=float, default=900, help="seconds per guest (default 900)")
-    parser.add_argument("--lock", type=Path, help="hold an flock on this file while a guest runs")
+    parser.add_argument(
+        "--lock",
+        type=Path,
+        default=os.environ.get("AML_NUMA_LAB_LOCK") or None,
+        help="hold an flock on this file while a guest runs (default $AML_NUMA_LAB_LOCK, none when unset)",
+    )
+    parser.add_argument(
+        "--fetch-kernels",
+        action="store_true",
+        help="first download and unpack (dpkg -x, never installed) the Debian kernels the chosen topologies "
+        "name and this machine lacks (root with apt; tox -e numa does)",
+    )
+    parser.add_argument(
+        "--kernel",
+        type=Path,
+        help="boot every topology on this kernel image (default: each topology's, see --list)",
+    )
     parser.add_argument("--log-dir", type=Path, help="write each guest's output to <dir>/<topology>.log")
     parser.add_argument("--verbose", "-v", action="store_true", help="show the guest kernel's console")
     parser.add_argument("--list", action="store_true", help="print the topologies and exit")
@@ -442,6 +613,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         for t in TOPOLOGIES.values():
             print(f"{t.name}: {t.description}")
+            image, note = kernel_for(t)
+            series = f"Linux {t.kernel} ({t.kernel_reason})" if t.kernel else "the Debian kernel in /boot"
+            print(f"    kernel: {series}: {image}" + (f"; {note}" if note else ""))
             print(f"    qemu: {shlex.join(t.qemu_args())}")
         return 0
     command = list(args.command)
@@ -456,10 +630,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.dry_run:
         for name in names:
-            print(shlex.join(vng_command(TOPOLOGIES[name], command, accel=args.accel, verbose=args.verbose)))
+            topology = TOPOLOGIES[name]
+            argv = vng_command(topology, command, accel=args.accel, verbose=args.verbose, kernel=args.kernel)
+            print(shlex.join(argv))
         return 0
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
+    if args.fetch_kernels and args.kernel is None:
+        for series in sorted({t.kernel for n in names if (t := TOPOLOGIES[n]).kernel is not None}):
+            if find_kernel(series) is None:
+                fetch_kernel(series)
+    precompile(Path.cwd())
     results: dict[str, int] = {}
     for name in names:
         log = args.log_dir / f"{name}.log" if args.log_dir is not None else None
@@ -474,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.timeout,
                 log=log,
                 verbose=args.verbose,
+                kernel=args.kernel,
             )
         finally:
             if lock is not None:

@@ -1,0 +1,104 @@
+"""The NUMA lab runner's host side (tests/support/numa_lab.py), without booting: the kernel
+choice on fake roots (each topology boots the kernel series it names: two-node Debian's
+6.12, unpacked by run-tests under the kernel cache, the others the Debian kernel installed
+in /boot; a missing series falls back to the installed kernel and says so), the guest's
+start line the boot is timed by, and the bytecode compiled before a boot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import numa_lab
+
+
+def _kernel(root: Path, release: str, *, modules: bool = True) -> Path:
+    image = root / "boot" / f"vmlinuz-{release}"
+    image.parent.mkdir(parents=True, exist_ok=True)
+    image.write_bytes(b"")
+    if modules:
+        (root / "lib" / "modules" / release).mkdir(parents=True)
+    return image
+
+
+@pytest.fixture
+def roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    system, cache = tmp_path / "system", tmp_path / "cache"
+    system.mkdir()
+    cache.mkdir()
+    monkeypatch.setattr(numa_lab, "SYSTEM_ROOT", system)
+    monkeypatch.setenv(numa_lab.KERNELS_ENV, str(cache))
+    return system, cache
+
+
+def test_each_topology_boots_its_kernel(roots: tuple[Path, Path]) -> None:
+    system, cache = roots
+    installed = _kernel(system, "6.1.0-57-amd64")
+    _kernel(system, "6.1.0-9-amd64")
+    _kernel(cache / "linux-image-6.12.100+deb12-amd64", "6.12.100+deb12-amd64")
+    newer = _kernel(cache / "linux-image-6.12.117+deb12-amd64", "6.12.117+deb12-amd64")
+    assert numa_lab.kernel_cache() == cache
+    assert numa_lab.find_kernel() == installed  # the newest in /boot; the cache is not "installed"
+    assert numa_lab.find_kernel("6.12") == newer
+    assert numa_lab.kernel_series(newer) == "6.12"
+    assert numa_lab.kernel_for(numa_lab.TOPOLOGIES["two-node"]) == (newer, None)
+    for name in ("tiered", "small-node"):
+        assert numa_lab.kernel_for(numa_lab.TOPOLOGIES[name]) == (installed, None)
+
+
+def test_a_missing_series_falls_back_and_says_so(roots: tuple[Path, Path]) -> None:
+    system, cache = roots
+    installed = _kernel(system, "6.1.0-57-amd64")
+    _kernel(cache / "linux-image-6.12.117+deb12-amd64", "6.12.117+deb12-amd64", modules=False)
+    image, note = numa_lab.kernel_for(numa_lab.TOPOLOGIES["two-node"])
+    assert image == installed  # a kernel without its modules cannot boot the lab: ignored
+    assert note is not None
+    assert "no Linux 6.12 kernel" in note
+    assert "--fetch-kernels" in note
+    assert str(cache) in note
+
+
+def test_the_cache_defaults_under_the_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(numa_lab.KERNELS_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert numa_lab.kernel_cache() == tmp_path / ".cache" / "aml-numa-lab" / "kernels"
+
+
+def test_the_guest_says_when_its_command_starts() -> None:
+    script = numa_lab.guest_script(numa_lab.TOPOLOGIES["tiered"], ["true"], Path("/work/x"))
+    assert f"echo '{numa_lab.STARTED}' $(uname -r)" in script
+    assert script.index(numa_lab.STARTED) < script.index("cd /work/x")
+    assert "export AML_NUMA_LAB=tiered" in script
+
+
+def test_the_repository_is_compiled_before_a_boot(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "mod.py").write_text("X = 1\n")
+    (tmp_path / "elsewhere.py").write_text("Y = 1\n")
+    numa_lab.precompile(tmp_path)
+    assert list((tmp_path / "tests" / "__pycache__").glob("mod.*.pyc"))
+    assert not (tmp_path / "__pycache__").exists()  # only the repository's packages
+
+
+def test_the_image_package_behind_the_meta_package() -> None:
+    # apt-cache depends linux-image-6.12-amd64, as Debian 12 answers it
+    out = (
+        "linux-image-6.12-amd64\n"
+        "  Depends: linux-image-6.12.117+deb12-amd64\n"
+        "  Depends: linux-image-6.12.117+deb12-amd64-unsigned\n"
+    )
+    assert numa_lab.image_package(out, "6.12") == "linux-image-6.12.117+deb12-amd64"
+    assert (
+        numa_lab.image_package("linux-image-6.1-amd64\n  Depends: linux-image-6.1.0-57-amd64\n", "6.12")
+        is None
+    )
+    assert numa_lab.image_package("", "6.12") is None
+
+
+def test_fetching_needs_root_and_apt(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(numa_lab.os, "geteuid", lambda: 1000)
+    assert numa_lab.fetch_kernel("6.12") is None
+    assert "needs root" in capsys.readouterr().out
