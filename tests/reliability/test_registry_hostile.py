@@ -26,7 +26,7 @@ import aml_core
 
 REPO = Path(aml_core.__file__).resolve().parent.parent
 HIP_BACKEND = REPO / "backends" / "hip"
-ROW_TIMEOUT = 30.0
+ROW_TIMEOUT = 100.0
 
 PLUGIN = """
 import ctypes, os, signal, time
@@ -104,11 +104,13 @@ class Row:
     #: Pieces the output (stdout) must contain.
     says: tuple[str, ...] = ()
     returncode: int = 0
-    max_seconds: float = 15.0
+    #: A bound that only a wait for a hanging probe (HANG: 120 s) passes; far above what a
+    #: busy machine or an ASan build takes (up to 28 s was seen with ASan at load 10).
+    max_seconds: float = 60.0
     hip: bool = False
 
 
-HANG = "time.sleep(60)\nreturn ProbeResult(available=True)"
+HANG = "time.sleep(120)\nreturn ProbeResult(available=True)"
 SEGV = "ctypes.string_at(0)\nreturn ProbeResult(available=True)"
 KILL = "os.kill(os.getpid(), signal.SIGSEGV)\nreturn ProbeResult(available=True)"
 
@@ -203,34 +205,31 @@ ROWS = [
         INFO,
         env={"AML_PROBE_TIMEOUT": "1"},
         backend=("hostile", "broken", "probe timed out after 1 s"),
-        max_seconds=10,
     ),
     Row(
         "probe hangs past AML_INFO_TIMEOUT",
         Plugin(probe=HANG),
         INFO,
-        env={"AML_PROBE_TIMEOUT": "20", "AML_INFO_TIMEOUT": "4"},
+        env={"AML_PROBE_TIMEOUT": "100", "AML_INFO_TIMEOUT": "10"},
         backend=(
             "hostile",
             "unavailable",
-            "probe stopped: aml info's time limit of 4 s (AML_INFO_TIMEOUT) ran out",
+            "probe stopped: aml info's time limit of 10 s (AML_INFO_TIMEOUT) ran out",
         ),
     ),
     Row(
         "probe hangs, host forced",
         Plugin(probe=HANG),
         AREA_HOST_FORCED,
-        env={"AML_PROBE_TIMEOUT": "20"},
+        env={"AML_PROBE_TIMEOUT": "100"},
         says=("ok False",),
-        max_seconds=5,
     ),
     Row(
         "probe hangs, another kind",
         Plugin(probe=HANG, kinds="{Kind.DEVICE}"),
         AREA_HOST,
-        env={"AML_PROBE_TIMEOUT": "20"},
+        env={"AML_PROBE_TIMEOUT": "100"},
         says=("ok host",),
-        max_seconds=5,
     ),
     Row(
         "probe segfaults",
