@@ -361,3 +361,35 @@ def test_a_block_over_two_chunks_has_each_chunks_keys(pd: FakeDomain) -> None:
     pool.close()
     assert pd.live == 0
     assert vm.committed == []
+
+
+# -- the binding ---------------------------------------------------------------------------
+def test_pyverbs_protection_domains_are_wrapped_and_named() -> None:
+    from tests.support.rxe import import_pyverbs
+
+    try:
+        import_pyverbs("pd")
+    except ImportError:
+        pytest.skip("pyverbs is not installed (python3-pyverbs)")
+    with pytest.raises(AMLTypeError, match="pyverbs PD"):
+        rdma.as_domain(object())
+
+    class Context:
+        name = "rxe7"
+
+    named = rdma.PyverbsDomain(object(), Context())
+    assert named.device == "rxe7"
+    assert rdma.PyverbsDomain(object()).device == "an unnamed pyverbs device"
+    fake = FakeDomain()
+    assert rdma.domain(fake, Context()) is fake  # already a Domain: as it is
+
+
+def test_verbs_errors_without_an_errno_are_value_errors() -> None:
+    from aml_core.rdma._domain import verbs_call
+
+    def refuses() -> None:
+        raise RuntimeError("the PD was closed")
+
+    with pytest.raises(AMLValueError, match="closed"):
+        verbs_call("ibv_reg_mr", "registering", refuses)
+    assert rdma.VERBS_ERRORS.translate(errno.EIO) == aml_core.ErrorCode.FAILURE

@@ -14,6 +14,8 @@ verbs protection domain (docs/beyond-one-node.md, "RDMA registration").
         with reg.key(block) as key:               # held: the block cannot be freed
             key.lkey, key.rkey, key.addr, key.offset
 
+``rdma.domain(pd, ctx)`` names the PD's device in messages (pyverbs does not tell it).
+
 The binding is pyverbs, rdma-core's own (Debian's ``python3-pyverbs``; the ``rdma``
 extra names PyPI's ``pyverbs``). aml imports it only when given a pyverbs ``PD``; any
 object with :class:`Domain`'s three members is a protection domain too.
@@ -65,7 +67,16 @@ Devices
 
 from __future__ import annotations
 
-from ._domain import DEFAULT_ACCESS, VERBS_ERRORS, Access, Domain, NativeRegion, PyverbsDomain, as_domain
+from ._domain import (
+    DEFAULT_ACCESS,
+    VERBS_ERRORS,
+    Access,
+    Domain,
+    NativeRegion,
+    PyverbsDomain,
+    as_domain,
+    domain,
+)
 from ._pool import BlockKey, KeyPiece, PoolRegistration, key, register_pool
 from ._region import Registration, register
 
@@ -81,6 +92,7 @@ __all__ = [
     "PyverbsDomain",
     "Registration",
     "as_domain",
+    "domain",
     "key",
     "register",
     "register_pool",

@@ -26,6 +26,7 @@ __all__ = [
     "NativeRegion",
     "PyverbsDomain",
     "as_domain",
+    "domain",
     "verbs_call",
 ]
 
@@ -142,11 +143,13 @@ class PyverbsDomain:
 
     __slots__ = ("_device", "_pd")
 
-    def __init__(self, pd: Any) -> None:
+    def __init__(self, pd: Any, context: Any = None) -> None:
         self._pd = pd
-        ctx = getattr(pd, "ctx", None)
-        name = getattr(ctx, "name", None)
-        self._device = name.decode() if isinstance(name, bytes) else str(name or "?")
+        # pyverbs keeps a PD's context private: the device is named by the context given
+        name = getattr(context if context is not None else getattr(pd, "ctx", None), "name", None)
+        if isinstance(name, bytes):
+            name = name.decode()
+        self._device = str(name) if name else "an unnamed pyverbs device"
 
     @property
     def device(self) -> str:
@@ -169,6 +172,16 @@ class PyverbsDomain:
 
     def __repr__(self) -> str:
         return f"<aml verbs domain of {self._device}>"
+
+
+def domain(pd: object, context: object = None) -> Domain:
+    """A pyverbs ``PD`` as a :class:`Domain` whose device is named by ``context`` (the
+    pyverbs ``Context`` the PD was made on: pyverbs does not tell a PD's device), for
+    messages that name devices; without ``context``, :func:`as_domain`."""
+    found = as_domain(pd)
+    if context is None or not isinstance(found, PyverbsDomain):
+        return found
+    return PyverbsDomain(pd, context)
 
 
 def as_domain(pd: object) -> Domain:

@@ -12,27 +12,32 @@ import importlib
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 __all__ = ["Loopback", "RxeDevice", "import_pyverbs", "mr_count", "rxe_device"]
 
-#: Where Debian's python3-pyverbs lives (built for the system Python 3.11): appended to
-#: the path, after the environment's own packages, when pyverbs is not importable.
-DEBIAN_DIST = "/usr/lib/python3/dist-packages"
+#: Where Debian's python3-pyverbs lives (built for the system Python 3.11).
+DEBIAN_PYVERBS = Path("/usr/lib/python3/dist-packages/pyverbs")
 
 
 def import_pyverbs(module: str = "") -> Any:
-    """``pyverbs`` (or its submodule ``module``), from the environment or Debian's
-    python3-pyverbs."""
+    """``pyverbs`` (or its submodule ``module``), from the environment or else Debian's
+    python3-pyverbs: a directory holding only a link to it goes on the path, so that no
+    other system package becomes importable."""
     try:
         importlib.import_module("pyverbs")
     except ImportError:
-        if DEBIAN_DIST not in sys.path:
-            sys.path.append(DEBIAN_DIST)
+        if not DEBIAN_PYVERBS.is_dir():
+            raise
+        only = Path(tempfile.mkdtemp(prefix="aml-pyverbs-"))
+        (only / "pyverbs").symlink_to(DEBIAN_PYVERBS)
+        sys.path.append(str(only))
     return importlib.import_module(f"pyverbs.{module}" if module else "pyverbs")
 
 
