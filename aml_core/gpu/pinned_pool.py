@@ -182,6 +182,8 @@ class PinnedPool(Area):
         #: Cached blocks by length, oldest first: each a slab (the host area's buffer).
         self._cache: dict[int, collections.deque[Buffer]] = {}
         self._order: collections.OrderedDict[int, Buffer] = collections.OrderedDict()  # ptr -> slab
+        #: Every slab the pool holds (live blocks' and cached), by address.
+        self._slabs: dict[int, Buffer] = {}
         self._requested = self._live_reserved = self._cached = 0
         self._peak_requested = self._peak_reserved = 0
         self._live = 0
@@ -212,6 +214,8 @@ class PinnedPool(Area):
 
     def _allocate(self, size: int, options: Any) -> Buffer:
         length = -(-size // self.granule) * self.granule
+        if length > checks.MAX_SIZE:
+            raise AMLMemoryError(f"{format_size(size)} rounded up to the granule is more than can be mapped")
         slab = self._take(length)
         if slab is None:
             slab = self._register(length)
@@ -219,10 +223,12 @@ class PinnedPool(Area):
             self._requested += size
             self._live += 1
             self._peak_requested = max(self._peak_requested, self._requested)
-        return self._new_buffer(slab.ptr, size, host_accessible=True, dl_device=_CPU, native=slab)
+        # The slab stays in self._slabs, never in the block's Buffer: a block dropped in a
+        # garbage cycle must not take its slab (a host-area Buffer) down with it first.
+        return self._new_buffer(slab.ptr, size, host_accessible=True, dl_device=_CPU, native=slab.size)
 
     def _free(self, buffer: Buffer) -> None:
-        slab = native_as(buffer, Buffer)
+        slab = self._slab(buffer)
         length = slab.size
         with self._lock:
             self._requested -= buffer.size
@@ -300,6 +306,14 @@ class PinnedPool(Area):
             )
         return None
 
+    def _slab(self, buffer: Buffer) -> Buffer:
+        """The slab under one of this pool's blocks."""
+        length = native_as(buffer, int)
+        slab = self._slabs.get(buffer.ptr)
+        if slab is None or slab.size != length:
+            raise AMLValueError(f"{buffer!r} is not a block of this pinned pool")
+        return slab
+
     def _reserved(self) -> int:
         return self._live_reserved + self._cached
 
@@ -308,10 +322,12 @@ class PinnedPool(Area):
         on the node, every page placed, registered. Any failure undoes what was done."""
         try:
             slab = self._host.mmap(length)
+            self._slabs[slab.ptr] = slab
             try:
                 self._populate(slab.ptr, length)
                 self.runtime.host_register(slab.ptr, length, portable=self.portable, mapped=self.mapped)
             except BaseException:
+                del self._slabs[slab.ptr]
                 self._host.munmap(slab)
                 raise
         except BaseException:
@@ -336,6 +352,7 @@ class PinnedPool(Area):
         self.runtime.host_unregister(slab.ptr)
         with self._lock:
             self._unregistrations += 1
+        del self._slabs[slab.ptr]
         self._host.munmap(slab)
 
     def _release_all(self, slabs: list[Buffer]) -> None:
@@ -382,7 +399,8 @@ class PinnedPool(Area):
 
     def page_nodes(self, buffer: Buffer) -> dict[int, int]:
         """The NUMA node of each page of one of this pool's blocks: ``{node: pages}``."""
-        slab = native_as(buffer, Buffer)
+        self._check_open()
+        slab = self._slab(buffer)
         return numa.page_nodes(slab.ptr, slab.size, summary=True)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import importlib.util
+from collections.abc import Iterator
 from typing import Any
 
 import aml_hip
@@ -26,6 +27,8 @@ from hypothesis import strategies as st
 
 from aml_core.errors import AMLDomainError, AMLMemoryError, AMLTypeError, AMLValueError
 from aml_core.gpu import pinned_pool as pinned_module
+from aml_core.gpu.pinned_pool import PinnedPool
+from aml_core.testing import AreaConformance
 from aml_core.topology import NumaNode
 
 PAGE = pinned_module.PAGE_SIZE
@@ -263,3 +266,22 @@ def test_cupy_pinned_memory_from_the_pinned_pool(hip: HipDouble) -> None:
         del ptr
         gc.collect()
         assert pinned.pinned_stats.live_blocks == 0
+
+
+class TestPinnedPoolConformance(AreaConformance):
+    """aml_core's conformance kit on the pinned pool (every area's rules: sizes, bad input,
+    double munmap, views, garbage collection), with the double's live count of registered
+    memory as the kit's leak check (the cache empty: ``max_cached=0``, so a freed block is
+    unregistered at once)."""
+
+    rounds = 20
+
+    @pytest.fixture
+    def area(self, hip: HipDouble) -> Iterator[PinnedPool]:
+        self.double = hip
+        pool = aml_hip.pinned_pool(0, max_cached=0)
+        yield pool
+        pool.close()
+
+    def native_live(self, area: Any) -> int | None:
+        return self.double.live()["registered"]
