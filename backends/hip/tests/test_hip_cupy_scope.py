@@ -196,3 +196,20 @@ def test_cupy_pinned_bad_input(hip: HipDouble, cupy: Any) -> None:
         pytest.raises(AMLBusyError),
     ):
         aml_hip.use_pinned_with_cupy(pinned)  # the process-wide hook gives pinned memory already
+
+
+def test_a_foreign_pointer_and_a_double_free_are_kept_not_raised(hip: HipDouble, cupy: Any) -> None:
+    # CuPy frees from a deallocator, where nothing may raise: the scope keeps the error.
+    with aml_hip.create(0, 0) as area, aml_core.pool(area) as pool:
+        scope = aml_hip.cupy_scope(pool)
+        state = scope._hook._state
+        assert state is not None
+        state.cupy_free(0xDEAD000, 0)  # never handed out
+        assert len(scope.errors) == 1
+        assert isinstance(scope.errors[0], AMLValueError)
+        addr = state.cupy_malloc(4096, 0)
+        state.cupy_free(addr, 0)
+        state.cupy_free(addr, 0)  # twice
+        assert len(scope.errors) == 2
+        assert isinstance(scope.errors[1], AMLValueError)
+        assert (scope.live, pool.pool_stats.bytes_in_use) == (0, 0)
