@@ -4,9 +4,11 @@
 is an area of pinned (page-locked, device-visible) host memory on one NUMA node. Each
 block is its own mapping of a bound host area (:class:`~aml_core.host.HostArea` with
 ``Policy.BIND`` on ``node``), of the size asked rounded up to the pool's ``granule`` (the
-page size by default) and nothing more, prefaulted on the node (``MADV_POPULATE_WRITE``:
-every page is placed before it is pinned, and a node without room is ENOMEM, not a
-spill), then registered with the GPU runtime (``cudaHostRegister`` /
+page size by default) and nothing more, populated and placed on the node before it is
+pinned (``MAP_POPULATE``, then ``mbind`` with ``MPOL_MF_MOVE | MPOL_MF_STRICT``, the host
+area's rule for a populated mapping: a node without room is ENOMEM, never a spill and never
+the OOM killer, which faulting the pages in under the bound policy called in the NUMA lab's
+full node), then registered with the GPU runtime (``cudaHostRegister`` /
 ``hipHostRegister``, portable by default). A freed block is kept for a request of the
 same rounded size, up to ``max_cached`` bytes (a fraction of the bytes in use, 5 % by
 default, or a count of bytes), so that a workload of a few block sizes (a KV-cache
@@ -31,7 +33,7 @@ Errors (the area table of :mod:`aml_core.area` holds, and):
 * ``granule`` not a power of two, or below the page size: AMLValueError;
 * a block past ``limit`` (bytes the pool may hold), after releasing the cache:
   :class:`~aml_core.errors.AMLMemoryError` (ENOMEM); a node without free pages:
-  ENOMEM from the prefault;
+  ENOMEM from placing its pages;
 * the registration failing: the runtime's error through its backend's table (ENOMEM
   for ``cudaErrorMemoryAllocation`` / ``hipErrorOutOfMemory``...), with the mapping
   unmapped: nothing is left behind;
@@ -42,6 +44,7 @@ Errors (the area table of :mod:`aml_core.area` holds, and):
 from __future__ import annotations
 
 import collections
+import mmap as _mmap
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -51,7 +54,7 @@ from ..area import Area, NoOptions, NoOptionsDict, compiled_mmap
 from ..buffer import Buffer, DLDeviceType, native_as
 from ..errors import AMLDomainError, AMLError, AMLMemoryError, AMLTypeError, AMLValueError
 from ..host import numa
-from ..host.area import HostArea
+from ..host.area import HostArea, HostMmapOptions
 from ..host.numa import Policy
 from ..specs import Capability, Kind, format_size
 from ..stream import StreamLike
@@ -63,11 +66,9 @@ if TYPE_CHECKING:
 __all__ = ["PinnedPool", "PinnedPoolStats"]
 
 PAGE_SIZE = _os.PAGE_SIZE
-#: ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+): fault every page in, writable, under
-#: the mapping's policy; ENOMEM (not the OOM killer) when the bound node has no room.
-MADV_POPULATE_WRITE = 23
-#: Where the kernel predates it (EINVAL): one write per page does the same.
-_TOUCH_BYTE = 0
+#: A block's mapping: populated, so that the host area moves its pages onto the node
+#: strictly (ENOMEM when they do not fit) before the runtime pins them.
+_POPULATED = HostMmapOptions(flags=getattr(_mmap, "MAP_POPULATE", 0x8000))  # docs/native-abi.md
 _CPU = (int(DLDeviceType.CPU), 0)
 
 
@@ -321,10 +322,9 @@ class PinnedPool(Area):
         """A new slab of ``length`` bytes (already counted in ``_live_reserved``): mapped
         on the node, every page placed, registered. Any failure undoes what was done."""
         try:
-            slab = self._host.mmap(length)
+            slab = self._host.mmap(length, _POPULATED)
             self._slabs[slab.ptr] = slab
             try:
-                self._populate(slab.ptr, length)
                 self.runtime.host_register(slab.ptr, length, portable=self.portable, mapped=self.mapped)
             except BaseException:
                 del self._slabs[slab.ptr]
@@ -337,15 +337,6 @@ class PinnedPool(Area):
         with self._lock:
             self._registrations += 1
         return slab
-
-    @staticmethod
-    def _populate(ptr: int, length: int) -> None:
-        try:
-            _os.madvise(ptr, length, MADV_POPULATE_WRITE)
-        except OSError as exc:
-            if exc.errno != 22:  # EINVAL: a kernel before 5.14
-                raise numa.os_error(exc, "placing the pinned block's pages on its node failed") from None
-            _os.touch(ptr, length, PAGE_SIZE, _TOUCH_BYTE)
 
     def _release(self, slab: Buffer) -> None:
         """Unregister and unmap one slab (raises the runtime's error: the slab is kept)."""
