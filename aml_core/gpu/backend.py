@@ -21,7 +21,7 @@ from __future__ import annotations
 import abc
 import threading
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import checks
 from ..area import Area
@@ -39,6 +39,9 @@ from .plugin import GPU_KINDS
 from .runtime import Group, PeerOps, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
+
+if TYPE_CHECKING:
+    from .pinned_pool import PinnedPool
 
 __all__ = ["BackendBase", "GpuBackend"]
 
@@ -248,6 +251,15 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
         if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
             raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
         return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
+
+    def pinned_pool(self, node: int | None = None, **settings: Any) -> PinnedPool:
+        """An exact-size pinned host pool on NUMA ``node`` (None: the calling thread's),
+        registered with this runtime (:class:`~aml_core.gpu.pinned_pool.PinnedPool`, whose
+        keywords ``settings`` are: granule, max_cached, limit, portable, mapped,
+        allow_cpu_less); close it when done."""
+        from .pinned_pool import PinnedPool
+
+        return PinnedPool(self._usable_runtime().require(Group.ALLOCATION), node, **settings)
 
     # -- streams and pointers ------------------------------------------------------------
     def stream(self, *, non_blocking: bool = False) -> Stream:

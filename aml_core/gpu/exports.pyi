@@ -16,6 +16,8 @@ from aml_core.gpu import PointerAttributes as PointerAttributes
 from aml_core.gpu import RangeAttribute as RangeAttribute
 from aml_core.gpu import Stream as Stream
 from aml_core.gpu.backend import GpuBackend
+from aml_core.gpu.pinned_pool import PinnedPool as PinnedPool
+from aml_core.gpu.pinned_pool import PinnedPoolStats as PinnedPoolStats
 from aml_core.gpu.vmm_exports import *  # noqa: F403
 
 BACKEND: GpuBackend[Any]
@@ -29,6 +31,7 @@ disable_peer_access = BACKEND.disable_peer_access
 enable_peer_access = BACKEND.enable_peer_access
 ipc_close = BACKEND.ipc_close
 ipc_open = BACKEND.ipc_open
+pinned_pool = BACKEND.pinned_pool
 pointer_attributes = BACKEND.pointer_attributes
 probe = BACKEND.probe
 stream = BACKEND.stream

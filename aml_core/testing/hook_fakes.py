@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import types
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -40,8 +41,10 @@ class FakeDeviceArea(HostArea):
 
 
 def fake_cupy() -> types.ModuleType:
-    """A ``cupy`` module with the names the CuPy hook uses. ``state`` holds the installed
-    ``allocator`` and ``pinned`` allocator; ``defaults`` CuPy's own two."""
+    """A ``cupy`` module with the names the CuPy hooks use. ``state`` holds the installed
+    ``allocator`` and ``pinned`` allocator; ``defaults`` CuPy's own two;
+    ``cuda.get_allocator()`` is the calling thread's ``using_allocator`` one, else the
+    installed one (CuPy's rule)."""
     cupy = types.ModuleType("cupy")
     cuda = types.ModuleType("cupy.cuda")
     memory = types.ModuleType("cupy.cuda.memory")
@@ -93,6 +96,22 @@ def fake_cupy() -> types.ModuleType:
         return ("default pinned", size)
 
     state: dict[str, Any] = {"allocator": default_allocator, "pinned": None}
+    local = threading.local()  # CuPy's thread-local allocator (using_allocator)
+
+    def get_allocator() -> Any:
+        allocator = getattr(local, "allocator", None)
+        return state["allocator"] if allocator is None else allocator
+
+    @contextlib.contextmanager
+    def using_allocator(allocator: Any = None) -> Iterator[None]:
+        """CuPy's: the thread's allocator for the block, the previous one back after it."""
+        previous = getattr(local, "allocator", None)
+        local.allocator = allocator if allocator is not None else ("raw", None)
+        try:
+            yield
+        finally:
+            local.allocator = previous
+
     names: dict[types.ModuleType, dict[str, Any]] = {
         memory: {"Memory": Memory, "PythonFunctionAllocator": PythonFunctionAllocator},
         cuda: {
@@ -101,7 +120,8 @@ def fake_cupy() -> types.ModuleType:
             "MemoryPointer": MemoryPointer,
             "PinnedMemoryPointer": PinnedMemoryPointer,
             "runtime": types.SimpleNamespace(getDevice=lambda: 0),
-            "get_allocator": lambda: state["allocator"],
+            "get_allocator": get_allocator,
+            "using_allocator": using_allocator,
             "set_allocator": lambda f: state.__setitem__("allocator", f),
             "set_pinned_memory_allocator": lambda f: state.__setitem__("pinned", f),
         },

@@ -127,6 +127,15 @@ def op_registered(made: Made) -> None:
     area.close()
 
 
+def op_pinned_pool(made: Made) -> None:
+    """The pinned pool (issue 33): a block registered (hipHostRegister) and, the cache off,
+    unregistered at munmap (hipHostUnregister); a failure of either leaves nothing behind."""
+    pool = aml_hip.pinned_pool(0, max_cached=0)
+    made.append(pool)
+    pool.munmap(pool.mmap(8192))
+    pool.close()
+
+
 def op_stream(made: Made) -> None:
     stream = aml_hip.BACKEND.stream(non_blocking=True)
     made.append(stream)
@@ -346,6 +355,7 @@ OPERATIONS: dict[str, Operation] = {
     "host": op_host,
     "host-mapped": op_host_mapped,
     "registered": op_registered,
+    "pinned-pool": op_pinned_pool,
     "stream": op_stream,
     "other-device": op_other_device,
     "ipc-export": GPU.ipc_export,
