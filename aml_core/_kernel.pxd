@@ -142,6 +142,7 @@ cdef class PoolKernel(FastPath):
     cdef int _last_rc  # the code of the stream call _hand_over_nogil saw fail
     cdef public object on_oom  # callback(requested, PoolStats) -> bool, or None
     cdef public object free_memory  # () -> the device's free bytes (int) or None; or None
+    cdef public object release_hook  # (ptr, size) before a slab or chunk goes back; raising keeps it
 
     cdef void _free_slab_struct(self, Slab *s) noexcept
     cdef int lock_gil(self) except -1

@@ -135,6 +135,7 @@ cdef class PoolKernel(FastPath):
         self.keep_fast = release_threshold is None
         self.on_oom = None
         self.free_memory = None
+        self.release_hook = None
 
     def __dealloc__(self):
         cdef Slab *s
@@ -1106,10 +1107,14 @@ cdef class PoolKernel(FastPath):
             self.peak_reserved = self.reserved
 
     cdef int _release_slab(self, Slab *slab) except -1:
-        """Give a wholly free slab back to the area; on failure it stays."""
+        """Give a wholly free slab back to the area; on failure it stays. The release
+        hook (an RDMA registration's deregistration) runs first: if it raises, the slab
+        stays the pool's, cached, and nothing else changed."""
         cdef Block *b = slab.first
         buf = <object>slab.buf
         area = self._area
+        if self.release_hook is not None:
+            self.release_hook(slab.ptr, slab.size)
         area._hold(buf, False)  # the area's again: only the pool frees its slabs
         if not area.closed:  # a closed area detached it: it is freed with the Buffer
             try:
@@ -1280,6 +1285,8 @@ cdef class PoolKernel(FastPath):
             size = self._chunks.back().second
             if tail == NULL or tail.state != B_FREE or tail.addr > ptr:
                 break
+            if self.release_hook is not None:
+                self.release_hook(ptr, size)  # raises: the chunk stays mapped and the pool's
             if not owner_area.closed:
                 self._vm.unmap(ptr, size)
             self._chunks.pop_back()
@@ -1471,6 +1478,16 @@ cdef class PoolKernel(FastPath):
 
     def segment_empty(self):
         return self._segment != NULL and self._chunks.empty()
+
+    def chunks(self):
+        """An expandable segment's mapped chunks, in address order: [(ptr, size), ...]
+        (empty for a pool of slabs)."""
+        cdef size_t i
+        self.lock_gil()
+        try:
+            return [(self._chunks[i].first, self._chunks[i].second) for i in range(self._chunks.size())]
+        finally:
+            self.unlock()
 
     def live_blocks(self):
         """How many blocks are live (handed out and not freed)."""

@@ -27,6 +27,7 @@ from ..stream import StreamLike, native_streams
 from . import _callbacks
 from ._config import PoolConfig, PoolConfigFields
 from ._history import Recording
+from ._releases import Releases
 from ._sharing import Sharing
 from ._values import (
     NO_STREAM,
@@ -85,7 +86,7 @@ def _limit_bytes(
     return limit
 
 
-class Pool(Recording, Sharing):
+class Pool(Recording, Sharing, Releases):
     """An area that caches the memory of another area (see :mod:`aml_core.pool`).
     Make one with :func:`~aml_core.pool.pool`."""
 
@@ -449,7 +450,9 @@ class Pool(Recording, Sharing):
             if error is not None:
                 raise error
             return
-        error = None
+        # RDMA registrations deregister first: no registration outlives the memory
+        # under it (aml_core.rdma); a failure is the close's error, the close goes on.
+        error = self._close_listeners()
         with kernel:
             kernel.close_stacks()
         self._closing = kernel.closing = True  # blocks freed by close() are released below
