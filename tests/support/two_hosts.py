@@ -110,7 +110,13 @@ def guest_script(host: str, command: Sequence[str], cwd: Path, token: str) -> st
 
 
 def vng_command(
-    host: str, command: Sequence[str], sockets: Path, token: str, *, accel: str = "tcg", cwd: Path | None = None
+    host: str,
+    command: Sequence[str],
+    sockets: Path,
+    token: str,
+    *,
+    accel: str = "tcg",
+    cwd: Path | None = None,
 ) -> list[str]:
     """The ``vng`` command line that boots host ``host`` and runs ``command`` in it."""
     kernel = numa_lab.find_kernel()
@@ -249,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if lock is not None:
             fcntl.flock(lock, fcntl.LOCK_EX)
-        return boot_pair(command, peer_command=peer, accel=args.accel, timeout=args.timeout, log_dir=args.log_dir)
+        return boot_pair(
+            command, peer_command=peer, accel=args.accel, timeout=args.timeout, log_dir=args.log_dir
+        )
     finally:
         if lock is not None:
             lock.close()
