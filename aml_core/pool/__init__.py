@@ -49,7 +49,9 @@ Limit and release
     not fit, :class:`~aml_core.errors.AMLMemoryError` (ENOMEM). The same trim-and-retry
     happens when the area itself reports ENOMEM. ``release_threshold`` keeps at most
     that many cached bytes: a slab that becomes wholly free beyond it is returned to the
-    area at once. :meth:`Pool.trim` returns cached slabs on demand.
+    area at once. :meth:`Pool.trim` returns cached slabs on demand. Before any slab or
+    chunk goes back (trim, the threshold, the limit's retry, close), the pool's RDMA
+    registrations deregister it (:mod:`aml_core.rdma`; a failure keeps it cached).
 
     The limit changes at run time: ``pool.set_limit(8 << 30)``, ``pool.set_limit(
     fraction=0.5)`` (half of the device's memory; for a host pool, of its NUMA nodes'

@@ -309,12 +309,10 @@ def key(pd: object, buffer: Buffer) -> BlockKey:
     if not isinstance(pool, Pool):
         raise AMLValueError(f"{buf!r} is not a pooled block: register it with rdma.register(pd, buffer)")
     domain = as_domain(pd)
-    hook = pool._release_hook
-    found = [
-        r
-        for r in (hook.listeners if hook is not None else ())
-        if isinstance(r, PoolRegistration) and not r.closed
-    ]
+    with pool._kernel:  # listeners are added and removed under the kernel's mutex
+        hook = pool._release_hook
+        listeners = tuple(hook.listeners) if hook is not None else ()
+    found = [r for r in listeners if isinstance(r, PoolRegistration) and not r.closed]
     for reg in found:
         if _same_pd(reg.domain, domain):
             return reg.key(buf)
