@@ -67,11 +67,13 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
     lines = [
-        "# aml buffers through UCX between two emulated hosts (QEMU TCG guests, virtio-net over unix datagram sockets)",
+        "# aml buffers through UCX between two emulated hosts "
+        "(QEMU TCG guests, virtio-net over unix datagram sockets)",
         "",
-        f"ucxx {ucxx.__version__}; UCX_TLS={os.environ.get('UCX_TLS', '(UCX default: tcp here)')}. Echo round trip, "
+        f"ucxx {ucxx.__version__}; UCX_TLS={os.environ.get('UCX_TLS', '(UCX default)')}. Echo round trip, "
         f"host a to host b and back, median of {count or 'ucx_bench.round_trips(size)'} round trips per "
-        f"measurement, median of {args.rounds} interleaved rounds. Emulated: compare the ratios, not the times.",
+        f"measurement, median of {args.rounds} interleaved rounds. "
+        "Emulated: compare the ratios, not the times.",
         "",
         f"| size | kind | µs per round trip | x {kinds[0]} | rounds' spread |",
         "|---:|---|---:|---:|---|",

@@ -35,7 +35,8 @@ def test_each_host_has_its_address_name_and_an_active_soft_roce_device() -> None
     )
     assert name.strip() == HOSTNAMES["b"]
     for found in (here, json.loads(link)):
-        assert found[0]["state"] == "ACTIVE" and found[0]["netdev"] == os.environ["AML_TWO_HOSTS_NIC"]
+        assert found[0]["state"] == "ACTIVE"
+        assert found[0]["netdev"] == os.environ["AML_TWO_HOSTS_NIC"]
     addresses = subprocess.run(["ip", "-br", "addr"], capture_output=True, text=True, check=True).stdout
     assert f"{ADDRESSES['a']}/24" in addresses
 
@@ -46,7 +47,8 @@ def test_an_rc_ping_pong_goes_between_the_hosts() -> None:
         client = _retry([*args, ADDRESSES["b"]])
         assert client.returncode == 0, client.stdout + client.stderr
         assert server.wait(120) == 0, server.output
-    assert "20 iters in" in client.stdout and "20 iters in" in server.output
+    assert "20 iters in" in client.stdout
+    assert "20 iters in" in server.output
     assert f"GID ::ffff:{ADDRESSES['b']}" in client.stdout  # the peer's RoCE v2 GID: host b's address
 
 

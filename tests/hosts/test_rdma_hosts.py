@@ -77,7 +77,7 @@ def test_the_peer_host_going_away_mid_transfer_is_an_error_completion(device: tu
     ctx, pd = device
     before, fds = mr_count(DEVICE), _fds()
     remote, peer = _peer()
-    buf, mine, close = make("host", pd)
+    _, mine, close = make("host", pd)
     link = RcLink(ctx, pd, os.environ["AML_TWO_HOSTS_SELF"])
     try:
         there = peer.ask(op="open", kind="host", qp=link.info())
@@ -86,7 +86,7 @@ def test_the_peer_host_going_away_mid_transfer_is_an_error_completion(device: tu
         link.write(mine, theirs)  # the pair works
         remote.kill()  # host b's process dies: its queue pair and regions with it
         assert remote.wait(120) != 0
-        with pytest.raises(RuntimeError, match="work completion status"):
+        with pytest.raises(RuntimeError, match="work completion status"):  # noqa: PT012
             for _ in range(1000):  # a write in flight or the next: no ACK ever comes
                 link.write(mine, theirs, timeout=120)
     finally:

@@ -5,6 +5,7 @@ peer killed mid-transfer: the survivor gets an error, not a hang, and frees its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -61,10 +62,8 @@ def _fds() -> int:
 def _fd_targets() -> list[str]:
     found = []
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # the listing's own descriptor
             found.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:  # the listing's own descriptor
-            pass
     return sorted(found)
 
 
