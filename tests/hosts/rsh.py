@@ -12,6 +12,7 @@ from tests.support.two_hosts import ADDRESSES, HOSTNAMES
 
 
 def main(argv: list[str]) -> int:
+    argv = [a for a in argv if a.strip()]
     args = [a for a in argv if not a.startswith("-")]  # PRRTE may pass ssh options first
     if len(args) < 2:
         print("usage: python -m tests.hosts.rsh HOST COMMAND...", file=sys.stderr)
