@@ -196,6 +196,12 @@ class Peer:
     def output(self) -> str:
         return "".join(self.lines)
 
+    #: Where the peer listens (None: this host).
+    address: str | None = None
+
+    def kill(self) -> None:
+        self.proc.kill()
+
     def finish(self, timeout: float) -> str:
         """Wait for the peer to exit (it does after the closing header); what it printed.
         A failed peer is an error that quotes it."""
@@ -219,14 +225,17 @@ class Session:
         self.peer, self.ep, self.kinds = peer, ep, kinds
 
     @classmethod
-    async def open(cls, *kinds: str) -> Session:
+    async def open(cls, *kinds: str, start: Any = None) -> Session:
+        """``start(kinds)`` makes the peer (default :class:`Peer`, a process on this host; the
+        cross-host tests give one on the other host: anything with ``port``, ``address``,
+        ``kill()`` and ``finish(timeout)``)."""
         import ucxx
 
-        peer = Peer(known_kinds(kinds))
+        peer = (start or Peer)(known_kinds(kinds))
         try:
-            ep = await ucxx.create_endpoint(ucxx.get_address(), peer.port)
+            ep = await ucxx.create_endpoint(peer.address or ucxx.get_address(), peer.port)
         except BaseException:
-            peer.proc.kill()
+            peer.kill()
             peer.finish(timeout=30)
             raise
         return cls(peer, ep, kinds)
@@ -268,16 +277,18 @@ def round_trips(size: int) -> int:
 Timings = dict[int, dict[str, list[float]]]
 
 
-async def run(kinds: tuple[str, ...], sizes: list[int], rounds: int, count: int | None) -> Timings:
+async def run(
+    kinds: tuple[str, ...], sizes: list[int], rounds: int, count: int | None, start: Any = None
+) -> Timings:
     """Median round trip (µs) of every kind, size and round, over one session for the whole
     run: per round and size the kinds take turns (the order rotating each round), each
     measurement after one warm-up round trip. Each kind and size's bytes are checked in the
-    first round."""
+    first round. ``start``: as :meth:`Session.open`'s."""
     got: Timings = {size: {k: [] for k in kinds} for size in sizes}
     pairs: dict[tuple[str, int], tuple[Any, Any]] = {}
     owners: list[Any] = []
     try:
-        session = await Session.open(*kinds)
+        session = await Session.open(*kinds, start=start)
         try:
             for r in range(rounds):
                 for size in sizes:
