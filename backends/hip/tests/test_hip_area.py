@@ -584,3 +584,23 @@ def test_no_dma_buf_export(hip: HipDouble, pooled: bool) -> None:
         target.munmap(buf)
         if pooled:
             target.close()
+
+
+# -- host-area options go to the host backend -------------------------------------------------------
+def test_host_area_options_are_declined_for_the_host_backend(hip: HipDouble) -> None:
+    """aml_hip's host kind is pinned host memory, which has no NUMA placement: options of a
+    host area (memspace=, nodes=, policy=) are declined (AMLNotSupported), so the registry
+    goes on to the host backend; unknown options of a GPU kind stay AMLTypeError. (The NUMA
+    lab's guide examples failed when aml_hip was installed beside them.)"""
+    with pytest.raises(AMLNotSupported, match="the host backend places host memory"):
+        aml_hip.BACKEND.create_area(Kind.HOST, memspace="highest_capacity")
+    with pytest.raises(AMLTypeError, match="unknown hip area options"):
+        aml_hip.BACKEND.create_area(Kind.DEVICE, colour="blue")
+    with aml_core.area(kind="host", memspace="highest_capacity") as area:
+        assert type(area).__name__ == "HostArea"
+        assert area.memspace is not None
+        buf = area.mmap(4096)
+        with memoryview(buf) as view:
+            view[:4] = b"host"
+            assert bytes(view[:4]) == b"host"
+        area.munmap(buf)
