@@ -35,7 +35,7 @@ from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
 from .peer import copy_peer
-from .plugin import GPU_KINDS
+from .plugin import GPU_AREA_OPTIONS, GPU_KINDS
 from .runtime import Group, PeerOps, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
@@ -200,11 +200,6 @@ class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
         )
 
 
-#: The options of ``aml_core.area(kind="host", ...)`` that place host memory on NUMA nodes
-#: (the host backend's, :func:`aml_core.host.plugin.create_area`).
-HOST_PLACEMENT_OPTIONS = frozenset({"memspace", "near", "nodes", "policy"})
-
-
 class GpuBackend(BackendBase[RuntimeT, GpuArea]):
     """The CUDA/HIP layer: AML's flag-word areas (:meth:`create`, the default and unified
     areas), streams, pointer attributes and peer access, over a runtime that provides the
@@ -251,17 +246,10 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
         """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
         MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
         adds ALLOC_GLOBAL."""
-        placing = HOST_PLACEMENT_OPTIONS.intersection(options)
-        if placing and kind is Kind.HOST:
-            # The host backend's placement options place host memory on NUMA nodes, which a
-            # GPU runtime's pinned host memory cannot: decline, so that aml_core.area's
-            # registry goes on to the host backend. Unknown options stay AMLTypeError.
-            raise AMLNotSupported(
-                f"{self.name} host memory has no NUMA placement ({sorted(placing)}): "
-                "the host backend places host memory"
-            )
         if options:
-            raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
+            raise AMLTypeError(
+                f"unknown {self.name} area options {sorted(options)}; allowed: {sorted(GPU_AREA_OPTIONS)}"
+            )
         if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
             raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
         return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
