@@ -7,7 +7,8 @@
   their groups: without them they raise ENOTSUP with the reason);
 * :class:`GpuBackend`, the CUDA/HIP layer on top: AML's flag-word areas
   (``aml_area_<name>_create``, ``aml_area_<name>_destroy``, the default areas), streams,
-  pointer attributes and peer access.
+  pointer attributes, peer access, the pinned pool and the framework functions bound to
+  the backend (CuPy scopes, CuPy's pinned memory, Numba's memory manager).
 
 ``aml_cuda`` and ``aml_hip`` are each one :class:`GpuBackend` over their own runtime, and
 their public functions *are* its bound methods (``aml_hip.create is aml_hip.BACKEND.create``):
@@ -41,6 +42,7 @@ from .stream import Stream
 from .vmm import VirtualMemory
 
 if TYPE_CHECKING:
+    from .cupy_scope import CupyPinnedHook, CupyScope
     from .pinned_pool import PinnedPool
 
 __all__ = ["BackendBase", "GpuBackend"]
@@ -262,6 +264,36 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
         from .pinned_pool import PinnedPool
 
         return PinnedPool(self._usable_runtime().require(Group.ALLOCATION), node, **settings)
+
+    # -- frameworks: CuPy scopes, CuPy's pinned memory, Numba (docs/frameworks.md) -------
+    def cupy_scope(self, area: Area) -> CupyScope:
+        """A scope (``with scope:``) in which CuPy allocates from ``area`` (a device or
+        managed area of this backend, or a pool over one) in the calling thread
+        (:func:`aml_core.gpu.cupy_scope.cupy_scope`)."""
+        from . import cupy_scope
+
+        return cupy_scope.cupy_scope(area, backend=self.name)
+
+    def use_pinned_with_cupy(self, pinned: Area) -> CupyPinnedHook:
+        """Make CuPy take pinned host memory from ``pinned`` (this backend's
+        :meth:`pinned_pool`) (:func:`aml_core.gpu.cupy_scope.use_pinned_with_cupy`)."""
+        from . import cupy_scope
+
+        return cupy_scope.use_pinned_with_cupy(pinned, backend=self.name)
+
+    def numba_manager(self, area: Area, *, pinned: Area | None = None) -> type:
+        """Numba's External Memory Management plugin class over ``area`` (and ``pinned`` for
+        its pinned host memory) (:func:`aml_core.gpu.numba_emm.numba_manager`)."""
+        from . import numba_emm
+
+        return numba_emm.numba_manager(area, pinned=pinned, backend=self.name)
+
+    def use_with_numba(self, area: Area, *, pinned: Area | None = None) -> type:
+        """:meth:`numba_manager` installed with ``numba.cuda.set_memory_manager`` (before
+        Numba's first CUDA use) (:func:`aml_core.gpu.numba_emm.use_with_numba`)."""
+        from . import numba_emm
+
+        return numba_emm.use_with_numba(area, pinned=pinned, backend=self.name)
 
     # -- streams and pointers ------------------------------------------------------------
     def stream(self, *, non_blocking: bool = False) -> Stream:
