@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .area import Area
     from .buffer import Buffer
 
-__all__ = ["BackendDescriptor", "ProbeResult"]
+__all__ = ["AreaOptions", "BackendDescriptor", "ProbeResult"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -108,6 +108,33 @@ def _check_callable(instance: object, attribute: attrs.Attribute[Any], value: ob
         raise AMLTypeError(f"{attribute.name} must be callable, not {type(value).__name__}")
 
 
+#: What ``BackendDescriptor.area_options`` takes: the names of the options of
+#: ``aml_core.area(kind, device, **options)`` the backend's factory honours, for every kind
+#: it provides (an iterable of names), or kind by kind (a mapping of a kind, or its name, to
+#: names; a kind left out honours none).
+AreaOptions = Iterable[str] | Mapping[Kind, Iterable[str]] | Mapping[str, Iterable[str]]
+
+
+def _option_names(names: object) -> frozenset[str]:
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise AMLTypeError(f"area_options must name options (an iterable of str), not {type(names).__name__}")
+    out = frozenset(names)
+    for name in out:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise AMLValueError(f"an area option is a keyword argument's name, not {name!r}")
+    return out
+
+
+def _area_options(value: AreaOptions | None) -> frozenset[str] | Mapping[Kind, frozenset[str]] | None:
+    """The converter of ``BackendDescriptor.area_options``: None (not declared), the names
+    for every kind, or a read-only mapping of each kind to its names."""
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        return MappingProxyType({as_kind(kind): _option_names(names) for kind, names in value.items()})
+    return _option_names(value)
+
+
 def _check_priority(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise AMLTypeError(f"priority must be an int, not {type(value).__name__}")
@@ -124,6 +151,14 @@ class BackendDescriptor:
     raise :class:`~aml_core.errors.AMLNotSupported` to let the next backend try.
     ``ipc_open(handle)``, if given, opens an IPC handle exported by this backend in
     another process.
+
+    ``area_options`` declares the options of ``aml_core.area(kind, device, **options)``
+    the factory honours (:data:`AreaOptions`: for every kind, or kind by kind). The
+    registry then passes a request to this backend only when it honours every option
+    given, and otherwise goes on to the next backend without probing this one; an option
+    no candidate honours is :class:`~aml_core.errors.AMLTypeError`. None (the default):
+    not declared, every request's options reach the factory, which refuses those it
+    does not know (AMLTypeError).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -134,3 +169,16 @@ class BackendDescriptor:
     capabilities: Capability = Capability.NONE
     description: str = ""
     ipc_open: Callable[[Any], Buffer] | None = attrs.field(default=None, validator=_check_callable)
+    area_options: frozenset[str] | Mapping[Kind, frozenset[str]] | None = attrs.field(
+        default=None, converter=_area_options
+    )
+
+    def unhonoured(self, kind: Kind, options: Iterable[str]) -> tuple[str, ...]:
+        """The names among ``options`` the factory does not honour for ``kind``, sorted
+        (``()`` when it honours them all, or declared nothing: its factory decides)."""
+        honoured = self.area_options
+        if honoured is None:
+            return ()
+        if not isinstance(honoured, frozenset):
+            honoured = honoured.get(kind, frozenset())
+        return tuple(sorted(set(options) - honoured))

@@ -21,7 +21,12 @@ def _host_area(kind: Kind, device: int | None = None, **options: Any) -> HostAre
 
 
 def descriptor(
-    name: str, priority: int, probe: Any = _ok_probe, create: Any = _host_area, kinds: Any = (Kind.HOST,)
+    name: str,
+    priority: int,
+    probe: Any = _ok_probe,
+    create: Any = _host_area,
+    kinds: Any = (Kind.HOST,),
+    area_options: Any = None,
 ) -> BackendDescriptor:
     return BackendDescriptor(
         name=name,
@@ -31,6 +36,7 @@ def descriptor(
         create_area=create,
         capabilities=Capability.BUFFER_PROTOCOL,
         description=f"test backend {name}",
+        area_options=area_options,
     )
 
 

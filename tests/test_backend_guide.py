@@ -120,9 +120,20 @@ with aml_core.area("host", backend="memfd", name="guide") as area:
 try:
     aml_core.area("host", backend="memfd", bogus=1)
 except aml_core.AMLTypeError as exc:
-    assert "unknown memfd area option(s) ['bogus']" in str(exc), exc
+    assert "unknown area option(s) ['bogus'] of host memory" in str(exc), exc
+    assert "memfd does not honour ['bogus']" in str(exc), exc
 else:
     raise AssertionError("unknown area options must be AMLTypeError")
+from aml_memfd.plugin import create_area
+
+try:
+    create_area(aml_core.Kind.HOST, bogus=1)
+except aml_core.AMLTypeError as exc:
+    assert "unknown memfd area option(s) ['bogus']" in str(exc), exc
+else:
+    raise AssertionError("the factory must refuse unknown area options itself")
+with aml_core.area("host", name="only-memfd") as area:  # the host backend does not honour name=
+    assert isinstance(area, MemfdArea) and area.name == "only-memfd"
 print("ok")
 """
 

@@ -37,14 +37,6 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def host() -> Iterator[StreamedHost]:
-    area = StreamedHost()
-    yield area
-    area.close()
-    assert area.stats.live_mappings == 0
-
-
-@pytest.fixture
 def pool(host: StreamedHost) -> Iterator[Pool]:
     p = aml_core.pool(host)
     yield p

@@ -13,8 +13,6 @@ found no test for."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 import aml_core
@@ -26,14 +24,6 @@ from tests.support.streams import S1, StreamedHost
 
 KiB = 1 << 10
 MiB = 1 << 20
-
-
-@pytest.fixture
-def host() -> Iterator[StreamedHost]:
-    area = StreamedHost()
-    yield area
-    area.close()
-    assert area.stats.live_mappings == 0
 
 
 def _pool(host: StreamedHost, **config: int) -> Pool:

@@ -29,13 +29,6 @@ MiB = 1 << 20
 KiB = 1 << 10
 
 
-@pytest.fixture
-def host() -> Iterator[StreamedHost]:
-    area = StreamedHost()
-    yield area
-    area.close()
-
-
 def _pool(area: Any, **kw: Any) -> Pool:
     """Small slabs: 1 MiB for requests up to 64 KiB, 4 MiB for larger ones under 10 MiB."""
     return aml_core.pool(area, small_max=64 * KiB, small_slab=MiB, medium_slab=4 * MiB, **kw)

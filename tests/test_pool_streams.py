@@ -21,13 +21,6 @@ MiB = 1 << 20
 
 
 @pytest.fixture
-def host() -> Iterator[StreamedHost]:
-    area = StreamedHost()
-    yield area
-    area.close()
-
-
-@pytest.fixture
 def pool(host: StreamedHost) -> Iterator[Pool]:
     p = aml_core.pool(host)
     yield p

@@ -38,7 +38,7 @@ def strict_create(kind, device=None, **options):
 @hookimpl
 def aml_backends():
     return [BackendDescriptor(name="kitfake", priority=-50, kinds={{Kind.HOST}}, probe=probe,
-                              create_area={create})]
+                              create_area={create}, area_options={declared})]
 """
 
 
@@ -49,8 +49,10 @@ class Kit(AreaConformance):
 AREA = SimpleNamespace(backend="kitfake", kind=Kind.HOST)
 
 
-def _install(root: Path, group: str, entry: str, create: str = "strict_create") -> None:
-    (root / "kit_fake_mod.py").write_text(MODULE.format(create=create))
+def _install(
+    root: Path, group: str, entry: str, create: str = "strict_create", declared: str = "None"
+) -> None:
+    (root / "kit_fake_mod.py").write_text(MODULE.format(create=create, declared=declared))
     info = root / "kit_fake-1.0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kit-fake\nVersion: 1.0\n")
@@ -70,7 +72,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_kit_fails_without_an_entry_point(site: Path) -> None:
-    (site / "kit_fake_mod.py").write_text(MODULE.format(create="strict_create"))
+    (site / "kit_fake_mod.py").write_text(MODULE.format(create="strict_create", declared="None"))
     with pytest.raises(AssertionError) as info:
         Kit().test_backend_is_discoverable_through_its_entry_point(AREA)  # type: ignore[arg-type]
     text = str(info.value)
@@ -107,8 +109,24 @@ def test_kit_fails_a_factory_that_lets_type_error_out(site: Path) -> None:
     with pytest.raises(pytest.fail.Exception) as info:
         Kit().test_factory_refuses_unknown_options(AREA)  # type: ignore[arg-type]
     text = str(info.value)
-    assert "an unknown area option must be AMLTypeError from the factory, got AMLNotSupported" in text
+    assert "an unknown area option must be AMLTypeError from the registry, got AMLNotSupported" in text
     assert "create_area of plugin kit-fake:kitfake failed: TypeError" in text
+
+
+def test_kit_fails_a_declared_factory_that_lets_type_error_out(site: Path) -> None:
+    """With its options declared the registry refuses the unknown one itself; the kit still
+    calls the factory, which must refuse it too (a direct caller gets no registry check)."""
+    _install(site, "aml.backends", "kitfake = kit_fake_mod", create="typo_create", declared="()")
+    with pytest.raises(AMLTypeError, match="unknown area option"):
+        Registry().area(aml_core.AreaSpec("host", backend="kitfake", options={"aml_kit_no_such_option": 1}))
+    with pytest.raises(pytest.fail.Exception) as info:
+        Kit().test_factory_refuses_unknown_options(AREA)  # type: ignore[arg-type]
+    assert "must be AMLTypeError from the factory, got TypeError" in str(info.value)
+
+
+def test_kit_passes_a_declared_strict_factory(site: Path) -> None:
+    _install(site, "aml.backends", "kitfake = kit_fake_mod", declared="()")
+    Kit().test_factory_refuses_unknown_options(AREA)  # type: ignore[arg-type]
 
 
 def test_a_factory_aml_error_reaches_the_caller_and_stops_the_search(aml_registry: Registry) -> None:

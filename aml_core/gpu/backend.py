@@ -7,7 +7,8 @@
   their groups: without them they raise ENOTSUP with the reason);
 * :class:`GpuBackend`, the CUDA/HIP layer on top: AML's flag-word areas
   (``aml_area_<name>_create``, ``aml_area_<name>_destroy``, the default areas), streams,
-  pointer attributes and peer access.
+  pointer attributes, peer access, the pinned pool and the framework functions bound to
+  the backend (CuPy scopes, CuPy's pinned memory, Numba's memory manager).
 
 ``aml_cuda`` and ``aml_hip`` are each one :class:`GpuBackend` over their own runtime, and
 their public functions *are* its bound methods (``aml_hip.create is aml_hip.BACKEND.create``):
@@ -35,12 +36,13 @@ from .devices import usable_device_count, usable_runtime
 from .flags import GpuFlags, flags_for_kind
 from .ipc import IpcHandle, IpcImportArea
 from .peer import copy_peer
-from .plugin import GPU_KINDS
+from .plugin import GPU_AREA_OPTIONS, GPU_KINDS
 from .runtime import Group, PeerOps, PointerAttributes, Runtime
 from .stream import Stream
 from .vmm import VirtualMemory
 
 if TYPE_CHECKING:
+    from .cupy_scope import CupyPinnedHook, CupyScope
     from .pinned_pool import PinnedPool
 
 __all__ = ["BackendBase", "GpuBackend"]
@@ -200,11 +202,6 @@ class BackendBase(abc.ABC, Generic[RuntimeT, AreaT]):
         )
 
 
-#: The options of ``aml_core.area(kind="host", ...)`` that place host memory on NUMA nodes
-#: (the host backend's, :func:`aml_core.host.plugin.create_area`).
-HOST_PLACEMENT_OPTIONS = frozenset({"memspace", "near", "nodes", "policy"})
-
-
 class GpuBackend(BackendBase[RuntimeT, GpuArea]):
     """The CUDA/HIP layer: AML's flag-word areas (:meth:`create`, the default and unified
     areas), streams, pointer attributes and peer access, over a runtime that provides the
@@ -251,17 +248,10 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
         """The ``aml_core.area(kind=...)`` factory: DEVICE → DEFAULT, HOST → ALLOC_HOST,
         MANAGED → ALLOC_UNIFIED, MAPPED → ALLOC_MAPPED | ALLOC_HOST; ``all_devices``
         adds ALLOC_GLOBAL."""
-        placing = HOST_PLACEMENT_OPTIONS.intersection(options)
-        if placing and kind is Kind.HOST:
-            # The host backend's placement options place host memory on NUMA nodes, which a
-            # GPU runtime's pinned host memory cannot: decline, so that aml_core.area's
-            # registry goes on to the host backend. Unknown options stay AMLTypeError.
-            raise AMLNotSupported(
-                f"{self.name} host memory has no NUMA placement ({sorted(placing)}): "
-                "the host backend places host memory"
-            )
         if options:
-            raise AMLTypeError(f"unknown {self.name} area options {sorted(options)}; allowed: all_devices")
+            raise AMLTypeError(
+                f"unknown {self.name} area options {sorted(options)}; allowed: {sorted(GPU_AREA_OPTIONS)}"
+            )
         if kind not in GPU_KINDS:  # pragma: no cover - the registry checks kinds
             raise AMLNotSupported(f"{self.name} does not provide {kind.value} memory")
         return self.create(-1 if device is None else device, flags_for_kind(kind, all_devices=all_devices))
@@ -274,6 +264,36 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
         from .pinned_pool import PinnedPool
 
         return PinnedPool(self._usable_runtime().require(Group.ALLOCATION), node, **settings)
+
+    # -- frameworks: CuPy scopes, CuPy's pinned memory, Numba (docs/frameworks.md) -------
+    def cupy_scope(self, area: Area) -> CupyScope:
+        """A scope (``with scope:``) in which CuPy allocates from ``area`` (a device or
+        managed area of this backend, or a pool over one) in the calling thread
+        (:func:`aml_core.gpu.cupy_scope.cupy_scope`)."""
+        from . import cupy_scope
+
+        return cupy_scope.cupy_scope(area, backend=self.name)
+
+    def use_pinned_with_cupy(self, pinned: Area) -> CupyPinnedHook:
+        """Make CuPy take pinned host memory from ``pinned`` (this backend's
+        :meth:`pinned_pool`) (:func:`aml_core.gpu.cupy_scope.use_pinned_with_cupy`)."""
+        from . import cupy_scope
+
+        return cupy_scope.use_pinned_with_cupy(pinned, backend=self.name)
+
+    def numba_manager(self, area: Area, *, pinned: Area | None = None) -> type:
+        """Numba's External Memory Management plugin class over ``area`` (and ``pinned`` for
+        its pinned host memory) (:func:`aml_core.gpu.numba_emm.numba_manager`)."""
+        from . import numba_emm
+
+        return numba_emm.numba_manager(area, pinned=pinned, backend=self.name)
+
+    def use_with_numba(self, area: Area, *, pinned: Area | None = None) -> type:
+        """:meth:`numba_manager` installed with ``numba.cuda.set_memory_manager`` (before
+        Numba's first CUDA use) (:func:`aml_core.gpu.numba_emm.use_with_numba`)."""
+        from . import numba_emm
+
+        return numba_emm.use_with_numba(area, pinned=pinned, backend=self.name)
 
     # -- streams and pointers ------------------------------------------------------------
     def stream(self, *, non_blocking: bool = False) -> Stream:

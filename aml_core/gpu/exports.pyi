@@ -16,6 +16,8 @@ from aml_core.gpu import PointerAttributes as PointerAttributes
 from aml_core.gpu import RangeAttribute as RangeAttribute
 from aml_core.gpu import Stream as Stream
 from aml_core.gpu.backend import GpuBackend
+from aml_core.gpu.cupy_scope import CupyPinnedHook as CupyPinnedHook
+from aml_core.gpu.cupy_scope import CupyScope as CupyScope
 from aml_core.gpu.pinned_pool import PinnedPool as PinnedPool
 from aml_core.gpu.pinned_pool import PinnedPoolStats as PinnedPoolStats
 from aml_core.gpu.vmm_exports import *  # noqa: F403
@@ -25,15 +27,19 @@ BACKEND: GpuBackend[Any]
 can_access_peer = BACKEND.can_access_peer
 copy_peer = BACKEND.copy_peer
 create = BACKEND.create
+cupy_scope = BACKEND.cupy_scope
 default_area = BACKEND.default_area
 destroy = BACKEND.destroy
 disable_peer_access = BACKEND.disable_peer_access
 enable_peer_access = BACKEND.enable_peer_access
 ipc_close = BACKEND.ipc_close
 ipc_open = BACKEND.ipc_open
+numba_manager = BACKEND.numba_manager
 pinned_pool = BACKEND.pinned_pool
 pointer_attributes = BACKEND.pointer_attributes
 probe = BACKEND.probe
 stream = BACKEND.stream
 unified_area = BACKEND.unified_area
+use_pinned_with_cupy = BACKEND.use_pinned_with_cupy
+use_with_numba = BACKEND.use_with_numba
 virtual_memory = BACKEND.virtual_memory

@@ -11,20 +11,31 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..descriptor import BackendDescriptor, ProbeResult
+from ..descriptor import AreaOptions, BackendDescriptor, ProbeResult
 from ..specs import Capability, Kind
 from .groups import Group, capabilities
 
 if TYPE_CHECKING:
     from .backend import BackendBase
 
-__all__ = ["GPU_CAPABILITIES", "GPU_GROUPS", "GPU_INTERFACES", "GPU_KINDS", "GPU_PRIORITY", "lazy_descriptor"]
+__all__ = [
+    "GPU_AREA_OPTIONS",
+    "GPU_CAPABILITIES",
+    "GPU_GROUPS",
+    "GPU_INTERFACES",
+    "GPU_KINDS",
+    "GPU_PRIORITY",
+    "lazy_descriptor",
+]
 
 #: Above the host backend (0): on a node with a GPU, device, pinned, managed and mapped
 #: memory come from the GPU backend.
 GPU_PRIORITY = 100
 
 GPU_KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED, Kind.MAPPED})
+#: The area options of CUDA's and HIP's ``aml_core.area(kind=...)``, of every kind
+#: (``GpuBackend.create_area``): ``all_devices`` adds ALLOC_GLOBAL.
+GPU_AREA_OPTIONS = frozenset({"all_devices"})
 
 #: The groups the CUDA and HIP runtimes provide (a library may lack one: the probe says).
 GPU_GROUPS = frozenset(Group)
@@ -89,11 +100,14 @@ def lazy_descriptor(
     priority: int = GPU_PRIORITY,
     capabilities: Capability = GPU_CAPABILITIES,
     kinds: frozenset[Kind] = GPU_KINDS,
+    area_options: AreaOptions = GPU_AREA_OPTIONS,
 ) -> BackendDescriptor:
     """A descriptor whose callables import the backend (``backend()``) only when the
     registry probes it, builds an area or opens an IPC handle. ``kinds`` is what the
     backend provides: CUDA's and HIP's by default (aml-ze has no MAPPED memory; aml-hsa
-    provides device and host memory only)."""
+    provides device and host memory only); ``area_options`` the options its
+    ``create_area`` honours (``BackendDescriptor.area_options``; CUDA's and HIP's by
+    default)."""
 
     def probe() -> ProbeResult:
         return backend().probe()
@@ -113,4 +127,5 @@ def lazy_descriptor(
         capabilities=capabilities,
         description=description,
         ipc_open=ipc_open,
+        area_options=area_options,
     )

@@ -155,6 +155,24 @@ def probe() -> ProbeResult:
     )
 
 
+#: The options of ``aml_core.area(kind="host", ...)`` :func:`create_area` honours (declared
+#: to the registry, which passes a request with others to another backend): HostArea's
+#: keywords, and ``memspace=`` / ``near=`` (:func:`memspace_options`).
+AREA_OPTIONS = frozenset(
+    {
+        "policy",
+        "nodes",
+        "shared",
+        "ipc",
+        "huge_pages",
+        "transparent_huge_pages",
+        "alignment",
+        "memspace",
+        "near",
+    }
+)
+
+
 def create_area(kind: Kind, device: int | None = None, **options: Any) -> Any:
     """``aml_core.area(kind="host", device=node, **HostArea options)``; a device index
     binds the area to that NUMA node. ``memspace=`` (and ``near=``) asks for memory by
@@ -242,5 +260,6 @@ def aml_backends() -> list[BackendDescriptor]:
             capabilities=CAPABILITIES,
             description="Linux mmap with NUMA policy (mbind), huge pages, file mappings and memfd IPC",
             ipc_open=ipc_open,
+            area_options=AREA_OPTIONS,
         )
     ]

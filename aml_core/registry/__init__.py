@@ -44,6 +44,14 @@ Rules (docs/user-guide.md, "Backends and the registry", is the user-facing versi
   in-process (:mod:`.trust` remembers it across processes).
 * **Ranking.** :func:`backends`: available first, then priority (higher first), then
   name. :func:`area` tries backends by priority, then name: deterministic.
+* **Options.** A backend whose descriptor declares the area options it honours
+  (``BackendDescriptor.area_options``, for every kind or kind by kind) is a candidate
+  only for a request whose options it honours all: otherwise it is passed over
+  ("does not honour the area option(s) [...]"), unprobed, and the next candidate is
+  tried (``aml_core.area(kind="host", memspace=...)`` reaches the host backend past a
+  GPU backend's pinned host memory). Options that no candidate honours are
+  :class:`~aml_core.errors.AMLTypeError`, before any probe. A backend that declares
+  nothing gets every option and its factory refuses those it does not know.
 * **Factories.** A ``create_area`` that raises :class:`AMLNotSupported` lets the next
   candidate try. Another :class:`~aml_core.errors.AMLError` (a bad option, an
   out-of-range device, no memory) is the answer to the request and reaches the caller

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ..descriptor import BackendDescriptor
-from ..errors import AMLDomainError, AMLError, AMLNotSupported, AMLValueError
+from ..errors import AMLDomainError, AMLError, AMLNotSupported, AMLTypeError, AMLValueError
 from ..specs import AreaSpec, BackendStatus, Kind, as_kind
 from .config import CORE_DISTRIBUTION, ENTRY_POINT_GROUP, Settings, settings, warn
 from .isolation import TimeLimit, probe_isolated, run_child
@@ -20,9 +20,11 @@ from .ranking import (
     Choice,
     choose_from,
     kind_mismatch,
+    options_unhonoured,
     rank_key,
     resolve_duplicates,
     unfit,
+    unknown_options,
 )
 from .trust import ProbeTrust
 
@@ -297,9 +299,19 @@ class Registry:
         with self._lock:
             cfg = self._load()
             candidates, rejected, forced = self._plan(spec, cfg)
+        if (
+            spec.options
+            and candidates
+            and all(b.desc.unhonoured(spec.kind, spec.options) for b in candidates)
+        ):
+            raise AMLTypeError(unknown_options(spec, candidates))  # the caller's mistake: nothing probed
         first_error: BaseException | None = None
         for b in candidates:  # one at a time: a lower-ranked probe is not even started
             name = b.desc.name
+            missing = b.desc.unhonoured(spec.kind, spec.options)
+            if missing:  # declared: it does not take these options, so it is not probed
+                rejected.append((name, options_unhonoured(missing, spec.kind)))
+                continue
             with self._lock:
                 job = self._job(b, cfg.timeout)
             why = unfit(backend_status(b, job.wait()), spec)

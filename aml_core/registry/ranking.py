@@ -15,9 +15,11 @@ __all__ = [
     "Choice",
     "choose_from",
     "kind_mismatch",
+    "options_unhonoured",
     "rank_key",
     "resolve_duplicates",
     "unfit",
+    "unknown_options",
 ]
 
 NO_DEVICE = "has no device"
@@ -70,6 +72,25 @@ def rank_key(st: BackendStatus) -> tuple[int, int, int, str, str]:
 def kind_mismatch(kind: Kind, kinds: frozenset[Kind]) -> str:
     provided = ", ".join(sorted(k.value for k in kinds)) or "nothing"
     return f"does not provide {kind.value} memory (provides {provided})"
+
+
+def options_unhonoured(missing: tuple[str, ...], kind: Kind) -> str:
+    """Why a backend was passed over for the options of a request (it declares the area
+    options it honours, and not these)."""
+    return f"does not honour the area option(s) {list(missing)} of {kind.value} memory"
+
+
+def unknown_options(spec: AreaSpec, candidates: list[Backend]) -> str:
+    """The message of the AMLTypeError of a request whose options no candidate honours:
+    each candidate's unhonoured options."""
+    declined = "; ".join(
+        f"{b.desc.name} does not honour {list(b.desc.unhonoured(spec.kind, spec.options))}"
+        for b in candidates
+    )
+    return (
+        f"unknown area option(s) {sorted(spec.options)} of {spec.kind.value} memory: "
+        f"no backend honours them all ({declined})"
+    )
 
 
 def unfit(st: BackendStatus, spec: AreaSpec) -> str:

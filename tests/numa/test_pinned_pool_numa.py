@@ -24,15 +24,9 @@ KiB, MiB = 1 << 10, 1 << 20
 
 def _double() -> Any:
     """The HIP double's module (build and control), loaded from its file."""
-    import importlib.util
+    from tests.support.build_double import double_module
 
-    path = ROOT / "backends/hip/tests/native/hip_double.py"
-    spec = importlib.util.spec_from_file_location("hip_double_for_lab", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return double_module("hip")
 
 
 @pytest.fixture

@@ -6,13 +6,16 @@ calls the allocator kernel makes through the area, on the host)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
+
+import pytest
 
 from aml_core import Buffer
 from aml_core.errors import AMLFailure, AMLMemoryError
 from aml_core.host import HostArea
 
-__all__ = ["S1", "S2", "S3", "ForeignStream", "StreamRecorder", "StreamedHost"]
+__all__ = ["S1", "S2", "S3", "ForeignStream", "StreamRecorder", "StreamedHost", "host"]
 
 #: Stream handles (the recorder accepts any int: it runs nothing).
 S1, S2, S3 = 0x1000, 0x2000, 0x3000
@@ -113,3 +116,14 @@ class ForeignStream:
 
     def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.handle)
+
+
+@pytest.fixture
+def host() -> Iterator[StreamedHost]:
+    """A :class:`StreamedHost`, closed after the test, which must leave no mapping live
+    (a pytest plugin of tests/conftest.py: the pool and kernel tests take it; a module
+    with a ``host`` fixture of its own, of another area, overrides it)."""
+    area = StreamedHost()
+    yield area
+    area.close()
+    assert area.stats.live_mappings == 0

@@ -7,12 +7,6 @@ from aml_core.gpu.exports import *  # noqa: F403 - the names of every CUDA/HIP b
 
 from .api import get_runtime as get_runtime
 from .api import load_runtime as load_runtime
-from .frameworks import CupyPinnedHook as CupyPinnedHook
-from .frameworks import CupyScope as CupyScope
-from .frameworks import cupy_scope as cupy_scope
-from .frameworks import numba_manager as numba_manager
-from .frameworks import use_pinned_with_cupy as use_pinned_with_cupy
-from .frameworks import use_with_numba as use_with_numba
 from .hooks import CupyHook as CupyHook
 from .hooks import TorchHook as TorchHook
 from .hooks import TorchMemPool as TorchMemPool

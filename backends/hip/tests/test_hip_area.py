@@ -587,15 +587,19 @@ def test_no_dma_buf_export(hip: HipDouble, pooled: bool) -> None:
 
 
 # -- host-area options go to the host backend -------------------------------------------------------
-def test_host_area_options_are_declined_for_the_host_backend(hip: HipDouble) -> None:
-    """aml_hip's host kind is pinned host memory, which has no NUMA placement: options of a
-    host area (memspace=, nodes=, policy=) are declined (AMLNotSupported), so the registry
-    goes on to the host backend; unknown options of a GPU kind stay AMLTypeError. (The NUMA
-    lab's guide examples failed when aml_hip was installed beside them.)"""
-    with pytest.raises(AMLNotSupported, match="the host backend places host memory"):
-        aml_hip.BACKEND.create_area(Kind.HOST, memspace="highest_capacity")
+def test_host_area_options_pass_aml_hip_over_for_the_host_backend(hip: HipDouble) -> None:
+    """aml_hip's host kind is pinned host memory, which has no NUMA placement: its descriptor
+    declares only ``all_devices``, so the registry passes it over for a host area with the
+    host backend's options (memspace=, nodes=, policy=) and the host backend makes the area;
+    an option no backend honours is AMLTypeError, from the registry and from aml_hip's own
+    factory. (The NUMA lab's guide examples failed when aml_hip was installed beside them.)"""
+    assert aml_core.choose("host").backend == "hip"  # without options, hip serves host memory
     with pytest.raises(AMLTypeError, match="unknown hip area options"):
         aml_hip.BACKEND.create_area(Kind.DEVICE, colour="blue")
+    with pytest.raises(AMLTypeError, match=r"unknown area option\(s\) \['colour'\] of device memory"):
+        aml_core.area(kind="device", colour="blue")
+    with pytest.raises(AMLTypeError, match=r"hip does not honour \['memspace'\]"):
+        aml_core.area(kind="host", backend="hip", memspace="highest_capacity")
     with aml_core.area(kind="host", memspace="highest_capacity") as area:
         assert type(area).__name__ == "HostArea"
         assert area.memspace is not None
@@ -604,3 +608,5 @@ def test_host_area_options_are_declined_for_the_host_backend(hip: HipDouble) -> 
             view[:4] = b"host"
             assert bytes(view[:4]) == b"host"
         area.munmap(buf)
+    with aml_core.area(kind="host", all_devices=True) as pinned:  # hip's own option: hip's area
+        assert pinned.backend == "hip"

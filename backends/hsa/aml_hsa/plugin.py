@@ -47,6 +47,12 @@ def _backend() -> HsaBackend:
 def aml_backends() -> list[BackendDescriptor]:
     return [
         lazy_descriptor(
-            NAME, DESCRIPTION, _backend, priority=PRIORITY, capabilities=CAPABILITIES, kinds=KINDS
+            NAME,
+            DESCRIPTION,
+            _backend,
+            priority=PRIORITY,
+            capabilities=CAPABILITIES,
+            kinds=KINDS,
+            area_options=(),  # hsa areas take no options (HsaBackend.create_area)
         )
     ]

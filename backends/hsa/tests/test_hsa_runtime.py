@@ -98,6 +98,8 @@ def test_device_and_host_areas(hsa: HsaDouble) -> None:
         aml_core.area(kind=Kind.MANAGED, backend="hsa")
     with pytest.raises(AMLTypeError, match="options"):
         aml_hsa.BACKEND.create_area(Kind.DEVICE, 0, flags=1)
+    with pytest.raises(AMLTypeError, match=r"hsa does not honour \['flags'\]"):  # declared: none
+        aml_core.area(kind=Kind.DEVICE, backend="hsa", flags=1)
     with pytest.raises(AMLNotSupported, match="no flags"):
         aml_hsa.create(0, 1)
     with pytest.raises(AMLNotSupported, match="managed"):

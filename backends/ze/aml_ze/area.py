@@ -48,6 +48,7 @@ from aml_core.stream import StreamLike
 
 from . import abi as C
 from .alloc import MemAllocator
+from .plugin import AREA_OPTIONS
 from .runtime import AllocProperties, ZeRuntime
 
 __all__ = ["ZeArea", "ZeBackend", "ZeDeviceFlags", "ZeFlags", "ZeHostFlags"]
@@ -375,11 +376,8 @@ class ZeBackend(BackendBase[ZeRuntime, ZeArea]):
         ``alignment``)."""
         if all_devices:
             raise AMLNotSupported("Level Zero areas allocate for one device (all_devices is CUDA/HIP's)")
-        if kind is Kind.HOST:
-            allowed = {"host_flags", "alignment"}
-        elif kind in (Kind.DEVICE, Kind.MANAGED):
-            allowed = {"ordinal", "device_flags", "alignment", "dmabuf"}
-        else:
+        allowed = AREA_OPTIONS.get(kind)
+        if allowed is None:
             raise AMLNotSupported(f"ze does not provide {kind.value} memory")
         unknown = set(options) - allowed
         if unknown:

@@ -21,7 +21,16 @@ from aml_core.specs import Capability, Kind
 if TYPE_CHECKING:
     from .area import ZeBackend
 
-__all__ = ["CAPABILITIES", "DESCRIPTION", "GROUPS", "KINDS", "NAME", "aml_backends", "precheck"]
+__all__ = [
+    "AREA_OPTIONS",
+    "CAPABILITIES",
+    "DESCRIPTION",
+    "GROUPS",
+    "KINDS",
+    "NAME",
+    "aml_backends",
+    "precheck",
+]
 
 NAME = "ze"
 DESCRIPTION = (
@@ -29,6 +38,14 @@ DESCRIPTION = (
     "host areas, IPC, virtual memory"
 )
 KINDS = frozenset({Kind.DEVICE, Kind.HOST, Kind.MANAGED})
+#: The options of ``aml_core.area(kind=..., backend="ze")`` by kind (``ZeBackend.create_area``:
+#: the host area's and the device area's arguments), declared to the registry.
+_DEVICE_OPTIONS = frozenset({"ordinal", "device_flags", "alignment", "dmabuf"})
+AREA_OPTIONS = {
+    Kind.HOST: frozenset({"host_flags", "alignment"}),
+    Kind.DEVICE: _DEVICE_OPTIONS,
+    Kind.MANAGED: _DEVICE_OPTIONS,
+}
 #: The capability groups aml-ze's runtime provides (its areas are its own: AML's Level
 #: Zero area, not the CUDA/HIP ALLOCATION group).
 GROUPS = frozenset({Group.IPC, Group.VIRTUAL_MEMORY})
@@ -62,4 +79,8 @@ def _backend() -> ZeBackend:
 
 @hookimpl
 def aml_backends() -> list[BackendDescriptor]:
-    return [lazy_descriptor(NAME, DESCRIPTION, _backend, kinds=KINDS, capabilities=CAPABILITIES)]
+    return [
+        lazy_descriptor(
+            NAME, DESCRIPTION, _backend, kinds=KINDS, capabilities=CAPABILITIES, area_options=AREA_OPTIONS
+        )
+    ]

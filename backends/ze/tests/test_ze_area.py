@@ -15,6 +15,7 @@ from ze_helpers import ZeDouble
 import aml_core.registry
 from aml_core.area import Area
 from aml_core.buffer import Buffer, DLDeviceType
+from aml_core.errors import AMLTypeError
 from aml_core.specs import Capability, Kind
 from aml_core.testing import AreaConformance
 
@@ -186,6 +187,23 @@ def _registry_areas(kind: Kind, expected: Kind) -> None:
         buf = area.mmap(3)
         assert buf.ptr % 4096 == 0
         area.munmap(buf)
+
+
+def test_registry_passes_ze_over_for_options_it_does_not_honour(ze: ZeDouble) -> None:
+    """aml-ze declares its options by kind (aml_ze.plugin.AREA_OPTIONS): the host backend's
+    memspace= is not one, so a host area with it comes from the host backend, not from ze's
+    factory (which refused it as unknown); forced to ze it is AMLTypeError."""
+    aml_core.registry.reset()
+    try:
+        assert aml_core.choose("host").backend == "ze"
+        with aml_core.area(kind="host", memspace="highest_capacity") as area:
+            assert type(area).__name__ == "HostArea"
+        with pytest.raises(AMLTypeError, match=r"ze does not honour \['memspace'\]"):
+            aml_core.area(kind="host", backend="ze", memspace="highest_capacity")
+        with pytest.raises(AMLTypeError, match=r"ze does not honour \['host_flags'\]"):
+            aml_core.area(kind="device", backend="ze", host_flags=0)  # a host option, not a device one
+    finally:
+        aml_core.registry.reset()
 
 
 @pytest.mark.host_double
