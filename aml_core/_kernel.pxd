@@ -87,7 +87,9 @@ cdef struct Event:
     unsigned long thread
 
 
-cdef class PoolKernel(FastPath):
+# PoolKernel is a chain of classes, one per concern (each in its own .pxi, included by
+# _kernel.pyx: one extension module); every field is the lowest one's.
+cdef class _KernelState(FastPath):
     cdef pthread_mutex_t _mu
     cdef unsigned long _holder
     cdef int _depth
@@ -159,6 +161,17 @@ cdef class PoolKernel(FastPath):
     cdef void unlock(self) noexcept nogil
     cdef bint held_here(self) noexcept nogil
     cdef AreaBase _owner_area(self)
+
+
+# the history: _kernel_history.pxi
+cdef class _History(_KernelState):
+    cdef void record(self, int action, u64 addr, size_t size, size_t requested, bint has_stream,
+                     u64 stream) noexcept nogil
+    cdef int _attach_frames(self, u64 since) except -1
+
+
+# heaps and fit, the stacks, a hit: _kernel_heaps.pxi
+cdef class _Heaps(_History):
     cdef cmap[HeapKey, Block *] *_heap(self, int h) noexcept nogil
     cdef int heap_of(self, size_t n) noexcept nogil
     cdef size_t split_min(self, int h) noexcept nogil
@@ -176,30 +189,60 @@ cdef class PoolKernel(FastPath):
     cdef void hand_out(self, Block *b, size_t size, bint has_stream, u64 stream) noexcept nogil
     cdef int put_back(self, Block *b, bint has_stream, u64 stream) noexcept nogil
     cdef Block *unlive(self, u64 addr) noexcept nogil
-    cdef void record(self, int action, u64 addr, size_t size, size_t requested, bint has_stream,
-                     u64 stream) noexcept nogil
-    cdef int _attach_frames(self, u64 since) except -1
-    cdef int _hand_over_nogil(self, size_t n, u64 stream, Block **out) noexcept nogil
-    cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil
-    cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
     cdef int give_live(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
-    cdef int hook_slow_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out, list errors) noexcept
-    cdef int hook_slow_free(self, u64 addr, bint has_stream, u64 stream, list errors) noexcept
+
+
+# streams: hand-over and reclaim: _kernel_streams.pxi
+cdef class _Streams(_Heaps):
+    cdef int _hand_over_nogil(self, size_t n, u64 stream, Block **out) noexcept nogil
     cdef Block *_hand_over(self, size_t n, u64 stream) except? NULL
     cdef int _reclaim_streams(self) except -1
     cdef int _stream_failed(self, int code, int op) except -1
+
+
+# the limit and out of memory: _kernel_limit.pxi
+cdef class _Limit(_Streams):
+    cdef int _call_on_oom(self, size_t n, object error) except -1
+    cdef object _oom_error(self, str reason, size_t n, object cause=*, object failed=*)
+    cdef void _count_reserved(self, size_t n) noexcept nogil
+
+
+# the expandable segment: _kernel_segment.pxi
+cdef class _Segment(_Limit):
+    cdef Block *_grow_segment(self, size_t n) except NULL
+    cdef size_t _trim_segment(self, size_t keep) except? <size_t>-1
+
+
+# slabs: growth, release, trim: _kernel_slabs.pxi
+cdef class _Slabs(_Segment):
+    cdef bint _whole_free(self, Slab *slab) noexcept nogil
+    cdef size_t _slab_size(self, int h, size_t n) noexcept nogil
+    cdef Block *_grow(self, int h, size_t n) except NULL
+    cdef Block *_grow_once(self, int h, size_t n) except NULL
+    cdef int _release_slab(self, Slab *slab) except -1
+    cdef size_t _trim(self, size_t keep) except? <size_t>-1
+
+
+# the slow path and closing: _kernel_slow.pxi
+cdef class _SlowPath(_Slabs):
     cdef Block *_take_slow(self, size_t n) except NULL
     cdef Block *_alloc(self, Py_ssize_t size, bint has_stream, u64 s) except NULL
     cdef int _give(self, Block *b, bint closed) except -1
     cdef int _auto_release(self, Slab *slab, size_t keep) except -1
-    cdef bint _whole_free(self, Slab *slab) noexcept nogil
-    cdef size_t _slab_size(self, int h, size_t n) noexcept nogil
-    cdef Block *_grow(self, int h, size_t n) except NULL
-    cdef int _call_on_oom(self, size_t n, object error) except -1
-    cdef object _oom_error(self, str reason, size_t n, object cause=*, object failed=*)
-    cdef Block *_grow_once(self, int h, size_t n) except NULL
-    cdef void _count_reserved(self, size_t n) noexcept nogil
-    cdef int _release_slab(self, Slab *slab) except -1
-    cdef size_t _trim(self, size_t keep) except? <size_t>-1
-    cdef Block *_grow_segment(self, size_t n) except NULL
-    cdef size_t _trim_segment(self, size_t keep) except? <size_t>-1
+
+
+# statistics: _kernel_stats.pxi
+cdef class _Stats(_SlowPath):
+    pass
+
+
+# the hooks' entry: _kernel_hooks.pxi
+cdef class _Hooks(_Stats):
+    cdef int hook_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out) noexcept nogil
+    cdef int hook_free(self, u64 addr, bint has_stream, u64 stream) noexcept nogil
+    cdef int hook_slow_alloc(self, size_t size, bint has_stream, u64 stream, u64 *out, list errors) noexcept
+    cdef int hook_slow_free(self, u64 addr, bint has_stream, u64 stream, list errors) noexcept
+
+
+cdef class PoolKernel(_Hooks):
+    pass

@@ -11,6 +11,12 @@ row's "commit" column) and writes, between its ``<!-- stale:begin -->`` and
 measured paths (``--write``; without it the section is printed). The measured paths are
 the library's code, :data:`MEASURED` (aml_core and every backend's package), unless given
 after ``--``.
+
+A commit that moves code without changing what it compiles to or runs (a file split by
+concern, a rename) says so with a ``Measured-unchanged:`` trailer naming the evidence (its
+benchmark against its parent, its generated-code comparison): it is not counted against
+any figure, so a pure move does not mark every run stale. The table says how many it left
+out.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ MEASURED = (
     "backends/hsa/aml_hsa",
 )
 BEGIN, END = "<!-- stale:begin -->", "<!-- stale:end -->"
+#: the trailer of a commit that changed no measured behaviour (its value: the evidence)
+UNCHANGED = "Measured-unchanged"
 #: a commit as the table writes it: 7 to 40 hex digits (the first that names a commit counts)
 COMMIT = re.compile(r"\b[0-9a-f]{7,40}\b")
 
@@ -50,14 +58,19 @@ def is_commit(repo: Path, name: str) -> bool:
 
 
 def later_commits(
-    repo: Path, commit: str, paths: tuple[str, ...] = MEASURED, until: str = "HEAD"
+    repo: Path, commit: str, paths: tuple[str, ...] = MEASURED, until: str = "HEAD", unchanged: bool = False
 ) -> list[tuple[str, str]]:
     """(short hash, subject) of each commit after ``commit`` up to ``until`` that changed
-    ``paths``, oldest first."""
-    out = git(repo, "log", "--reverse", "--format=%h %s", f"{commit}..{until}", "--", *paths)
-    return [
-        (line.split(" ", 1)[0], line.split(" ", 1)[1] if " " in line else "") for line in out.splitlines()
-    ]
+    ``paths``, oldest first: those without a ``Measured-unchanged:`` trailer, or
+    (``unchanged``) only those with one."""
+    fmt = f"%h%x1f%s%x1f%(trailers:key={UNCHANGED},valueonly,separator=%x2C)%x1e"
+    out = git(repo, "log", "--reverse", f"--format={fmt}", f"{commit}..{until}", "--", *paths)
+    found = []
+    for record in out.split("\x1e"):
+        fields = record.strip("\n").split("\x1f")
+        if len(fields) == 3 and bool(fields[2].strip()) == unchanged:
+            found.append((fields[0], fields[1]))
+    return found
 
 
 def runs(readme: str, repo: Path = REPO) -> list[tuple[str, str, str]]:
@@ -101,6 +114,9 @@ def section(repo: Path, readme: str, paths: tuple[str, ...] = MEASURED) -> str:
         else:
             names = ", ".join(h for h, _ in later[:8]) + (", ..." if len(later) > 8 else "")
             text = f"{len(later)}: {names}"
+        moves = later_commits(repo, commit, paths, unchanged=True)
+        if moves:
+            text += f" ({len(moves)} with `{UNCHANGED}:` left out)"
         lines.append(f"| {date} | {short} | {commit} | {text} |")
     lines += ["", END]
     return "\n".join(lines)

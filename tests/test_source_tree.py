@@ -112,7 +112,9 @@ def test_an_unbuilt_source_tree_says_how_to_build(tmp_path: Path) -> None:
 
 
 def test_an_incomplete_installation_says_to_reinstall(tmp_path: Path) -> None:
-    no_sources = shutil.ignore_patterns("*.pyx", "*.pxd", "*.so", "*.pyd", "__pycache__", "*.c", "*.html")
+    no_sources = shutil.ignore_patterns(
+        "*.pyx", "*.pxd", "*.pxi", "*.so", "*.pyd", "__pycache__", "*.c", "*.html"
+    )
     shutil.copytree(ROOT / "aml_core", tmp_path / "aml_core", ignore=no_sources)
     out = _import_in(tmp_path, "-S")
     assert out.returncode != 0

@@ -64,3 +64,23 @@ def test_later_commits_on_the_measured_paths_only(tmp_path: Path) -> None:
     again = stale.rewrite(written, stale.section(tmp_path, written))
     assert again.count(stale.BEGIN) == 1
     assert again.startswith(readme.rstrip("\n"))
+
+
+def test_a_commit_that_says_it_changed_no_measured_behaviour_is_left_out(tmp_path: Path) -> None:
+    _git(tmp_path, "init", "-q")
+    measured = _commit(tmp_path, "aml_core/_kernel.pyx", "a\nb\n", "the measured code")
+    moved = _commit(
+        tmp_path,
+        "aml_core/_kernel.pyx",
+        "a\n",
+        "kernel: b moved to its own file\n\nMeasured-unchanged: evidence/2026-12-02-x-kernel-split",
+    )
+    touched = _commit(tmp_path, "aml_core/_kernel.pyx", "c\n", "kernel: a faster path")
+    assert stale.later_commits(tmp_path, measured) == [(touched, "kernel: a faster path")]
+    assert stale.later_commits(tmp_path, measured, unchanged=True) == [
+        (moved, "kernel: b moved to its own file")
+    ]
+    table = stale.section(tmp_path, f"| 2026-12-02 | epyc | {measured} | x | y |\n")
+    assert (
+        f"| 2026-12-02 | epyc | {measured} | 1: {touched} (1 with `Measured-unchanged:` left out) |" in table
+    )

@@ -37,20 +37,23 @@ class Mutant:
     tests: tuple[str, ...]
     quick: bool = True  # in the CI subset
     #: the extension rebuilt for a mutant of a shared ``.pxd`` (inline code compiled into
-    #: the modules that cimport it); a ``.pyx`` mutant rebuilds its own
+    #: the modules that cimport it) or of a ``.pxi`` (a part of the ``.pyx`` that includes
+    #: it, e.g. ``_kernel_heaps.pxi`` of ``_kernel``); a ``.pyx`` mutant rebuilds its own
     module: str | None = None
 
     @property
     def compiled(self) -> bool:
         """A mutant of a Cython module: its extension is rebuilt before its tests run."""
-        return self.path.endswith((".pyx", ".pxd"))
+        return self.path.endswith((".pyx", ".pxd", ".pxi"))
 
     @property
     def extension(self) -> str:
         """The one extension this mutant's build makes."""
-        if self.path.endswith(".pxd"):
+        if self.path.endswith((".pxd", ".pxi")):
             if self.module is None:
-                raise ValueError(f"{self.name}: a .pxd mutant names the extension it rebuilds (module=)")
+                raise ValueError(
+                    f"{self.name}: a .pxd or .pxi mutant names the extension it rebuilds (module=)"
+                )
             return self.module
         return Path(self.path).stem
 
@@ -224,15 +227,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),  # -- compiled modules (.pyx): each is rebuilt (its one extension) in the copy ----------
     Mutant(
         "a tail of exactly the split minimum left unsplit",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "if rest >= self.split_min(slab.heap):",
         "if rest > self.split_min(slab.heap):",
         ("tests/test_kernel_rules.py", "tests/test_kernel.py", "tests/test_pool.py"),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a request of exactly the small maximum in the large heap",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "n <= self._small_max) else 1",
         "n < self._small_max) else 1",
         (
@@ -242,10 +246,11 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_pool_config.py",
         ),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a 10 MiB request given a medium slab",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_slabs.pxi",
         "if n < 10 * MIB:",
         "if n <= 10 * MIB:",
         (
@@ -255,64 +260,72 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_pool_config.py",
         ),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a stream's hit leaves its held count",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "        self._held[stream] -= 1\n",
         "",
         (
             "tests/test_kernel_rules.py::test_a_host_order_miss_waits_for_no_stream_whose_blocks_were_taken_again",
         ),
         quick=True,  # CI: one mutant of each compiled module
+        module="_kernel",
     ),
     Mutant(
         "the kernel's live-table erase skipped",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "    addr_remove_at(m.slots, m.cap, <size_t>i)\n    m.count -= 1\n",
         "",
         ("tests/test_kernel.py",),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a freed block's requested bytes still counted",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "        self.requested -= b.requested\n        return b",
         "        return b",
         ("tests/test_kernel.py",),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a block freed onto a stream still counted in use",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "            self.blocks -= b.size\n            b.has_stream = True",
         "            b.has_stream = True",
         ("tests/test_kernel.py",),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "coalescing skips the next free neighbour",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "if nxt != NULL and nxt.state == B_FREE:",
         "if False:",
         ("tests/test_kernel.py", "tests/test_pool.py"),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a stream's block freed in host order",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_heaps.pxi",
         "            self.put_back(b, b.has_stream, b.stream)",
         "            self.put_back(b, False, 0)",
         ("tests/test_kernel_rules.py", "tests/test_kernel.py", "tests/test_compiled_hooks.py"),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a running stream's blocks reclaimed without waiting",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_streams.pxi",
         "                if rc == -1:\n                    st.synchronize(deref(hit).first)",
         "                if rc == -1:\n                    pass",
         ("tests/test_kernel.py", "tests/test_pool_streams.py"),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "a failed buffer construction strands its block",
@@ -324,15 +337,16 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "a released slab still counted reserved",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_slabs.pxi",
         "        self.reserved -= slab.size\n        self.native_frees += 1",
         "        self.native_frees += 1",
         ("tests/test_kernel.py", "tests/test_pool.py"),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "trim releases past what it may keep",
-        "aml_core/_kernel.pyx",
+        "aml_core/_kernel_slabs.pxi",
         "            if <size_t>(self.reserved - self.blocks) <= keep:\n                break",
         "            if <size_t>(self.reserved - self.blocks) < keep:\n                break",
         (
@@ -342,6 +356,7 @@ MUTANTS: tuple[Mutant, ...] = (
             "tests/test_pool_limits.py",
         ),
         quick=False,
+        module="_kernel",
     ),
     Mutant(
         "the area's live-table erase skipped",

@@ -11,8 +11,9 @@ environment before generated, so each one cythonized and compiled the six module
 ``python -m tests.support.inplace`` runs that build only when it can change something:
 a module of setup.py's ``COMPILED`` has no extension for this interpreter in ``aml_core/``,
 or one older than setup.py or any ``aml_core/*.pyx``, ``*.pxd`` (a module cimports the
-others' declarations), or one built with AddressSanitizer (the asan environment builds its
-own sanitized copy elsewhere; an older tox.ini built it in place). Otherwise it says so and
+others' declarations), ``*.pxi`` (the kernel's parts, which ``_kernel.pyx`` includes), or
+one built with AddressSanitizer (the asan environment builds its own sanitized copy
+elsewhere; an older tox.ini built it in place). Otherwise it says so and
 exits. Changing only the Cython version does not trigger a rebuild; ``python setup.py
 build_ext --inplace --force`` does. The check and the build hold an flock on ``aml_core/``,
 so that environments started together (``tox run-parallel``) build once, and none loads an
@@ -69,7 +70,7 @@ def compiled_modules(setup_py: Path = ROOT / "setup.py") -> tuple[str, ...]:
 def stale(root: Path = ROOT) -> list[str]:
     """Why the in-place extensions must be built (empty: they are up to date)."""
     package = root / "aml_core"
-    inputs = [root / "setup.py", *package.glob("*.pyx"), *package.glob("*.pxd")]
+    inputs = [root / "setup.py", *(p for ext in ("pyx", "pxd", "pxi") for p in package.glob(f"*.{ext}"))]
     newest = max(p.stat().st_mtime for p in inputs)
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     reasons = []
