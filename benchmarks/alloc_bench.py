@@ -1227,25 +1227,25 @@ def plots(r: dict[str, Any], out: Path, name: str) -> list[str]:
         return []
     files: list[str] = []
     peers = list(dict.fromkeys(row["peer"] for row in r["alloc_free"]))
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for p in peers:
-        pts = [(row["size"], row["us"]) for row in r["alloc_free"] if row["peer"] == p and "us" in row]
-        if pts:
-            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xticks(list(SIZES), [human(n) for n in SIZES])
-    ax.set_xlabel("size")
-    ax.set_ylabel("µs per alloc+free (median)")
-    ax.set_title(f"alloc+free latency ({r['mode']})")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / f"{name}_latency.png"
     if peers:  # none where --tests left alloc out
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for p in peers:
+            pts = [(row["size"], row["us"]) for row in r["alloc_free"] if row["peer"] == p and "us" in row]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(list(SIZES), [human(n) for n in SIZES])
+        ax.set_xlabel("size")
+        ax.set_ylabel("µs per alloc+free (median)")
+        ax.set_title(f"alloc+free latency ({r['mode']})")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"{name}_latency.png"
         fig.savefig(path, dpi=110)
+        plt.close(fig)
         files.append(path.name)
-    plt.close(fig)
 
     t = r["trace"]
     rows = [row for row in t["rows"] if row.get("peak_reserved")]
