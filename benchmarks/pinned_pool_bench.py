@@ -153,15 +153,28 @@ def replay_torch(torch: Any, events: list[tuple[str, int, int]]) -> dict[str, An
                 requested -= t.numel()
             # the tensors are dropped here: PyTorch caches their blocks
     stats = torch.cuda.host_memory_stats()
-    reserved = stats.get("reserved_bytes.current", stats.get("segment.current"))
-    peak_reserved = stats.get("reserved_bytes.peak", reserved)
+    key, peak_reserved = held_peak(stats)
     return {
         "peak_bytes_requested": peak_requested,
         "peak_bytes_reserved": peak_reserved,
+        "peak_reserved_key": key,
         "peak_ratio": peak_reserved / peak_requested if peak_requested else None,
         "host_memory_stats": {k: v for k, v in stats.items() if "bytes" in k},
         "torch": torch.__version__,
     }
+
+
+def held_peak(stats: dict[str, Any]) -> tuple[str, int]:
+    """(key, value) of the peak of pinned bytes PyTorch held (cached blocks included), from
+    ``torch.cuda.host_memory_stats()``. Older releases count them as ``reserved_bytes``
+    (``allocated_bytes`` there are the bytes handed out); PyTorch 2.11's host allocator
+    has no ``reserved_bytes`` and counts the blocks it owns, active and cached, as
+    ``allocated_bytes`` (those handed out are ``active_bytes``)."""
+    if "reserved_bytes.peak" in stats:
+        return "reserved_bytes.peak", int(stats["reserved_bytes.peak"])
+    if "allocated_bytes.peak" in stats and "active_bytes.peak" in stats:
+        return "allocated_bytes.peak", int(stats["allocated_bytes.peak"])
+    raise KeyError(f"host_memory_stats() has no peak of the pinned bytes held: {sorted(stats)}")
 
 
 def bandwidth(torch: Any, pool: Any, size: int = 64 * MiB, reps: int = 20) -> dict[str, Any]:
@@ -252,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             if args.torch:
-                result["torch"] = replay_torch(torch, events)
+                try:
+                    result["torch"] = replay_torch(torch, events)
+                except KeyError as exc:  # a PyTorch whose statistics hold neither layout
+                    result["torch"] = {"error": str(exc), "torch": torch.__version__}
             if args.bandwidth:
                 result["bandwidth"] = bandwidth(torch, pool)
     text = json.dumps(result, indent=2)

@@ -233,6 +233,24 @@ def test_controls_pay_the_peers_frames_and_aml_paying_more_is_refused() -> None:
         alloc_bench.with_controls([slow, cheap])
 
 
+def test_aml_against_itself_frames_the_cheaper_aml_side() -> None:
+    """The alternating pool pays one frame per alloc (its plain/stream choice): the plain
+    pool it is compared with pays the same through a control; never a foreign peer."""
+    plain = _Fake(alloc_bench.POOL, _Area().mmap, _Area().munmap)
+    alternate = _Fake(alloc_bench.POOL_ALTERNATE, alloc_bench.human, _Area().munmap)
+    peers, comparisons = alloc_bench.with_controls([plain, alternate])
+    control = peers[-1]
+    assert control.name == "aml pool (+1/+0 frames)"
+    assert control.shape() == alternate.shape() == (1, 0)
+    assert comparisons == [
+        {"mine": alloc_bench.POOL_ALTERNATE, "theirs": control.name, "target_at_most": 1.2}
+    ]
+    dear = _Fake(alloc_bench.POOL, alloc_bench.human, _Area().munmap)
+    cupy = _Fake(alloc_bench.CUPY, id, id)
+    with pytest.raises(call_shape.ShapeMismatch, match="no control"):
+        alloc_bench.with_controls([dear, cupy])
+
+
 # -- the GPU peers, on fakes --------------------------------------------------------------------------
 
 
@@ -337,3 +355,33 @@ def test_the_whole_gpu_run_on_fakes_pairs_rounds_and_repeats(
     assert "## How each peer is called" in md
     assert "| cudaMalloc | 1, 1 |" in md
     assert "median of paired ratios" in md
+
+
+def test_one_test_for_some_peers_alone(
+    fake_libraries: types.SimpleNamespace, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--tests threads --peer A --peer B``: another run of the threads test for two
+    peers, compared as in the whole run; the other measurements and peers are not run."""
+    import json
+
+    monkeypatch.setattr(alloc_bench, "gpu_meta", lambda meta: meta.update(gpu="fake"))
+    argv = ["--out", str(tmp_path), "--quick", "--repeats", "3", "--tests", "threads"]
+    alloc_bench.main([*argv, "--peer", alloc_bench.POOL_STREAM, "--peer", alloc_bench.CUPY_STREAM])
+    r = json.loads((tmp_path / "alloc_bench.json").read_text())
+    assert r["tests"] == ["threads"]
+    assert r["alloc_free"] == []
+    assert r["trace"]["rows"] == []
+    assert [row["peer"] for row in r["threads"]["rows"]] == [alloc_bench.POOL_STREAM, alloc_bench.CUPY_STREAM]
+    assert all(len(row["repeats"]) == 3 for row in r["threads"]["rows"])
+    (c,) = r["comparisons"]
+    assert (c["test"], c["mine"], c["theirs"], c["target_at_most"]) == (
+        "threads",
+        alloc_bench.POOL_STREAM,
+        alloc_bench.CUPY_STREAM,
+        1.0,
+    )
+    assert "Tests run: threads only" in (tmp_path / "alloc_bench.md").read_text()
+    with pytest.raises(SystemExit):
+        alloc_bench.main([*argv, "--peer", "no such allocator"])
+    with pytest.raises(SystemExit):
+        alloc_bench.main(["--out", str(tmp_path), "--tests", "threads,nap"])

@@ -135,16 +135,18 @@ def test_the_stream_capsules_have_the_expected_signatures() -> None:
 
 def test_the_stream_signatures_are_the_kernels_pointer_types() -> None:
     """Each capsule's C signature, with cudaEvent_t and cudaStream_t as the opaque
-    pointers cuda-bindings' cyruntime.pxd declares them (``ctypedef CUevent_st*
-    cudaEvent_t``), is the parameter list of the pointer type the kernel calls it
-    through; cudaError_t is a C enum, an int."""
+    pointers cuda-bindings' Cython declarations declare them (``ctypedef CUevent_st*
+    cudaEvent_t``: in cyruntime.pxd of cuda-bindings 13.5, in a file it includes in
+    13.3, which the GPU run of issue 33 met), is the parameter list of the pointer type
+    the kernel calls it through; cudaError_t is a C enum, an int."""
     import re
     from pathlib import Path
 
     from aml_cuda.streams import STREAM_FUNCTIONS, STREAM_SIGNATURES
     from cuda.bindings import cyruntime
 
-    pxd = (Path(cyruntime.__file__).parent / "cyruntime.pxd").read_text()
+    package = Path(cyruntime.__file__).parent
+    pxd = "\n".join(f.read_text() for pattern in ("*.pxd", "*.pxi") for f in sorted(package.rglob(pattern)))
     assert re.search(r"ctypedef CUevent_st\* cudaEvent_t\b", pxd)
     assert re.search(r"ctypedef CUstream_st\* cudaStream_t\b", pxd)
     shapes = _pointer_types()
@@ -223,14 +225,22 @@ def test_a_pool_over_a_device_area_has_the_stream_calls_in_c() -> None:
 
     import aml_core
 
-    with aml_cuda.create(0, 0) as area, aml_core.pool(area) as pool:
-        streams = pool._kernel.streams()
+    # one block a slab: the plain request finds no other block, so it takes the stream's
+    with aml_cuda.create(0, 0) as area, aml_core.pool(area, small_slab=4096, small_max=4096) as pool:
+        streams = pool._kernel.streams
         assert streams is not None
         assert not streams.needs_gil
         s = aml_cuda.stream(non_blocking=True)
         try:
-            pool.munmap(pool.mmap(4096, stream=s))
+            first = pool.mmap(4096, stream=s)
+            ptr = first.ptr
+            pool.munmap(first)
+            assert pool._kernel.stream_cached() == {(s.handle, 4096): [ptr]}
+            assert pool._kernel.event is None
             buf = pool.mmap(4096)  # a plain request after a stream request: an event query
+            assert buf.ptr == ptr  # the stream's block, back in host order
+            assert pool._kernel.event is not None  # made by the query, where no hand-over ran
+            assert pool._kernel.stream_cached() == {}
             pool.munmap(buf)
         finally:
             s.close()
