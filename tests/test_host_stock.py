@@ -21,6 +21,7 @@ import pytest
 from aml_core import _os
 from aml_core.host import HostArea, Policy, allowed_nodes, policy_of
 from aml_core.host.stock import CARVE_MAX, STOCK_SIZE
+from tests.test_host_moving import _vm_flags
 
 NODES = sorted(allowed_nodes())
 NODE = NODES[0]
@@ -35,19 +36,6 @@ def _mapped(ptr: int) -> tuple[int, int] | None:
             if low <= ptr < high:
                 return low, high
     return None
-
-
-def _vm_flags(ptr: int) -> list[str]:
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split(maxsplit=1)[0]
-            if "-" in head and not head.endswith(":"):
-                low, high = (int(x, 16) for x in head.split("-"))
-                inside = low <= ptr < high
-            elif inside and head == "VmFlags:":
-                return line.split()[1:]
-    raise AssertionError(f"0x{ptr:x} is in no mapping")
 
 
 @pytest.fixture
