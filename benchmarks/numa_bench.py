@@ -97,6 +97,17 @@ def bench_mmap(node: int, size: int, reps: int) -> dict[str, Any]:
             unbound.munmap(unbound.mmap(size))
 
         tb, tu = paired(in_bound, in_unbound, reps, warm=max(50, reps // 20))
+        # For scale: one page past what a stock carves, the bound mapping is one of its own
+        # (mmap + mbind + munmap), as every bound mapping was before the stock.
+        own = max(size, CARVE_MAX) + PAGE
+
+        def own_bound() -> None:
+            bound.munmap(bound.mmap(own))
+
+        def own_unbound() -> None:
+            unbound.munmap(unbound.mmap(own))
+
+        ob, ou = paired(own_bound, own_unbound, reps, warm=max(50, reps // 20))
 
     # The floor: the same system calls without aml (aml_core._os, no bookkeeping).
     flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -128,6 +139,12 @@ def bench_mmap(node: int, size: int, reps: int) -> dict[str, Any]:
         "raw_unbound_us": round(mru, 3),
         "raw_ratio": round(mrb / mru, 3),
         "bound_vs_raw_bound": round(mb / mrb, 3),
+        "own_mapping": {
+            "size": own,
+            "bound_us": round(statistics.median(ob) / 1e3, 3),
+            "unbound_us": round(statistics.median(ou) / 1e3, 3),
+            "ratio": round(statistics.median(ob) / statistics.median(ou), 3),
+        },
         "bound_path": f"carved from a stock bound once (aml_core.host.stock, at most {CARVE_MAX} bytes)"
         if size <= CARVE_MAX
         else "a mapping of its own, one mbind",
