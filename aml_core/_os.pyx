@@ -237,13 +237,25 @@ def page_nodes(unsigned long long address, unsigned long long length, /):
         PyMem_RawFree(status)
 
 
+#: The status a page has until move_pages(2) answers for it: the kernel stops at the first
+#: batch it cannot migrate (it returns how many pages it did not move) and leaves the
+#: statuses of that batch and of every page after it unwritten.
+cdef enum:
+    UNANSWERED = -4095
+
+
 def move_pages(unsigned long long address, unsigned long long length, nodes, int flags, int retries=0, /):
     """move_pages(address, length, nodes, flags, retries=0) -> (rc, {status: pages}): move
     each page of a page-aligned range to a node of ``nodes``, page i to
-    ``nodes[i % len(nodes)]`` (one move_pages(2) call, then up to ``retries`` calls for the
-    pages it answered -EBUSY, a transient state); rc is the last call's result (the number
-    of pages it could not move, 0 when all were), the dict counts the per-page status: a
-    node number for a page now there, -errno for one not moved (-ENOENT: no page yet)"""
+    ``nodes[i % len(nodes)]`` (one move_pages(2) call). Then the pages it answered -EBUSY,
+    or left unanswered, are looked up with one query (move_pages without nodes: no move,
+    no drain of the CPUs' page lists): a page found on its target moved (the subpages of
+    a transparent huge page after its first are answered -EBUSY by the call that queued
+    the huge page, and move with it), an unanswered one gets the node it is on; the
+    others, still -EBUSY (a transient state), are moved again, up to ``retries`` calls,
+    each looked up the same way. rc is the first call's result (the number of pages it
+    could not move, 0 when all were); the dict counts the per-page status: a node number
+    for a page now there, -errno for one not moved (-ENOENT: no page yet)"""
     cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
     if address % page != 0 or length == 0:
         raise_errno(EINVAL, "move_pages")
@@ -267,12 +279,13 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
     cdef int *status = <int *>PyMem_RawMalloc(count * sizeof(int))
     # per-page results: nodes 0..MAX_NODES-1, then -1..-4095 (errno values)
     cdef size_t *counts = <size_t *>PyMem_RawMalloc((MAX_NODES + 4096) * sizeof(size_t))
-    cdef long rc
+    cdef long rc, qrc
     cdef int err = 0
     cdef int st
     cdef int attempt
-    cdef size_t busy
-    # the -EBUSY pages of a retry: their index, address, target and new status
+    cdef size_t busy, again
+    # the pages looked up again (-EBUSY or unanswered): their index, address, target and
+    # new status; sized by the first lookup's count (each later one is a subset of it)
     cdef size_t *busy_at = NULL
     cdef void **busy_pages = NULL
     cdef int *busy_dest = NULL
@@ -286,7 +299,7 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
             for i in range(count):
                 pages[i] = <void *><uintptr_t>(address + i * page)
                 dest[i] = target[j]
-                status[i] = -ENOENT
+                status[i] = UNANSWERED
                 j += 1
                 if j == ntargets:
                     j = 0
@@ -294,11 +307,11 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
             if rc < 0:
                 err = errno
             attempt = 0
-            while rc >= 0 and attempt < retries:
-                attempt += 1
+            while rc >= 0:
                 busy = 0
                 for i in range(count):
-                    if status[i] == -EBUSY:
+                    st = status[i]
+                    if st == -EBUSY or st == UNANSWERED:
                         busy += 1
                 if busy == 0:
                     break
@@ -308,20 +321,39 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
                     busy_dest = <int *>PyMem_RawMalloc(busy * sizeof(int))
                     busy_status = <int *>PyMem_RawMalloc(busy * sizeof(int))
                     if busy_at == NULL or busy_pages == NULL or busy_dest == NULL or busy_status == NULL:
-                        break  # no room to retry: the pages stay -EBUSY
+                        break  # no room to look: the pages keep their status
                 j = 0
                 for i in range(count):
-                    if status[i] == -EBUSY:
+                    st = status[i]
+                    if st == -EBUSY or st == UNANSWERED:
                         busy_at[j] = i
                         busy_pages[j] = pages[i]
-                        busy_dest[j] = dest[i]
-                        busy_status[j] = -EBUSY
+                        busy_status[j] = -ENOENT
                         j += 1
-                rc = syscall(SYS_move_pages, 0, <unsigned long>busy, busy_pages, busy_dest, busy_status, flags)
-                if rc < 0:
-                    err = errno
-                    break
+                # where are they? (a query: nodes NULL)
+                qrc = syscall(SYS_move_pages, 0, <unsigned long>busy, busy_pages, <void *>NULL, busy_status, 0)
+                if qrc < 0:
+                    break  # the pages keep their status
+                again = 0
                 for j in range(busy):
+                    i = busy_at[j]
+                    if busy_status[j] == dest[i]:
+                        status[i] = dest[i]  # moved (with its huge page, or since)
+                    elif status[i] == UNANSWERED:
+                        status[i] = busy_status[j]  # not attempted: where it is
+                    else:  # -EBUSY and not on its target: move it again
+                        busy_at[again] = i
+                        busy_pages[again] = pages[i]
+                        busy_dest[again] = dest[i]
+                        busy_status[again] = UNANSWERED
+                        again += 1
+                if again == 0 or attempt == retries:
+                    break
+                attempt += 1
+                qrc = syscall(SYS_move_pages, 0, <unsigned long>again, busy_pages, busy_dest, busy_status, flags)
+                if qrc < 0:
+                    break  # the pages stay -EBUSY
+                for j in range(again):
                     status[busy_at[j]] = busy_status[j]
             if rc >= 0:
                 for i in range(count):

@@ -34,6 +34,7 @@ from aml_core.host import (
 from aml_core.host import numa as numa_mod
 from aml_core.host.area import THP_INTERLEAVE_MIN
 from aml_core.host.plugin import transparent_huge_pages
+from aml_core.host.stock import CARVE_MAX, STOCK_SIZE
 
 NODES = sorted(allowed_nodes())
 NODE = NODES[0]
@@ -248,9 +249,12 @@ def test_populated_bind_that_cannot_be_placed_is_enomem_without_a_leak(
             raise OSError(errno.ENOMEM, "Cannot allocate memory", "mbind")
 
         monkeypatch.setattr(_os, "mbind", enomem)
-        with pytest.raises(AMLMemoryError):  # the fast path: unmapped too
+        with pytest.raises(AMLMemoryError):  # the fast path: its stock, then its own mapping
             area.mmap(PAGE)
-        assert unmapped == [16 * PAGE, PAGE]
+        assert unmapped == [16 * PAGE, STOCK_SIZE, PAGE]
+        with pytest.raises(AMLMemoryError):  # one past what a stock carves: its own mapping
+            area.mmap(CARVE_MAX + PAGE)
+        assert unmapped == [16 * PAGE, STOCK_SIZE, PAGE, CARVE_MAX + PAGE]
         assert area.stats.bytes_in_use == 0
 
 

@@ -10,7 +10,9 @@ policy other than DEFAULT is set; anonymous mappings of 4 MiB and more are advis
 except in an interleaving area, whose mappings of 2 MiB and more are advised (also with
 ``transparent_huge_pages=False``)
 ``MADV_NOHUGEPAGE`` so that they interleave page by page (docs/numa.md, "Placement").
-A fresh mapping is bound without MPOL_MF_MOVE (it has no pages to move); one made with
+A fresh mapping is bound without MPOL_MF_MOVE (it has no pages to move), and a bound area's
+private mappings of at most 1 MiB are pieces of one mapping bound once
+(:mod:`aml_core.host.stock`: no mbind each); one made with
 MAP_POPULATE or MAP_LOCKED, whose pages exist before the mbind, is bound with
 MPOL_MF_MOVE (AML's flag), and under BIND with MPOL_MF_STRICT too, so that a page that
 cannot be placed on the set is ENOMEM rather than a spill.
@@ -53,6 +55,7 @@ from ..topology import MemspaceNodes
 from . import ipc as _ipc
 from . import numa
 from .numa import MoveReport, Policy
+from .stock import CARVE_MAX, Stock
 
 __all__ = ["HostArea", "HostMmapOptions"]
 
@@ -221,6 +224,9 @@ class _Placement:
     advice: tuple[int, int] | None
     #: the fast path's mbind: (mode, nodes) or None for DEFAULT.
     fast_bind: tuple[int, list[int]] | None
+    #: where the fast path carves mappings of at most CARVE_MAX bytes (a bound area's
+    #: private memory without alignment: aml_core.host.stock), else None.
+    stock: Stock | None
 
 
 class HostArea(Area):
@@ -334,13 +340,18 @@ class HostArea(Area):
         # MPOL_MF_MOVE (a fresh mapping has no pages to move).
         plain = not self.huge_page_size and thp is not True and not self.ipc
         flags = (_mmap.MAP_SHARED if self.shared else _mmap.MAP_PRIVATE) | _mmap.MAP_ANONYMOUS
+        fast_bind = None if pol is Policy.DEFAULT else (int(pol), list(node_set))
+        # Small bound mappings are pieces of one mapping bound once (no mbind each): private
+        # memory only (a shared one's pages stay with its shmem file until all is unmapped).
+        carved = plain and fast_bind is not None and not self.shared and self.alignment <= PAGE_SIZE
         return _Placement(
             policy=pol,
             nodes=node_set,
             fast_flags=flags if plain else 0,
             # "auto" advises large anonymous mappings; not with explicit huge pages or a memfd.
             advice=self._advice(pol),
-            fast_bind=None if pol is Policy.DEFAULT else (int(pol), list(node_set)),
+            fast_bind=fast_bind,
+            stock=Stock(*fast_bind) if carved and fast_bind is not None else None,
         )
 
     def _advice(self, pol: Policy) -> tuple[int, int] | None:
@@ -374,8 +385,10 @@ class HostArea(Area):
         pol, node_set = _placement(policy, nodes)
         with self._lock:
             self._check_open()
-            self._placed = self._make_placement(pol, node_set)
+            old, self._placed = self._placed, self._make_placement(pol, node_set)
             self.device = self._device(node_set)
+            if old.stock is not None:
+                old.stock.release()  # its live pieces keep the old policy, as live buffers do
 
     def move(self, buffer: Buffer, nodes: Iterable[int] | int) -> MoveReport:
         """Move the pages a live buffer of this area has now to ``nodes`` (move_pages(2)):
@@ -405,9 +418,23 @@ class HostArea(Area):
             return _DEFAULT_OPTIONS
         return super()._coerce_options(options)
 
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            stock = self._placed.stock
+            if stock is not None:
+                stock.release()
+
+    close.__doc__ = Area.close.__doc__
+
     def _allocate(self, size: int, options: HostMmapOptions) -> Buffer:
         placed = self._placed
         if options is _DEFAULT_OPTIONS and placed.fast_flags:
+            if placed.stock is not None and size <= CARVE_MAX:
+                carved = placed.stock.carve(size)
+                if carved is not None:  # bound already, and too small for any advice
+                    return self._new_buffer(carved, size, host_accessible=True, dl_device=_CPU, native=size)
             try:
                 ptr = _os.mmap(size, _PROT_RW, placed.fast_flags, -1, 0, self.alignment)
             except OSError as exc:

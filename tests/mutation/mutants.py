@@ -203,6 +203,13 @@ MUTANTS: tuple[Mutant, ...] = (
         ("tests/reliability/test_audit.py::test_the_policy_holds_at_the_first_a_middle_and_the_last_page",),
     ),
     Mutant(
+        "an mbind of the stock's first page only (a bound area's small mappings)",
+        "aml_core/host/stock.py",
+        "_os.mbind(ptr, STOCK_SIZE,",
+        "_os.mbind(ptr, 4096,",
+        ("tests/reliability/test_audit.py::test_the_policy_holds_at_the_first_a_middle_and_the_last_page",),
+    ),
+    Mutant(
         "the codec lets bare errors out",
         "aml_core/codec.py",
         "    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:",

@@ -203,6 +203,45 @@ def test_interleave_whole_huge_pages(lab_topology: LabTopology, mode: str) -> No
                 assert counts == dict.fromkeys(nodes, 2 * HUGE // PAGE), counts
 
 
+# -- a bound area's small mappings: pieces of one mapping bound once ----------------------
+
+
+def _pieces_placed(area: HostArea, bufs: list[aml_core.Buffer], nodes: tuple[int, ...]) -> None:
+    for buf in bufs:
+        touch(buf)
+        assert anon_huge_kib(buf.ptr) == 0  # the stock is advised MADV_NOHUGEPAGE
+        if area.policy is Policy.INTERLEAVE:
+            counts = placed(buf)
+            assert set(counts) <= set(nodes), counts
+            if buf.size >= len(nodes) * PAGE:
+                assert set(counts) == set(nodes), counts
+                assert max(counts.values()) - min(counts.values()) <= 1, counts
+            each = area.page_nodes(buf)
+            assert all(a != b for a, b in itertools.pairwise(each)), each[:16]
+        else:
+            all_on(buf, set(nodes))
+
+
+def test_small_bound_mappings_are_placed_as_mappings_of_their_own(lab_topology: LabTopology) -> None:
+    # aml_core.host.stock: a bound area's mappings of at most 1 MiB are carved from one
+    # mapping bound once; each is placed page by page as a fresh bound mapping is, after
+    # other pieces were freed too, and under THP "always" (no huge page spans pieces).
+    with thp_mode("always"):
+        for nodes in _sets(lab_topology):
+            policies = ["bind", "preferred"] if len(nodes) == 1 else ["bind", "interleave"]
+            for policy in policies:
+                with HostArea(policy, nodes) as area:
+                    assert area._placed.stock is not None
+                    bufs = [area.mmap(n) for n in (PAGE, 3 * PAGE, 100_000, MiB) * 3]
+                    _pieces_placed(area, bufs, nodes)
+                    for buf in bufs[::2]:
+                        area.munmap(buf)
+                    again = [area.mmap(n) for n in (MiB, 5 * PAGE) * 3]
+                    _pieces_placed(area, again, nodes)
+                    for buf in again:
+                        assert area.policy_of(buf) == (Policy.parse(policy), nodes)
+
+
 # -- DEFAULT --------------------------------------------------------------------------------
 
 
