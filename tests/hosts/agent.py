@@ -228,6 +228,7 @@ class Remote:
                 self.kill()
             with contextlib.suppress(Exception):
                 self.wait(30)
+        self.close()  # its connection's descriptor too (a test counts them)
         self.close()
 
 

@@ -12,6 +12,7 @@ and a remote piece (:func:`segments`), each under its own piece's keys."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import socket
@@ -26,7 +27,17 @@ from aml_core.buffer import Buffer
 from aml_core.host import HostArea, Policy
 from tests.support.rxe import gid_index, import_pyverbs, mr_count
 
-__all__ = ["KINDS", "PEER_PORT", "RcLink", "make", "pattern", "segments"]
+__all__ = [
+    "KINDS",
+    "PEER_PORT",
+    "CompletionError",
+    "RcLink",
+    "content",
+    "fill",
+    "make",
+    "pattern",
+    "segments",
+]
 
 KiB, MiB = 1 << 10, 1 << 20
 #: The peer's TCP port on host b (the guests' network).
@@ -44,11 +55,53 @@ KINDS: dict[str, int] = {
 
 Piece = tuple[int, int, int, int]  # addr, length, lkey, rkey
 
+#: The RC queue pair's transport timer (ibv_modify_qp(3): 4.096 µs * 2^timeout, 0 waits
+#: for ever): 2^18 * 4.096 µs = 1.07 s without an acknowledgement before a retry; rxe
+#: re-arms it on every completer pass that still has packets unacknowledged
+#: (rxe_comp.c), so only a peer that has stopped answering lets it expire.
+TIMEOUT = 18
+#: Retries after a timeout before the work request completes with
+#: IBV_WC_RETRY_EXC_ERR. Never 7: rxe takes retry_cnt 7 (like rnr_retry 7, the
+#: InfiniBand "infinite" value) as retry for ever (rxe_comp.c, COMPST_ERROR_RETRY:
+#: ``if (qp->comp.retry_cnt != 7) qp->comp.retry_cnt--``), which made a survivor wait
+#: without end for a peer that was gone. 6 retries: the error about 7.5 s after the
+#: last acknowledgement.
+RETRY_CNT = 6
+#: Receiver-not-ready retries: only sends meet them (these links post RDMA WRITE and
+#: READ); 6 for the same reason as RETRY_CNT.
+RNR_RETRY = 6
+
+
+class CompletionError(RuntimeError):
+    """A work request completed in error: ``status`` is its ``ibv_wc_status``."""
+
+    def __init__(self, status: int, opcode: str) -> None:
+        super().__init__(f"{opcode}: work completion status {status} ({_status_name(status)})")
+        self.status = status
+
+
+def _status_name(status: int) -> str:
+    enums = import_pyverbs("enums")
+    names = [n for n in dir(enums) if n.startswith("IBV_WC_") and getattr(enums, n) == status]
+    return names[0] if len(names) == 1 else "unknown"
+
 
 def pattern(n: int, seed: int) -> bytes:
     import numpy as np
 
     return (np.arange(n, dtype=np.uint32) * 7 + seed).astype(np.uint8).tobytes()
+
+
+def fill(buf: Buffer, data: bytes) -> None:
+    """Write ``data`` at the buffer's start by its address: every kind here is host memory,
+    but a block of the expandable pool (over the test double's growable host area) has
+    no buffer protocol (its pool calls it device memory)."""
+    ctypes.memmove(buf.ptr, data, len(data))
+
+
+def content(buf: Buffer) -> bytes:
+    """The buffer's bytes, read by its address (see :func:`fill`)."""
+    return ctypes.string_at(buf.ptr, buf.size)
 
 
 def _huge_pages(count: int) -> Callable[[], None]:
@@ -73,23 +126,29 @@ def make(kind: str, pd: Any) -> tuple[Buffer, list[Piece], Callable[[], None]]:
         if kind == "pooled":
             area: Any = HostArea()
             pool = aml_core.pool(area)
-            pool.mmap(64 * KiB)  # the block is not at its slab's start: its offset matters
+            # the block is not at its slab's start: its offset matters
+            before = pool.mmap(64 * KiB)
         else:
             from tests.support.verbs_double import HostGrowable
 
             area = HostGrowable()
             pool = aml_core.pool(area, expandable=True, capacity=64 * MiB)
-            pool.mmap(MiB + MiB // 2)  # the next block crosses into the segment's second chunk
+            # the next block crosses into the segment's second chunk
+            before = pool.mmap(MiB + MiB // 2)
+        # ``before`` stays referenced until close: a pooled block nothing references is freed,
+        # and the block below would take its place (at the slab's or segment's start).
         reg = rdma.register_pool(pd, pool)
         buf = pool.mmap(size)
         key = reg.key(buf)
         pieces = [(p.addr, p.length, p.lkey, p.rkey) for p in key.pieces]
+        assert key.offset > 0, f"{kind}: the block should not start its slab or segment: {key!r}"
         if kind == "expandable":
             assert len(pieces) == 2, f"the block should span two chunks: {key.pieces}"
 
         def close() -> None:
             key.release()
             pool.munmap(buf)
+            pool.munmap(before)
             pool.close()  # deregisters every slab or chunk before giving it back
             assert reg.closed
             area.close()
@@ -162,8 +221,7 @@ class RcLink:
         attr.rq_psn = attr.sq_psn = 0
         attr.max_dest_rd_atomic = attr.max_rd_atomic = 4
         attr.min_rnr_timer = 12
-        attr.timeout = 14  # 4.096 µs * 2^14: 67 ms per try
-        attr.retry_cnt = attr.rnr_retry = 7
+        attr.timeout, attr.retry_cnt, attr.rnr_retry = TIMEOUT, RETRY_CNT, RNR_RETRY
         gr = addr.GlobalRoute(dgid=addr.GID(peer["gid"]), sgid_index=self.gid)
         attr.ah_attr = addr.AHAttr(port_num=self.port, is_global=1, gr=gr, dlid=0)
         self.qp.to_rts(attr)
@@ -180,17 +238,17 @@ class RcLink:
             )
             wr.set_wr_rdma(rkey, raddr)
             self.qp.post_send(wr)
-            self._wait(timeout)
+            self._wait(timeout, "RDMA WRITE" if opcode == self.e.IBV_WR_RDMA_WRITE else "RDMA READ")
             posted += 1
         return posted
 
-    def _wait(self, timeout: float) -> None:
+    def _wait(self, timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             n, wcs = self.cq.poll()
             if n:
                 if wcs[0].status != self.e.IBV_WC_SUCCESS:
-                    raise RuntimeError(f"work completion status {wcs[0].status}")
+                    raise CompletionError(wcs[0].status, what)
                 return
             time.sleep(0.0005)
         raise TimeoutError(f"no completion in {timeout} s")
@@ -241,7 +299,7 @@ def serve(address: str, port: int = PEER_PORT) -> None:
                 kind = request["kind"]
                 before = mr_count(DEVICE)
                 buf, pieces, close = make(kind, pd)
-                memoryview(buf)[:] = pattern(buf.size, 11)
+                fill(buf, pattern(buf.size, 11))
                 link = RcLink(ctx, pd, os.environ["AML_TWO_HOSTS_SELF"])
                 link.connect(request["qp"])
                 held = {"buf": buf, "close": close, "link": link}
@@ -250,7 +308,7 @@ def serve(address: str, port: int = PEER_PORT) -> None:
                     {"qp": link.info(), "pieces": pieces, "size": buf.size, "mr": [before, mr_count(DEVICE)]},
                 )
             elif op == "check":
-                got = bytes(memoryview(held["buf"]))
+                got = content(held["buf"])
                 _reply(stream, {"ok": got == pattern(len(got), int(request["seed"]))})
             elif op == "close":
                 held.pop("link").close()
@@ -294,6 +352,7 @@ class PeerClient:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            self.stream.close()  # the socket's descriptor closes with its last file
             self.sock.close()
 
 

