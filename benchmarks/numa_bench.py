@@ -63,6 +63,9 @@ from aml_core.host import (
 from aml_core.host.numa import MPOL_MF_MOVE
 from aml_core.host.stock import CARVE_MAX
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's tests.support
+from tests.support.smaps import anon_huge_kib  # the one /proc/self/smaps reader
+
 MiB = 1 << 20
 GiB = 1 << 30
 HUGE = 2 << 20
@@ -166,20 +169,6 @@ def _raw_move_pages() -> Callable[..., int]:
     return fn
 
 
-def _anon_huge_kib(ptr: int) -> int:
-    """``AnonHugePages`` of the mapping holding ``ptr`` (/proc/self/smaps), in KiB."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= ptr < hi
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1])
-    return 0
-
-
 def _touched(area: HostArea, size: int, advice: int | None = None) -> Any:
     buf = area.mmap(size)
     if advice is not None:
@@ -199,7 +188,7 @@ def ebusy_diagnosis(raw: Callable[..., int], a: int, b: int, size: int) -> dict[
     with HostArea("bind", [a]) as area:
         for name, advice in (("thp", None), ("no_thp", mmap.MADV_NOHUGEPAGE)):
             buf = _touched(area, size, advice)
-            huge_kib = _anon_huge_kib(buf.ptr)
+            huge_kib = anon_huge_kib(buf.ptr)
             pages = (ctypes.c_void_p * count)(*[buf.ptr + i * PAGE for i in range(count)])
             dest = (ctypes.c_int * count)(*([b] * count))
             status = (ctypes.c_int * count)()
@@ -234,7 +223,7 @@ def bench_move(a: int, b: int, size: int, reps: int, runs: int) -> dict[str, Any
         buf = area.mmap(size)
         view = np.frombuffer(memoryview(buf), dtype=np.uint8)  # live while the pages move
         view[::PAGE] = 1
-        huge_kib = _anon_huge_kib(buf.ptr)
+        huge_kib = anon_huge_kib(buf.ptr)
         pages = (ctypes.c_void_p * count)(*[buf.ptr + i * PAGE for i in range(count)])
         to = {n: (ctypes.c_int * count)(*([n] * count)) for n in (a, b)}
         status = (ctypes.c_int * count)()

@@ -18,6 +18,7 @@ from aml_core import _os
 from aml_core.errors import AMLDomainError, AMLFailure, AMLMemoryError, AMLTypeError, AMLValueError
 from aml_core.host import HostArea, Policy, allowed_nodes, online_nodes
 from aml_core.host.plugin import transparent_huge_pages
+from tests.support.smaps import vm_flags
 
 NODES = sorted(allowed_nodes())
 PAGE = mmap.PAGESIZE
@@ -190,16 +191,7 @@ THP = transparent_huge_pages() is not None  # the kernel has them (in whatever m
 
 def _advised(ptr: int) -> bool:
     """Whether the mapping holding ``ptr`` carries MADV_HUGEPAGE (``hg`` in its VmFlags)."""
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split(maxsplit=1)[0]
-            if "-" in head and not head.endswith(":"):
-                low, high = (int(x, 16) for x in head.split("-"))
-                inside = low <= ptr < high
-            elif inside and head == "VmFlags:":
-                return "hg" in line.split()
-    raise AssertionError(f"0x{ptr:x} is in no mapping")
+    return "hg" in vm_flags(ptr)
 
 
 @pytest.mark.skipif(not THP, reason="this kernel has no transparent huge pages")

@@ -35,26 +35,13 @@ from aml_core.host import numa as numa_mod
 from aml_core.host.area import THP_INTERLEAVE_MIN
 from aml_core.host.plugin import transparent_huge_pages
 from aml_core.host.stock import CARVE_MAX, STOCK_SIZE
+from tests.support.smaps import vm_flags
 
 NODES = sorted(allowed_nodes())
 NODE = NODES[0]
 OUTSIDE = max(NODES) + 1
 PAGE = mmap.PAGESIZE
 POPULATE = mmap.MAP_POPULATE
-
-
-def _vm_flags(ptr: int) -> list[str]:
-    """The VmFlags of the mapping holding ``ptr`` (/proc/self/smaps)."""
-    inside = False
-    with open("/proc/self/smaps") as smaps:
-        for line in smaps:
-            head = line.split(maxsplit=1)[0]
-            if "-" in head and not head.endswith(":"):
-                low, high = (int(x, 16) for x in head.split("-"))
-                inside = low <= ptr < high
-            elif inside and head == "VmFlags:":
-                return line.split()[1:]
-    raise AssertionError(f"0x{ptr:x} is in no mapping")
 
 
 # -- moving ------------------------------------------------------------------------------
@@ -270,20 +257,20 @@ def test_interleaved_buffers_are_not_huge_unless_asked() -> None:
     interleave evenly); a bound area's 4 MiB still gets MADV_HUGEPAGE (NumPy's rule)."""
     with HostArea("interleave", NODES, transparent_huge_pages=False) as off:
         buf = off.mmap(8 << 20)
-        assert "nh" in _vm_flags(buf.ptr)  # off: off also where the kernel's mode is "always"
+        assert "nh" in vm_flags(buf.ptr)  # off: off also where the kernel's mode is "always"
     with (
         HostArea("interleave", NODES) as auto,
         HostArea("interleave", NODES, transparent_huge_pages=True) as huge,
         HostArea("bind", [NODE]) as bound,
     ):
         for buf in (auto.mmap(64 << 20), auto.mmap(THP_INTERLEAVE_MIN, {"alignment": 1 << 16})):
-            assert "nh" in _vm_flags(buf.ptr)
-            assert "hg" not in _vm_flags(buf.ptr)
-        assert "nh" not in _vm_flags(auto.mmap(THP_INTERLEAVE_MIN - PAGE).ptr)
+            assert "nh" in vm_flags(buf.ptr)
+            assert "hg" not in vm_flags(buf.ptr)
+        assert "nh" not in vm_flags(auto.mmap(THP_INTERLEAVE_MIN - PAGE).ptr)
         big = huge.mmap(8 << 20)
-        assert "hg" in _vm_flags(big.ptr)
+        assert "hg" in vm_flags(big.ptr)
         assert big.ptr % (2 << 20) == 0
-        assert "hg" in _vm_flags(bound.mmap(4 << 20).ptr)
+        assert "hg" in vm_flags(bound.mmap(4 << 20).ptr)
 
 
 # -- weighted interleave -----------------------------------------------------------------

@@ -21,7 +21,7 @@ import pytest
 from aml_core import _os
 from aml_core.host import HostArea, Policy, allowed_nodes, policy_of
 from aml_core.host.stock import CARVE_MAX, STOCK_SIZE
-from tests.test_host_moving import _vm_flags
+from tests.support.smaps import vm_flags
 
 NODES = sorted(allowed_nodes())
 NODE = NODES[0]
@@ -108,7 +108,7 @@ def test_pieces_are_not_huge_page_backed() -> None:
     """A huge page would span neighbouring pieces: the stock is advised MADV_NOHUGEPAGE."""
     with HostArea("interleave", NODES) as area:
         buf = area.mmap(CARVE_MAX)
-        if "nh" not in _vm_flags(buf.ptr):
+        if "nh" not in vm_flags(buf.ptr):
             pytest.skip("this kernel has no transparent huge pages (the advice is refused)")
 
 

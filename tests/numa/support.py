@@ -18,6 +18,7 @@ import numpy as np
 
 import aml_core
 from aml_core.host import NOT_TOUCHED, page_nodes
+from tests.support.smaps import anon_huge_kib  # noqa: F401 (the lab tests take it from here)
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -49,20 +50,6 @@ def all_on(buf: aml_core.Buffer, nodes: set[int] | int) -> None:
     assert set(counts) <= want, f"pages outside {sorted(want)}: {counts}"
     start = buf.ptr - buf.ptr % PAGE
     assert sum(counts.values()) == -(-(buf.ptr + buf.size - start) // PAGE)
-
-
-def anon_huge_kib(ptr: int) -> int:
-    """``AnonHugePages`` of the mapping holding ``ptr`` (/proc/self/smaps), in KiB."""
-    inside = False
-    with open("/proc/self/smaps") as f:
-        for line in f:
-            head = line.split()[0]
-            if "-" in head and not head.endswith(":"):
-                lo, hi = (int(x, 16) for x in head.split("-"))
-                inside = lo <= ptr < hi
-            elif inside and head == "AnonHugePages:":
-                return int(line.split()[1])
-    return 0
 
 
 @contextlib.contextmanager
