@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from timing import batch_median_us
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = (64 * KiB, MiB, 64 * MiB, GiB)
@@ -28,14 +28,7 @@ SIZES = (64 * KiB, MiB, 64 * MiB, GiB)
 def per_call_us(fn: Callable[[], object], reps: int, rounds: int = 7) -> float:
     """The median over ``rounds`` of the mean µs of ``reps`` calls of ``fn`` (after one
     warm-up round)."""
-    out = []
-    for r in range(rounds + 1):
-        t0 = time.perf_counter_ns()
-        for _ in range(reps):
-            fn()
-        if r:
-            out.append((time.perf_counter_ns() - t0) / reps / 1e3)
-    return statistics.median(out)
+    return batch_median_us(fn, reps, rounds=rounds, warm=reps)
 
 
 def counters(pool: Any) -> dict[str, int]:

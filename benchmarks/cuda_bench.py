@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from machine_info import out_dir
-from timing import human, paired
+from timing import batch_median_us, human, paired
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -483,15 +483,7 @@ print(json.dumps({"a": dt_a / 1e3, "b": dt_b / 1e3, "cached": cached[len(cached)
 
 
 def _median_us(fn: Callable[[], None], n: int = 20000) -> float:
-    for _ in range(n // 10):
-        fn()
-    blocks = []
-    for _ in range(10):
-        t0 = time.perf_counter_ns()
-        for _ in range(n // 10):
-            fn()
-        blocks.append((time.perf_counter_ns() - t0) / (n // 10))
-    return statistics.median(blocks) / 1e3
+    return batch_median_us(fn, n // 10, rounds=10, warm=n // 10)
 
 
 def hot_path_breakdown(rt: Any) -> dict[str, float]:

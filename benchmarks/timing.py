@@ -1,6 +1,7 @@
 """What the GPU benchmarks share: sizes for people and interleaved paired timing (the
 raw call and aml's, alternating which runs first, medians in microseconds, and the pairs'
-own figures through ``paired_stats.py``)."""
+own figures through ``paired_stats.py``), and the median of batched calls where one call is
+too short to time alone."""
 
 from __future__ import annotations
 
@@ -48,3 +49,17 @@ def paired(
         ratios = [r for r in paired_stats.paired_ratios(ta, tr) if r > 0]  # a 0 ns sample: no pair
         stats["paired"] = paired_stats.summarize(ratios) if ratios else None
     return statistics.median(tr) / 1e3, statistics.median(ta) / 1e3
+
+
+def batch_median_us(fn: Callable[[], object], per_round: int, rounds: int, warm: int) -> float:
+    """The median over ``rounds`` rounds of the mean microseconds of ``per_round`` calls of
+    ``fn``, after ``warm`` calls that are not timed."""
+    for _ in range(warm):
+        fn()
+    means = []
+    for _ in range(rounds):
+        t0 = time.perf_counter_ns()
+        for _ in range(per_round):
+            fn()
+        means.append((time.perf_counter_ns() - t0) / per_round)
+    return statistics.median(means) / 1e3
