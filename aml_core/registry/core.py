@@ -299,16 +299,15 @@ class Registry:
         with self._lock:
             cfg = self._load()
             candidates, rejected, forced = self._plan(spec, cfg)
-        if (
-            spec.options
-            and candidates
-            and all(b.desc.unhonoured(spec.kind, spec.options) for b in candidates)
-        ):
-            raise AMLTypeError(unknown_options(spec, candidates))  # the caller's mistake: nothing probed
+        # each candidate's options it declares it does not honour (() where it takes them all)
+        missing_of = [b.desc.unhonoured(spec.kind, spec.options) for b in candidates]
+        if candidates and all(missing_of):
+            # the caller's mistake: nothing probed
+            raise AMLTypeError(unknown_options(spec, candidates, missing_of))
         first_error: BaseException | None = None
-        for b in candidates:  # one at a time: a lower-ranked probe is not even started
+        # one at a time: a lower-ranked probe is not even started
+        for b, missing in zip(candidates, missing_of, strict=True):
             name = b.desc.name
-            missing = b.desc.unhonoured(spec.kind, spec.options)
             if missing:  # declared: it does not take these options, so it is not probed
                 rejected.append((name, options_unhonoured(missing, spec.kind)))
                 continue

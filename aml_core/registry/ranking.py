@@ -80,12 +80,12 @@ def options_unhonoured(missing: tuple[str, ...], kind: Kind) -> str:
     return f"does not honour the area option(s) {list(missing)} of {kind.value} memory"
 
 
-def unknown_options(spec: AreaSpec, candidates: list[Backend]) -> str:
+def unknown_options(spec: AreaSpec, candidates: list[Backend], missing_of: list[tuple[str, ...]]) -> str:
     """The message of the AMLTypeError of a request whose options no candidate honours:
-    each candidate's unhonoured options."""
+    each candidate's unhonoured options (``missing_of``, in the candidates' order)."""
     declined = "; ".join(
-        f"{b.desc.name} does not honour {list(b.desc.unhonoured(spec.kind, spec.options))}"
-        for b in candidates
+        f"{b.desc.name} does not honour {list(missing)}"
+        for b, missing in zip(candidates, missing_of, strict=True)
     )
     return (
         f"unknown area option(s) {sorted(spec.options)} of {spec.kind.value} memory: "
