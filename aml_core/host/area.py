@@ -343,7 +343,7 @@ class HostArea(Area):
         fast_bind = None if pol is Policy.DEFAULT else (int(pol), list(node_set))
         # Small bound mappings are pieces of one mapping bound once (no mbind each): private
         # memory only (a shared one's pages stay with its shmem file until all is unmapped).
-        carved = plain and fast_bind is not None and not self.shared and self.alignment <= PAGE_SIZE
+        carved = plain and not self.shared and self.alignment <= PAGE_SIZE
         return _Placement(
             policy=pol,
             nodes=node_set,
