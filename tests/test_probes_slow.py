@@ -130,6 +130,26 @@ def test_a_slow_start_within_the_budget_is_waited_for(
     assert state == "available", reason
 
 
+def test_a_user_set_info_limit_is_the_startup_budget(
+    slow_plugin: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """AML_INFO_TIMEOUT set by the user gives the probes that long: a child slower to
+    start than startup_limit() (the NUMA lab's guests) is waited for within it."""
+    monkeypatch.setenv("AML_TEST_CHILD_SLEEP", "1.5")
+    monkeypatch.setattr(isolation, "startup_limit", lambda: 0.5)
+    monkeypatch.setenv("AML_INFO_TIMEOUT", "60")
+    state, reason = _status(slow_plugin, isolated=True)
+    assert state == "available", reason
+
+
+@pytest.mark.parametrize(("raw", "given"), [("60", True), ("99999", True), ("abc", False), ("-1", False)])
+def test_info_limit_given_only_when_used(monkeypatch: pytest.MonkeyPatch, raw: str, given: bool) -> None:
+    monkeypatch.setenv("AML_INFO_TIMEOUT", raw)
+    assert config.settings().info_timeout_given is given
+    monkeypatch.delenv("AML_INFO_TIMEOUT")
+    assert config.settings().info_timeout_given is False
+
+
 def test_in_process_isolated_check_that_is_slow_is_not_broken(
     slow_plugin: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:

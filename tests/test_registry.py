@@ -257,7 +257,11 @@ def test_bad_info_timeout_warns_and_uses_the_default(monkeypatch: pytest.MonkeyP
     assert settings().info_timeout == MAX_PROBE_TIMEOUT
     monkeypatch.setenv("AML_INFO_TIMEOUT", "2.5")
     assert settings() == Settings(
-        forced=None, disabled=frozenset(), timeout=DEFAULT_PROBE_TIMEOUT, info_timeout=2.5
+        forced=None,
+        disabled=frozenset(),
+        timeout=DEFAULT_PROBE_TIMEOUT,
+        info_timeout=2.5,
+        info_timeout_given=True,
     )
 
 

@@ -33,7 +33,8 @@ Rules (docs/user-guide.md, "Backends and the registry", is the user-facing versi
   crash or hang in a probe is reported ("probe crashed (signal 11: SIGSEGV)", "probe
   timed out after 5 s") instead of taking the command down; aml-core's own host backend
   is probed in-process. An interpreter that has not started its probe within its
-  budget (:func:`.config.startup_limit`, scaled with the load) is "probe slow",
+  budget (:func:`.config.startup_limit`, scaled with the load, or all of
+  ``AML_INFO_TIMEOUT`` when the user sets it) is "probe slow",
   ``unavailable``, never ``broken``. At most :func:`.config.isolated_parallelism`
   such processes run at once, in rank order, and all of them within ``AML_INFO_TIMEOUT``
   seconds (default 60): a probe the limit stopped, or kept from starting, makes its

@@ -83,6 +83,9 @@ class Settings:
     warnings: tuple[str, ...] = ()
     #: ``AML_INFO_TIMEOUT``: the time ``aml info`` gives all its probes together.
     info_timeout: float = DEFAULT_INFO_TIMEOUT
+    #: Whether the user set ``AML_INFO_TIMEOUT`` (to a usable value): then a probe's
+    #: interpreter may take all of it to start, whatever :func:`startup_limit` says.
+    info_timeout_given: bool = False
 
 
 def settings() -> Settings:
@@ -96,8 +99,20 @@ def settings() -> Settings:
     )
     forced = os.environ.get("AML_BACKEND", "").strip() or None
     return Settings(
-        forced=forced, disabled=disabled, timeout=timeout, warnings=tuple(notes), info_timeout=info_timeout
+        forced=forced,
+        disabled=disabled,
+        timeout=timeout,
+        warnings=tuple(notes),
+        info_timeout=info_timeout,
+        info_timeout_given=_given("AML_INFO_TIMEOUT", notes),
     )
+
+
+def _given(name: str, notes: list[str]) -> bool:
+    """Whether ``name`` is set to a value :func:`_seconds` used (lowered to the maximum,
+    perhaps), not one it replaced by the default."""
+    bad = f"{name}={os.environ.get(name, '').strip()!r} is not a positive"
+    return bool(os.environ.get(name, "").strip()) and not any(n.startswith(bad) for n in notes)
 
 
 def _seconds(name: str, default: float, notes: list[str]) -> float:

@@ -154,7 +154,8 @@ class Registry:
                 # aml-core's own backend (host) is probed here, as backends() does: it
                 # never needs a process of its own (issue 29: aml info on a slow machine).
                 remote = [b for b in active if b.plugin.third_party]
-                outcomes.update(probe_isolated(remote, cfg.timeout, TimeLimit.start(cfg.info_timeout)))
+                limit = TimeLimit.start(cfg.info_timeout, bounds_startup=cfg.info_timeout_given)
+                outcomes.update(probe_isolated(remote, cfg.timeout, limit))
                 for b in remote:
                     self._trust.record(b.plugin, b.desc.name, outcomes[b.desc.name])
             jobs = {b.desc.name: self._job(b, cfg.timeout) for b in active if b.desc.name not in outcomes}

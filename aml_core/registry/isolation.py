@@ -15,7 +15,8 @@ started is not started, and both are ``unavailable``, saying so.
 
 A slow machine is never a broken backend: a child whose interpreter has not started the
 probe (written ``started``) within :func:`~.config.startup_limit` (30 s, scaled with the
-load) or before ``AML_INFO_TIMEOUT`` runs out is ``unavailable`` with "probe slow: ...";
+load; when the user set ``AML_INFO_TIMEOUT``, that whole limit) or before
+``AML_INFO_TIMEOUT`` runs out is ``unavailable`` with "probe slow: ...";
 only a probe that started and then crashed, hung past ``AML_PROBE_TIMEOUT`` or answered
 junk is ``broken``.
 """
@@ -94,10 +95,13 @@ class TimeLimit:
     seconds: float
     #: When it runs out, in ``time.monotonic()`` seconds.
     end: float
+    #: The user set the limit (``AML_INFO_TIMEOUT``): a probe's interpreter may take all
+    #: of it to start; otherwise its start is bounded by :func:`~.config.startup_limit` too.
+    bounds_startup: bool = False
 
     @classmethod
-    def start(cls, seconds: float) -> TimeLimit:
-        return cls(seconds, time.monotonic() + seconds)
+    def start(cls, seconds: float, *, bounds_startup: bool = False) -> TimeLimit:
+        return cls(seconds, time.monotonic() + seconds, bounds_startup)
 
     def ran_out(self) -> bool:
         return time.monotonic() >= self.end
@@ -197,6 +201,8 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
     sel.register(proc.stderr, selectors.EVENT_READ)
     started: float | None = None
     end = spawned + startup_limit()
+    if limit is not None and limit.bounds_startup:
+        end = max(end, limit.end)  # the user gave the probes this long: a slow start may use it
     stopped: Outcome | None = None
     try:
         while sel.get_map():
