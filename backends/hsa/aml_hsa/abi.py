@@ -33,6 +33,7 @@ __all__ = [
     "VMEM_FUNCTIONS",
     "hsa_amd_ipc_memory_t",
     "hsa_amd_memory_access_desc_t",
+    "hsa_amd_pointer_info_t",
     "interface_of",
     "probe_expectations",
 ]
@@ -110,6 +111,13 @@ MEMORY_TYPE_NONE: Final = 0  # 6.0+ (hsa_amd_memory_type_t)
 MEMORY_TYPE_PINNED: Final = 1  # 6.0+
 HSA_AMD_VMEM_ADDRESS_NO_REGISTER: Final = 1  # 7.0 (interface 1.10): not accepted by aml-hsa
 
+# -- hsa_amd_pointer_type_t (hsa_amd_pointer_info's answer) ---------------------------------
+HSA_EXT_POINTER_TYPE_UNKNOWN: Final = 0  # not known to ROCr (or the query found nothing)
+HSA_EXT_POINTER_TYPE_HSA: Final = 1
+HSA_EXT_POINTER_TYPE_LOCKED: Final = 2
+HSA_EXT_POINTER_TYPE_GRAPHICS: Final = 3
+HSA_EXT_POINTER_TYPE_IPC: Final = 4  # attached with hsa_amd_ipc_memory_attach
+
 # -- structs ---------------------------------------------------------------------------------
 #: ``hsa_agent_t``, ``hsa_amd_memory_pool_t``, ``hsa_amd_vmem_alloc_handle_t`` are
 #: ``struct { uint64_t handle; }``, passed by value: on x86-64 SysV the same as a ``uint64_t``.
@@ -129,6 +137,32 @@ class hsa_amd_ipc_memory_t(ctypes.Structure):
 
 
 IPC_HANDLE_SIZE: Final = ctypes.sizeof(hsa_amd_ipc_memory_t)
+
+
+class hsa_amd_pointer_info_t(ctypes.Structure):
+    """56 bytes (5.2): ``size`` @0 (uint32: the caller sets the struct's size, ROCr answers
+    the size it filled, if smaller), ``type`` @4, ``agentBaseAddress`` @8,
+    ``hostBaseAddress`` @16, ``sizeInBytes`` @24, ``userData`` @32, ``agentOwner`` @40,
+    ``global_flags`` @48 (uint32, then 4 B padding). "Within a ROCr major version this
+    structure can only grow": the fields up to ``sizeInBytes`` are in every version."""
+
+    _fields_ = (
+        ("size", c_uint32),
+        ("type", c_int),
+        ("agentBaseAddress", ctypes.c_void_p),
+        ("hostBaseAddress", ctypes.c_void_p),
+        ("sizeInBytes", ctypes.c_size_t),
+        ("userData", ctypes.c_void_p),
+        ("agentOwner", c_uint64),
+        ("global_flags", c_uint32),
+    )
+
+
+#: The least ``size`` a successful ``hsa_amd_pointer_info`` can answer: up to the end of
+#: ``sizeInBytes``, the range aml-hsa reads.
+POINTER_INFO_MIN_SIZE: Final = (
+    hsa_amd_pointer_info_t.sizeInBytes.offset + hsa_amd_pointer_info_t.sizeInBytes.size
+)
 
 # -- version history -------------------------------------------------------------------------
 INTERFACE_VMEM: Final = (1, 4)
@@ -184,6 +218,9 @@ def probe_expectations() -> dict[str, int]:
     values["sizeof(hsa_agent_t)"] = HANDLE_SIZE
     values["sizeof(hsa_amd_memory_pool_t)"] = HANDLE_SIZE
     values["sizeof(hsa_amd_memory_access_desc_t)"] = ctypes.sizeof(hsa_amd_memory_access_desc_t)
+    values["sizeof(hsa_amd_pointer_info_t)"] = ctypes.sizeof(hsa_amd_pointer_info_t)
+    for field in ("size", "type", "agentBaseAddress", "hostBaseAddress", "sizeInBytes", "agentOwner"):
+        values[f"offsetof(hsa_amd_pointer_info_t,{field})"] = getattr(hsa_amd_pointer_info_t, field).offset
     values["offsetof(hsa_amd_memory_access_desc_t,permissions)"] = (
         hsa_amd_memory_access_desc_t.permissions.offset
     )

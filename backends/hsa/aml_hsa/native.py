@@ -61,6 +61,12 @@ REQUIRED: Final[dict[str, tuple[Any, tuple[Any, ...]]]] = {
         (POINTER(C.hsa_amd_ipc_memory_t), c_size_t, c_uint32, POINTER(_h), _PV),
     ),
     "hsa_amd_ipc_memory_detach": (_st, (c_void_p,)),
+    # (ptr, info, alloc, num_agents_accessible, accessible): aml-hsa passes NULL for the last
+    # three (no list of agents is wanted)
+    "hsa_amd_pointer_info": (
+        _st,
+        (c_void_p, POINTER(C.hsa_amd_pointer_info_t), c_void_p, POINTER(c_uint32), c_void_p),
+    ),
 }
 
 #: dma-buf export (interface 1.1, ROCm 5.6+) and the virtual-memory calls (interface 1.4+;

@@ -416,6 +416,27 @@ class HsaRuntime(Runtime, VmemTracking, IpcOps, VirtualMemoryOps):
     def _ipc_close_handle(self, ptr: int) -> None:
         self.lib.call("hsa_amd_ipc_memory_detach", _vp(ptr))
 
+    def _ipc_address_range(self, ptr: int) -> tuple[int, int] | None:
+        """``hsa_amd_pointer_info`` of the attached memory: (agentBaseAddress, sizeInBytes),
+        the allocation the exporter shared (ROCr's ``IPCAttach`` maps it whole and never
+        compares the length asked with it, so a tampered handle claiming more is refused
+        here, by the importer, from this size). A "success" that is impossible is
+        AMLFailure: a filled size short of ``sizeInBytes`` (the field is in every version
+        of the struct) or longer than asked, or a type UNKNOWN for memory ROCr just mapped
+        (:meth:`IpcOps.ipc_mapped_size` refuses a range that does not hold ``ptr``)."""
+        info = C.hsa_amd_pointer_info_t(size=ctypes.sizeof(C.hsa_amd_pointer_info_t))
+        self.lib.call("hsa_amd_pointer_info", _vp(ptr), byref(info), None, None, None)
+        why = ""
+        if not C.POINTER_INFO_MIN_SIZE <= info.size <= ctypes.sizeof(info):
+            why = f"filled {info.size} bytes of the {ctypes.sizeof(info)}-byte hsa_amd_pointer_info_t"
+        elif info.type == C.HSA_EXT_POINTER_TYPE_UNKNOWN:
+            why = "type UNKNOWN: ROCr does not know the memory it mapped"
+        if why:
+            raise AMLFailure(
+                f"hsa_amd_pointer_info reported success for 0x{ptr:x} with an impossible answer: {why}"
+            )
+        return int(info.agentBaseAddress or 0), int(info.sizeInBytes)
+
     # -- dma-buf export (docs/dmabuf.md) ------------------------------------------------------
     def _dmabuf_export(self, ptr: int, size: int, device: int) -> tuple[int, int]:
         """``hsa_amd_portable_export_dmabuf``: the dma-buf of the allocation holding

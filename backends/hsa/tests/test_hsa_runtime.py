@@ -3,6 +3,8 @@ no GPU, and the double), hsa_init's reference count, and HSA IPC between process
 
 from __future__ import annotations
 
+import copy
+import ctypes
 import gc
 import json
 import os
@@ -10,7 +12,7 @@ import pickle
 import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +30,10 @@ from aml_core.errors import (
     AMLValueError,
     ErrorCode,
 )
+from aml_core.ipc import IpcHandle
 from aml_core.specs import Capability, Kind
 from tests.support.bad_copies import bad_copies, refused_before_any_copy
+from tests.support.ipc_peer import IpcPeer
 
 DEBIAN_LIBRARY = Path("/usr/lib/x86_64-linux-gnu/libhsa-runtime64.so.1")
 
@@ -326,6 +330,95 @@ def test_ipc_errors(hsa: HsaDouble) -> None:
         area.munmap(buf)
     with aml_hsa.host_area() as host, pytest.raises(AMLNotSupported, match="device memory"):
         host.ipc_export(host.mmap(10))
+
+
+# -- the importer's size check: hsa_amd_pointer_info after the attach -----------------------
+@pytest.fixture
+def exported(hsa: HsaDouble) -> Iterator[tuple[IpcPeer, IpcHandle]]:
+    """An 8 KiB device buffer exported by another process (its first bytes b"peer")."""
+    with IpcPeer("hsa_helpers:HsaDouble", hsa.env()) as peer:
+        ref, handle = peer.export(8192, b"peer")
+        yield peer, handle
+        peer.free(ref)
+
+
+def _claiming(handle: IpcHandle, **fields: object) -> IpcHandle:
+    tampered = copy.copy(handle)
+    for name, value in fields.items():
+        object.__setattr__(tampered, name, value)  # what a tampered pickle carries
+    return tampered
+
+
+@pytest.mark.host_double  # IPC between two processes: the double's host mode
+@pytest.mark.parametrize(
+    "fields",
+    [{"size": 1 << 30}, {"size": 8193}, {"offset": 4096, "size": 8192}],
+    ids=["size=1 GiB", "size=8193", "offset+size past the export"],
+)
+def test_a_handle_claiming_more_than_was_exported(
+    hsa: HsaDouble, exported: tuple[IpcPeer, IpcHandle], fields: dict[str, int]
+) -> None:
+    """ROCr's attach maps the whole exported allocation whatever length it is asked for
+    (so does the double): the importer's hsa_amd_pointer_info says the allocation has 8 KiB,
+    and the handle is refused (EINVAL), its mapping detached; the genuine handle still opens."""
+    _, handle = exported
+    with pytest.raises(AMLValueError, match=re.escape("the exported allocation has 8.0 KiB")):
+        aml_hsa.ipc_open(_claiming(handle, **fields))
+    assert hsa.objects() == {}
+    assert hsa.calls("hsa_amd_ipc_memory_detach") == hsa.calls("hsa_amd_ipc_memory_attach") == 1
+    buf = aml_hsa.ipc_open(handle)
+    out = ctypes.create_string_buffer(4)
+    hsa.copy(ctypes.addressof(out), buf.ptr, 4)
+    assert out.raw == b"peer"
+    aml_hsa.ipc_close(buf)
+
+
+@pytest.mark.host_double
+@pytest.mark.parametrize(
+    ("answer", "why"),
+    [
+        ("success, nothing filled", "type UNKNOWN"),
+        ("struct of 4 bytes", "filled 4 bytes of the 56-byte"),
+        ("struct of 24 bytes", "filled 24 bytes of the 56-byte"),
+    ],
+)
+def test_an_impossible_pointer_info_is_a_failure(
+    hsa: HsaDouble, exported: tuple[IpcPeer, IpcHandle], answer: str, why: str
+) -> None:
+    """hsa_amd_pointer_info "succeeds" for the memory ROCr just attached without saying its
+    size (nothing filled: type UNKNOWN; or a struct that ends before sizeInBytes, a field
+    of every version): AMLFailure, the mapping detached, nothing used."""
+    _, handle = exported
+    if answer.startswith("success"):
+        hsa.inject("hsa_amd_pointer_info", C.HSA_STATUS_SUCCESS)
+    else:
+        hsa.ctl.pointer_info_size(int(answer.split()[2]))
+    with pytest.raises(AMLFailure, match=f"hsa_amd_pointer_info reported success .*{why}"):
+        aml_hsa.ipc_open(handle)
+    assert hsa.objects() == {}
+
+
+@pytest.mark.host_double
+def test_an_older_pointer_info_struct_is_enough(hsa: HsaDouble, exported: tuple[IpcPeer, IpcHandle]) -> None:
+    """A runtime whose struct ends with sizeInBytes (32 bytes) answers all the importer reads."""
+    _, handle = exported
+    hsa.ctl.pointer_info_size(C.POINTER_INFO_MIN_SIZE)
+    aml_hsa.ipc_close(aml_hsa.ipc_open(handle))
+    with pytest.raises(AMLValueError, match="exported allocation has"):
+        aml_hsa.ipc_open(_claiming(handle, size=1 << 20))
+
+
+@pytest.mark.host_double
+def test_a_failed_pointer_info_is_its_error(hsa: HsaDouble, exported: tuple[IpcPeer, IpcHandle]) -> None:
+    """The query's own failure goes through aml-hsa's table, its native cause the query; the
+    mapping is detached."""
+    _, handle = exported
+    hsa.inject("hsa_amd_pointer_info", C.HSA_STATUS_ERROR_OUT_OF_RESOURCES)
+    with pytest.raises(AMLMemoryError) as info:
+        aml_hsa.ipc_open(handle)
+    assert info.value.native is not None
+    assert info.value.native.function == "hsa_amd_pointer_info"
+    assert hsa.objects() == {}
 
 
 def test_plugin_is_cheap() -> None:

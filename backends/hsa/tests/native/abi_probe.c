@@ -13,6 +13,7 @@
 
 #define P(name) printf("%s %lld\n", #name, (long long)(name))
 #define S(type) printf("sizeof(%s) %zu\n", #type, sizeof(type))
+#define O(type, field) printf("offsetof(%s,%s) %zu\n", #type, #field, offsetof(type, field))
 
 int main(void)
 {
@@ -50,6 +51,11 @@ int main(void)
     P(HSA_DEVICE_TYPE_CPU);
     P(HSA_DEVICE_TYPE_DSP);
     P(HSA_DEVICE_TYPE_GPU);
+    P(HSA_EXT_POINTER_TYPE_GRAPHICS);
+    P(HSA_EXT_POINTER_TYPE_HSA);
+    P(HSA_EXT_POINTER_TYPE_IPC);
+    P(HSA_EXT_POINTER_TYPE_LOCKED);
+    P(HSA_EXT_POINTER_TYPE_UNKNOWN);
     P(HSA_STATUS_ERROR);
     P(HSA_STATUS_ERROR_FATAL);
     P(HSA_STATUS_ERROR_INVALID_AGENT);
@@ -72,6 +78,13 @@ int main(void)
     S(hsa_agent_t);
     S(hsa_amd_memory_pool_t);
     S(hsa_amd_ipc_memory_t);
+    S(hsa_amd_pointer_info_t);
+    O(hsa_amd_pointer_info_t, size);
+    O(hsa_amd_pointer_info_t, type);
+    O(hsa_amd_pointer_info_t, agentBaseAddress);
+    O(hsa_amd_pointer_info_t, hostBaseAddress);
+    O(hsa_amd_pointer_info_t, sizeInBytes);
+    O(hsa_amd_pointer_info_t, agentOwner);
     printf("HSA_AMD_INTERFACE_VERSION %d.%d\n", HSA_AMD_INTERFACE_VERSION_MAJOR, HSA_AMD_INTERFACE_VERSION_MINOR);
     return 0;
 }

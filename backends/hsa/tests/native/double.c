@@ -31,7 +31,8 @@
  * -DHSADOUBLE_NO_ALIGN exports no hsa_amd_vmem_address_reserve_align (interface 1.4).
  *
  * Control API (exported, used through ctypes): hsadouble_inject, hsadouble_reset,
- * hsadouble_calls, hsadouble_live, hsadouble_set_gpus, hsadouble_mode, hsadouble_interface.
+ * hsadouble_calls, hsadouble_live, hsadouble_set_gpus, hsadouble_mode, hsadouble_interface,
+ * hsadouble_pointer_info_size.
  * Environment: HSADOUBLE_GPUS (GPU agents, default 1), HSADOUBLE_NO_KFD=1 (hsa_init fails
  * with OUT_OF_RESOURCES, as ROCr does without /dev/kfd), HSADOUBLE_FAULTS
  * ("function=status[:skip[:times]],...").
@@ -86,6 +87,22 @@ typedef struct {
 _Static_assert(sizeof(hsa_amd_memory_access_desc_t) == 16, "access desc");
 _Static_assert(offsetof(hsa_amd_memory_access_desc_t, agent_handle) == 8, "access desc agent");
 _Static_assert(sizeof(hsa_amd_ipc_memory_t) == 32, "ipc handle");
+/* hsa_amd_pointer_info_t of the 5.2 header: the caller sets size; the runtime answers the
+ * size it filled when smaller, and leaves the members past it untouched. */
+typedef struct {
+    uint32_t size;
+    int type;
+    void *agentBaseAddress;
+    void *hostBaseAddress;
+    size_t sizeInBytes;
+    void *userData;
+    uint64_t agentOwner;
+    uint32_t global_flags;
+} hsa_amd_pointer_info_t;
+_Static_assert(sizeof(hsa_amd_pointer_info_t) == 56, "pointer info");
+_Static_assert(offsetof(hsa_amd_pointer_info_t, sizeInBytes) == 24, "pointer info size");
+_Static_assert(offsetof(hsa_amd_pointer_info_t, agentOwner) == 40, "pointer info owner");
+enum { POINTER_UNKNOWN = 0, POINTER_HSA = 1, POINTER_IPC = 4 };
 
 enum {
     HSA_STATUS_SUCCESS = 0x0,
@@ -149,6 +166,7 @@ enum { PERM_NONE = 0, PERM_RO = 1, PERM_WO = 2, PERM_RW = 3 };
     X(hsa_amd_ipc_memory_create)                                                              \
     X(hsa_amd_ipc_memory_attach)                                                              \
     X(hsa_amd_ipc_memory_detach)                                                              \
+    X(hsa_amd_pointer_info)                                                                   \
     X(hsa_amd_portable_export_dmabuf)                                                         \
     X(hsa_amd_portable_close_dmabuf)                                                          \
     X(hsa_amd_vmem_address_reserve)                                                           \
@@ -217,7 +235,8 @@ typedef struct pool_alloc {
 
 typedef struct attachment {
     uintptr_t ptr;
-    size_t mapped;
+    size_t mapped, size; /* size: the exported allocation's (what pointer info reports) */
+    uint64_t agent;
     struct attachment *next;
 } attachment_t;
 
@@ -236,6 +255,7 @@ static vmapping_t *vmappings;
 static pool_alloc_t *pool_allocs;
 static attachment_t *attachments;
 static int env_read;
+static uint32_t pointer_info_size; /* hsadouble_pointer_info_size: 0 reports the whole struct */
 
 static size_t page_size(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
@@ -454,6 +474,15 @@ API int hsadouble_interface(void)
 #endif
 }
 
+/* Emulate a runtime whose hsa_amd_pointer_info_t is `size` bytes (0: the whole struct): it
+ * answers that size and fills no member past it (an impossible answer below 32 bytes). */
+API void hsadouble_pointer_info_size(uint32_t size)
+{
+    pthread_mutex_lock(&lock);
+    pointer_info_size = size;
+    pthread_mutex_unlock(&lock);
+}
+
 API int hsadouble_set_gpus(int count, size_t memory)
 {
     if (count < 0 || count > MAX_GPUS)
@@ -479,6 +508,7 @@ API void hsadouble_reset(void)
     init_count = 0;
     gpus = 1;
     gpu_memory = (size_t)1 << 30;
+    pointer_info_size = 0;
     env_read = 0;
     read_env();
     pthread_mutex_unlock(&lock);
@@ -1233,11 +1263,9 @@ API hsa_status_t hsa_amd_ipc_memory_attach(const hsa_amd_ipc_memory_t *handle, s
     /* ROCr's Runtime::IPCAttach maps the whole shared allocation (hsaKmtRegisterSharedHandle's
      * importSize) and never compares len with it (ROCR-Runtime src/core/runtime/runtime.cpp;
      * docs/native-abi.md): a pooled block's importer asks for its offset + size, less than
-     * the slab, which is accepted here too. A length of 0, or past the export, is refused:
-     * the double's own strictness, which ROCr does not have (aml-hsa has no mapped-size
-     * check of its own yet: docs/native-abi.md). */
-    if (len == 0 || len > size)
-        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+     * the slab, and a tampered handle for more than was exported; both are mapped here too.
+     * The importer learns the exported size from hsa_amd_pointer_info (sizeInBytes). */
+    (void)len;
     char path[64];
     snprintf(path, sizeof path, "/proc/%u/fd/%u", handle->handle[1], handle->handle[2]);
     int fd = open(path, O_RDWR | O_CLOEXEC);
@@ -1255,6 +1283,8 @@ API hsa_status_t hsa_amd_ipc_memory_attach(const hsa_amd_ipc_memory_t *handle, s
     }
     at->ptr = (uintptr_t)p;
     at->mapped = mlen;
+    at->size = size;
+    at->agent = n ? agents[0] : GPU_AGENT(0);
     at->next = attachments;
     attachments = at;
     *mapped = p;
@@ -1283,6 +1313,52 @@ static pool_alloc_t *pool_alloc_containing(uintptr_t ptr)
         if (a->ptr <= ptr && ptr < a->ptr + a->size)
             return a;
     return NULL;
+}
+
+static uint64_t pool_agent(uint64_t pool)
+{
+    pool_t p;
+    if (pool_of(pool, &p) != 0 || p.agent == 0)
+        return CPU_AGENT;
+    return GPU_AGENT(p.agent - 1);
+}
+
+/* ROCr's Runtime::PtrInfo: pool memory is HSA (its allocation), attached IPC memory is IPC
+ * (the whole exported allocation: the thunk's SizeInBytes); any other address UNKNOWN with
+ * no range, and success. No list of accessible agents (aml-hsa asks none). */
+API hsa_status_t hsa_amd_pointer_info(const void *ptr, hsa_amd_pointer_info_t *info, void *(*alloc)(size_t),
+                                      uint32_t *num_agents_accessible, uint64_t **accessible)
+{
+    BEGIN_INIT(hsa_amd_pointer_info)
+    if (!ptr || !info || info->size == 0)
+        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT);
+    if (alloc && num_agents_accessible && accessible)
+        RETURN(HSA_STATUS_ERROR_INVALID_ARGUMENT); /* the double does not make the list */
+    hsa_amd_pointer_info_t out;
+    memset(&out, 0, sizeof out);
+    out.type = POINTER_UNKNOWN;
+    uintptr_t p = (uintptr_t)ptr;
+    pool_alloc_t *a = pool_alloc_containing(p);
+    if (a) {
+        out.type = POINTER_HSA;
+        out.agentBaseAddress = out.hostBaseAddress = (void *)a->ptr;
+        out.sizeInBytes = a->size;
+        out.agentOwner = pool_agent(a->pool);
+    }
+    for (attachment_t *at = attachments; !a && at; at = at->next)
+        if (at->ptr <= p && p < at->ptr + at->size) {
+            out.type = POINTER_IPC;
+            out.agentBaseAddress = out.hostBaseAddress = (void *)at->ptr;
+            out.sizeInBytes = at->size;
+            out.agentOwner = at->agent;
+            break;
+        }
+    uint32_t size = info->size < sizeof out ? info->size : (uint32_t)sizeof out;
+    if (pointer_info_size && pointer_info_size < size)
+        size = pointer_info_size;
+    out.size = size;
+    memcpy(info, &out, size < sizeof out.size ? sizeof out.size : size);
+    RETURN(HSA_STATUS_SUCCESS);
 }
 
 DMABUF_API hsa_status_t hsa_amd_portable_export_dmabuf(const void *ptr, size_t size, int *dmabuf, uint64_t *offset)

@@ -100,6 +100,7 @@ class DoubleControl(doubles.DoubleControl):
         super().__init__(path)
         self._declare("set_gpus", ctypes.c_int, ctypes.c_int, ctypes.c_size_t)
         self._declare("interface", ctypes.c_int)
+        self._declare("pointer_info_size", None, ctypes.c_uint32)
 
     @property
     def interface(self) -> tuple[int, int]:
@@ -110,3 +111,8 @@ class DoubleControl(doubles.DoubleControl):
         """Host mode: emulate ``count`` GPU agents (``memory`` bytes each; 0 keeps it)."""
         if self._lib.hsadouble_set_gpus(count, memory) != 0:
             raise ValueError(f"count must be 0..8, not {count}")
+
+    def pointer_info_size(self, size: int) -> None:
+        """Answer ``hsa_amd_pointer_info`` as a runtime whose struct is ``size`` bytes (it
+        fills nothing past them; 0: the whole struct, until :meth:`reset`)."""
+        self._lib.hsadouble_pointer_info_size(size)
