@@ -116,7 +116,16 @@ class ZeIpc(IpcOps, abc.ABC):
 
     def _ipc_open_handle(self, handle: bytes, size: int) -> int:
         ze, pid, device, remote_fd = self.parse_ipc_handle(handle)
-        hdev = self.devices[device] if device < len(self.devices) else self.handle(0)
+        count = len(self.devices)
+        if device >= count:
+            # The exporter's device index, in its own numbering: one this process does not
+            # have (another ZE_AFFINITY_MASK, or a tampered handle) names no device to open
+            # it on. Refused as every bad handle is, before the descriptor is duplicated.
+            raise AMLValueError(
+                f"the aml-ze IPC handle names device {device}; this process has {count} "
+                f"device{'s' if count != 1 else ''}: tampered, or exported where other devices are visible"
+            )
+        hdev = self.devices[device]
         local = _pidfd_getfd(pid, remote_fd)
         try:
             native = C.ze_ipc_mem_handle_t.from_buffer_copy(local.to_bytes(4, "little") + ze[4:])

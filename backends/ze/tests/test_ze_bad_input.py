@@ -124,11 +124,17 @@ def _handle(data: bytes, **fields: Any) -> IpcHandle:
     return IpcHandle(**values)
 
 
-def _ze_bytes(fd: int = 0, magic: bytes = IPC_MAGIC, pid: int | None = None, reserved: int = 0) -> bytes:
+def _ze_bytes(
+    fd: int = 0, magic: bytes = IPC_MAGIC, pid: int | None = None, reserved: int = 0, device: int = 0
+) -> bytes:
     import struct
 
     head = fd.to_bytes(4, "little", signed=True).ljust(64, b"\0")
-    return head + struct.pack("<4sIII", magic, os.getppid() if pid is None else pid, 0, reserved)
+    return head + struct.pack("<4sIII", magic, os.getppid() if pid is None else pid, device, reserved)
+
+
+def _devices() -> int:
+    return len(aml_ze.get_runtime().devices)
 
 
 @pytest.mark.parametrize(
@@ -143,6 +149,10 @@ def _ze_bytes(fd: int = 0, magic: bytes = IPC_MAGIC, pid: int | None = None, res
         (lambda: _handle(_ze_bytes(), pid=os.getpid()), "process that exported"),
         (lambda: _handle(_ze_bytes(fd=987654, pid=os.getppid())), "no descriptor|ptrace"),
         (lambda: _handle(_ze_bytes(pid=(1 << 22) + 12345)), "gone"),
+        # the exporter's device index past this process's devices: refused, not opened on
+        # device 0 (it used to be), before the descriptor is duplicated
+        (lambda: _handle(_ze_bytes(device=_devices())), "names device .*; this process has"),
+        (lambda: _handle(_ze_bytes(device=0xFFFFFFFF)), "names device 4294967295"),
     ],
 )
 def test_ipc_handles(ze: ZeDouble, handle: Callable[[], IpcHandle], match: str) -> None:
