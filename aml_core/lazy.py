@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import ast
 
-__all__ = ["lazy_exports", "lazy_stub", "read_stub"]
+__all__ = ["lazy_exports", "lazy_stub", "moved_names", "read_stub"]
 
 #: A declared name's place: "module:attribute.path" (module absolute).
 _VERSION = "__version__"
@@ -192,3 +192,32 @@ def lazy_exports(
         return sorted(set(namespace) | set(where) | version)
 
     return __getattr__, __dir__
+
+
+def moved_names(
+    module: str, package: str, names: Mapping[str, str], *, deprecated: str, removed: str
+) -> Callable[[str], Any]:
+    """The ``__getattr__`` of a deprecated module whose public names moved into ``package``:
+    ``names`` maps each old name to its dotted place there (``"use_with_cupy"``,
+    ``"BACKEND.name"``). Reading one (``from module import name`` too) warns with a
+    :class:`DeprecationWarning` naming the new place and the versions, and returns the value
+    found there; any other name is an AttributeError."""
+
+    def __getattr__(name: str) -> Any:
+        place = names.get(name)
+        if place is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        import warnings
+
+        warnings.warn(
+            f"{module}.{name} is deprecated since aml {deprecated} (removed in {removed}): "
+            f"use {package}.{place}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        value: Any = importlib.import_module(package)
+        for part in place.split("."):
+            value = getattr(value, part)
+        return value
+
+    return __getattr__

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -130,6 +131,28 @@ def test_the_deprecated_name_tables_warn_and_follow_the_stubs() -> None:
     assert exports["HipArea"] == "aml_core.gpu:GpuArea"
     with pytest.raises(AttributeError):
         plugin.GPU_NOTHING  # noqa: B018
+
+
+@pytest.mark.parametrize("name", ["aml_cuda", "aml_hip"])
+def test_the_hooks_modules_are_deprecated_and_still_answer(name: str) -> None:
+    """aml_cuda.hooks and aml_hip.hooks (deprecated in 0.3): each of their names, with a
+    DeprecationWarning naming where it is now; the functions are the backend's methods."""
+    package = _package(name)
+    old = importlib.import_module(f"{name}.hooks")
+    new = re.escape(f"use {name}.use_with_cupy")
+    with pytest.warns(DeprecationWarning, match=rf"{name}\.hooks\.use_with_cupy is deprecated .*{new}"):
+        assert old.use_with_cupy == package.BACKEND.use_with_cupy
+    with pytest.warns(DeprecationWarning, match=rf"{name}\.hooks\.torch_mem_pool is deprecated"):
+        torch_mem_pool = old.torch_mem_pool
+    with pytest.warns(DeprecationWarning, match=rf"{name}\.hooks\.TorchMemPool is deprecated"):
+        torch_type = old.TorchMemPool
+    assert torch_mem_pool == package.BACKEND.torch_mem_pool
+    assert torch_type is package.TorchMemPool
+    with pytest.warns(DeprecationWarning, match="BACKEND.name"):
+        backend_name = old.BACKEND_NAME
+    assert backend_name == package.BACKEND.name
+    with pytest.raises(AttributeError, match="no attribute 'frameworks'"):
+        old.frameworks  # noqa: B018
 
 
 def test_mypy_types_every_declared_name(tmp_path: Path) -> None:

@@ -8,7 +8,9 @@
 * :class:`GpuBackend`, the CUDA/HIP layer on top: AML's flag-word areas
   (``aml_area_<name>_create``, ``aml_area_<name>_destroy``, the default areas), streams,
   pointer attributes, peer access, the pinned pool and the framework functions bound to
-  the backend (CuPy scopes, CuPy's pinned memory, Numba's memory manager).
+  the backend (the CuPy and PyTorch allocator hooks, PyTorch's scoped pools, CuPy scopes,
+  CuPy's pinned memory, Numba's memory manager): the backends whose device pointers CuPy,
+  PyTorch and Numba use as their own.
 
 ``aml_cuda`` and ``aml_hip`` are each one :class:`GpuBackend` over their own runtime, and
 their public functions *are* its bound methods (``aml_hip.create is aml_hip.BACKEND.create``):
@@ -21,8 +23,8 @@ from __future__ import annotations
 
 import abc
 import threading
-from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 
 from .. import checks
 from ..area import Area
@@ -42,10 +44,28 @@ from .stream import Stream
 from .vmm import VirtualMemory
 
 if TYPE_CHECKING:
+    from ..pool import Pool
     from .cupy_scope import CupyPinnedHook, CupyScope
+    from .hooks import CupyHook, TorchHook
     from .pinned_pool import PinnedPool
+    from .torch_pool import TorchMemPool
 
-__all__ = ["BackendBase", "GpuBackend"]
+__all__ = ["HOOKS_MODULE_NAMES", "BackendBase", "GpuBackend"]
+
+#: What the ``hooks`` modules of aml-cuda and aml-hip had (deprecated in 0.3, removed in 0.4),
+#: each old name with its place in the package now (``aml_cuda.hooks.use_with_cupy`` is
+#: ``aml_cuda.use_with_cupy``, ``BACKEND_NAME`` is ``aml_cuda.BACKEND.name``; the modules
+#: read them with :func:`aml_core.lazy.moved_names`): the hooks are :class:`GpuBackend`'s
+#: methods, declared for both packages in ``aml_core/gpu/exports.pyi``.
+HOOKS_MODULE_NAMES: Final[Mapping[str, str]] = {
+    "BACKEND_NAME": "BACKEND.name",
+    "CupyHook": "CupyHook",
+    "TorchHook": "TorchHook",
+    "TorchMemPool": "TorchMemPool",
+    "torch_mem_pool": "torch_mem_pool",
+    "use_with_cupy": "use_with_cupy",
+    "use_with_torch": "use_with_torch",
+}
 
 #: The runtime class of a backend (``CudaRuntime``, ``ZeRuntime``...).
 RuntimeT = TypeVar("RuntimeT", bound=Runtime)
@@ -265,7 +285,34 @@ class GpuBackend(BackendBase[RuntimeT, GpuArea]):
 
         return PinnedPool(self._usable_runtime().require(Group.ALLOCATION), node, **settings)
 
-    # -- frameworks: CuPy scopes, CuPy's pinned memory, Numba (docs/frameworks.md) -------
+    # -- frameworks: the allocator hooks, scoped pools, Numba (docs/frameworks.md) -------
+    def use_with_cupy(self, area: Area, *, pinned: Area | None = None) -> CupyHook:
+        """Make CuPy allocate device memory from ``area`` (a device or managed area of this
+        backend, or a pool over one) and pinned host memory from ``pinned`` (a host-kind
+        area), if given (:func:`aml_core.gpu.hooks.use_with_cupy`). ``hook.uninstall()``,
+        or leaving it as a context manager, restores CuPy's previous allocators."""
+        from . import hooks
+
+        return hooks.use_with_cupy(area, pinned=pinned, backend=self.name)
+
+    def use_with_torch(self, area: Area | Mapping[int, Area]) -> TorchHook:
+        """Make PyTorch allocate GPU memory from ``area`` (a device area of this backend or a
+        pool over one; or a mapping of device index to such areas) through
+        ``torch.cuda.memory.CUDAPluggableAllocator``, before PyTorch's first GPU
+        allocation, once per process (:func:`aml_core.gpu.hooks.use_with_torch`)."""
+        from . import hooks
+
+        return hooks.use_with_torch(area, backend=self.name)
+
+    def torch_mem_pool(self, pool: Pool, *, device: int | None = None) -> TorchMemPool:
+        """A ``torch.cuda.MemPool`` over ``pool`` (a device or managed pool of this backend),
+        for ``with mp.use():`` / ``torch.cuda.use_mem_pool(mp.mempool)`` at any time,
+        several at once; ``mp.close()`` gives its memory back to the pool
+        (:mod:`aml_core.gpu.torch_pool`)."""
+        from . import torch_pool
+
+        return torch_pool.torch_mem_pool(pool, device=device, backend=self.name)
+
     def cupy_scope(self, area: Area) -> CupyScope:
         """A scope (``with scope:``) in which CuPy allocates from ``area`` (a device or
         managed area of this backend, or a pool over one) in the calling thread

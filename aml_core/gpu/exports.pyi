@@ -18,8 +18,11 @@ from aml_core.gpu import Stream as Stream
 from aml_core.gpu.backend import GpuBackend
 from aml_core.gpu.cupy_scope import CupyPinnedHook as CupyPinnedHook
 from aml_core.gpu.cupy_scope import CupyScope as CupyScope
+from aml_core.gpu.hooks import CupyHook as CupyHook
+from aml_core.gpu.hooks import TorchHook as TorchHook
 from aml_core.gpu.pinned_pool import PinnedPool as PinnedPool
 from aml_core.gpu.pinned_pool import PinnedPoolStats as PinnedPoolStats
+from aml_core.gpu.torch_pool import TorchMemPool as TorchMemPool
 from aml_core.gpu.vmm_exports import *  # noqa: F403
 
 BACKEND: GpuBackend[Any]
@@ -39,7 +42,10 @@ pinned_pool = BACKEND.pinned_pool
 pointer_attributes = BACKEND.pointer_attributes
 probe = BACKEND.probe
 stream = BACKEND.stream
+torch_mem_pool = BACKEND.torch_mem_pool
 unified_area = BACKEND.unified_area
 use_pinned_with_cupy = BACKEND.use_pinned_with_cupy
+use_with_cupy = BACKEND.use_with_cupy
 use_with_numba = BACKEND.use_with_numba
+use_with_torch = BACKEND.use_with_torch
 virtual_memory = BACKEND.virtual_memory

@@ -4,10 +4,9 @@ Written once for the GPU backends whose device pointers CuPy and PyTorch use as 
 aml-cuda, and aml-hip (with the ROCm builds of CuPy and PyTorch, which keep the CUDA names
 ``cupy.cuda.set_allocator`` and ``torch.cuda.memory.CUDAPluggableAllocator``; or, in aml's
 tests, with the CUDA builds over the HIP double that forwards to CUDA). Each backend exposes
-them through a thin module that names itself (``aml_cuda.hooks``, ``aml_hip.hooks``)::
-
-    def use_with_cupy(area, *, pinned=None):
-        return aml_core.gpu.hooks.use_with_cupy(area, pinned=pinned, backend="hip")
+them as methods of its :class:`~aml_core.gpu.backend.GpuBackend`, bound to its name
+(``aml_hip.use_with_cupy`` is ``aml_hip.BACKEND.use_with_cupy``, which calls
+``use_with_cupy(area, pinned=pinned, backend="hip")`` here).
 
 ``use_with_cupy(area, backend=...)`` makes ``cupy.cuda.set_allocator`` take device memory
 from ``area`` (a device or managed area of that backend, or an ``aml_core.pool`` over one).

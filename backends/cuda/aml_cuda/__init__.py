@@ -19,7 +19,7 @@ ALLOC_UNIFIED, ALLOC_MAPPED, ALLOC_GLOBAL), ``default_area()``, ``unified_area()
 ``BACKEND`` and the managed-memory, IPC and virtual-memory types of :mod:`aml_core.gpu`;
 ``MIN_BINDINGS`` is aml-cuda's own (the oldest cuda-bindings it runs on);
 ``use_with_cupy(area)`` / ``use_with_torch(area)`` (CuPy or PyTorch allocates from an
-aml area or pool, :mod:`aml_cuda.hooks`) are also aml-hip's, each bound to its backend.
+aml area or pool, :mod:`aml_core.gpu.hooks`) are also aml-hip's, each bound to its backend.
 
 Importing this package is cheap: the API (and aml_core.gpu) is loaded on first use,
 cuda-bindings only when the runtime is first needed, so that the registry can import

@@ -7,12 +7,6 @@ from aml_core.gpu.exports import *  # noqa: F403 - the names of every CUDA/HIP b
 
 from .api import get_runtime as get_runtime
 from .api import load_runtime as load_runtime
-from .hooks import CupyHook as CupyHook
-from .hooks import TorchHook as TorchHook
-from .hooks import TorchMemPool as TorchMemPool
-from .hooks import torch_mem_pool as torch_mem_pool
-from .hooks import use_with_cupy as use_with_cupy
-from .hooks import use_with_torch as use_with_torch
 from .native import MIN_BINDINGS as MIN_BINDINGS
 
 # AML's names for the area, its flags and mmap options (aml_area_cuda_*).

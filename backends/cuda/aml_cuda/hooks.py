@@ -1,48 +1,9 @@
-"""Allocator hooks of aml-cuda: CuPy and PyTorch allocate from an aml_cuda area or a pool
-over one.
-
-The hooks are :mod:`aml_core.gpu.hooks`, written once for the GPU backends (aml-hip has the
-same two functions), bound here to the ``cuda`` backend; the rules (one CuPy hook at a time,
-``uninstall`` while CuPy holds memory, PyTorch's one allocator per process) are there::
-
-    pool = aml_core.pool(aml_cuda.create(0))
-    with aml_cuda.use_with_cupy(pool):
-        x = cupy.zeros(1 << 20)             # from the pool
-"""
+"""Deprecated in 0.3 (removed in 0.4): the hooks are aml_cuda's own names, its BACKEND's
+methods; each old name reads with a DeprecationWarning (:data:`aml_core.gpu.backend.HOOKS_MODULE_NAMES`)."""
 
 from __future__ import annotations
 
-from aml_core.area import Area
-from aml_core.gpu import hooks as _hooks
-from aml_core.gpu import torch_pool as _torch_pool
-from aml_core.gpu.hooks import CupyHook, TorchHook
-from aml_core.gpu.torch_pool import TorchMemPool
-from aml_core.pool import Pool
+from aml_core.gpu.backend import HOOKS_MODULE_NAMES
+from aml_core.lazy import moved_names
 
-__all__ = ["CupyHook", "TorchHook", "TorchMemPool", "torch_mem_pool", "use_with_cupy", "use_with_torch"]
-
-#: The backend the hooks take areas of.
-BACKEND_NAME = "cuda"
-
-
-def use_with_cupy(area: Area, *, pinned: Area | None = None) -> CupyHook:
-    """Make CuPy allocate device memory from ``area`` (an aml_cuda device or managed area,
-    or a pool over one) and pinned host memory from ``pinned`` (a host-kind area), if given
-    (:func:`aml_core.gpu.hooks.use_with_cupy`). ``hook.uninstall()``, or leaving it as a
-    context manager, restores CuPy's previous allocators."""
-    return _hooks.use_with_cupy(area, pinned=pinned, backend=BACKEND_NAME)
-
-
-def use_with_torch(area: Area) -> TorchHook:
-    """Make PyTorch allocate CUDA memory from ``area`` (an aml_cuda device area or a pool
-    over one) through ``torch.cuda.memory.CUDAPluggableAllocator``, before PyTorch's first
-    CUDA allocation, once per process (:func:`aml_core.gpu.hooks.use_with_torch`)."""
-    return _hooks.use_with_torch(area, backend=BACKEND_NAME)
-
-
-def torch_mem_pool(pool: Pool, *, device: int | None = None) -> TorchMemPool:
-    """A ``torch.cuda.MemPool`` over ``pool`` (an aml_cuda device or managed pool), for
-    ``with mp.use():`` / ``torch.cuda.use_mem_pool(mp.mempool)`` at any time, several at
-    once; ``mp.close()`` gives its memory back to the pool
-    (:mod:`aml_core.gpu.torch_pool`)."""
-    return _torch_pool.torch_mem_pool(pool, device=device, backend=BACKEND_NAME)
+__getattr__ = moved_names(__name__, "aml_cuda", HOOKS_MODULE_NAMES, deprecated="0.3", removed="0.4")

@@ -19,7 +19,8 @@ library when the runtime is first needed (``libamdhip64.so.7``, ``.so.6``, ``.so
 include ``aml_core/gpu/exports.pyi``), with ``HipArea``, ``HipFlags`` and
 ``HipMmapOptions`` for AML's HIP names: the area logic is :mod:`aml_core.gpu`, written
 once for both. ``use_with_cupy(area)`` / ``use_with_torch(area)`` make CuPy or PyTorch (their
-ROCm builds) allocate from an aml_hip area or pool, as aml_cuda's do (:mod:`aml_hip.hooks`).
+ROCm builds) allocate from an aml_hip area or pool, as aml_cuda's do (``BACKEND``'s methods,
+:mod:`aml_core.gpu.hooks`).
 """
 
 from __future__ import annotations

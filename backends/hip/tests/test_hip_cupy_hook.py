@@ -32,12 +32,10 @@ def cupy() -> Iterator[Any]:
 
 
 def test_aml_hip_exports_the_shared_hooks() -> None:
-    from aml_hip import hooks as hip_hooks
-
     assert set(hooks.__all__) <= set(aml_hip.__all__)
     assert set(hooks.__all__) <= set(dir(aml_hip))
-    assert aml_hip.use_with_cupy is hip_hooks.use_with_cupy
-    assert aml_hip.use_with_torch is hip_hooks.use_with_torch
+    for name in ("use_with_cupy", "use_with_torch", "torch_mem_pool"):
+        assert getattr(aml_hip, name) == getattr(aml_hip.BACKEND, name), name
     assert aml_hip.CupyHook is hooks.CupyHook
     assert aml_hip.TorchHook is hooks.TorchHook
 
