@@ -75,6 +75,7 @@ import call_shape
 import paired_stats
 from machine_info import machine as shared_machine
 from machine_info import out_dir
+from timing import ck
 
 KiB = 1 << 10
 MiB = 1 << 20
@@ -329,12 +330,6 @@ def gpu_peers(skipped: dict[str, str], meta: dict[str, Any]) -> list[Peer]:
     except Exception as exc:
         skipped["cuda-bindings"] = f"{type(exc).__name__}: {exc}"
         rt = None
-
-    def ck(result: Any) -> Any:
-        err = result[0]
-        if int(err):
-            raise RuntimeError(f"CUDA call failed: {err!r}")
-        return result[1] if len(result) == 2 else result[1:]
 
     # aml
     def aml_area() -> Peer:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from timing import batch_median_us
+from timing import batch_median_us, ck
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SIZES = (64 * KiB, MiB, 64 * MiB, GiB)
@@ -93,11 +93,6 @@ def main(argv: list[str] | None = None) -> int:
             area.close()
         result["sizes"][str(n)] = row
         print(json.dumps({"size": n, **row}), flush=True)
-
-    def ck(res: Any) -> Any:
-        if int(res[0]):
-            raise RuntimeError(repr(res[0]))
-        return res[1] if len(res) > 1 else None
 
     flags = rt.cudaEventDisableTiming
     event = ck(rt.cudaEventCreateWithFlags(flags))

@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from machine_info import out_dir
-from timing import batch_median_us, human, paired
+from timing import batch_median_us, ck, human, paired
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -58,12 +58,6 @@ def main() -> None:
     from aml_cuda import CudaFlags
     from cuda.bindings import driver as drv
     from cuda.bindings import runtime as rt
-
-    def ck(result: Any) -> Any:
-        err = result[0]
-        if int(err):
-            raise RuntimeError(f"CUDA call failed: {err!r}")
-        return result[1] if len(result) == 2 else result[1:]
 
     probe = aml_cuda.probe()
     if not probe.available:

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from machine_info import machine, out_dir
-from timing import human, paired
+from timing import ck, human, paired
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -174,12 +174,6 @@ def main() -> None:
     import cuda.bindings
     from aml_cuda import CudaFlags
     from cuda.bindings import runtime as rt
-
-    def ck(result: Any) -> Any:
-        err = result[0]
-        if int(err):
-            raise RuntimeError(f"CUDA call failed: {err!r}")
-        return result[1] if len(result) == 2 else result[1:]
 
     probe = aml_cuda.probe()
     if not probe.available:

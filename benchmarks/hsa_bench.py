@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from machine_info import out_dir
+from timing import ck
 
 
 def median_us(samples: list[int]) -> float:
@@ -68,12 +69,6 @@ def main() -> None:
     import aml_hsa
     from aml_hsa import Permission
     from cuda.bindings import driver as drv
-
-    def ck(result: Any) -> Any:
-        err = result[0]
-        if int(err):
-            raise RuntimeError(f"CUDA call failed: {err!r}")
-        return result[1] if len(result) == 2 else result[1:]
 
     probe = aml_hsa.probe()
     if not probe.available:

@@ -1,7 +1,7 @@
 """What the GPU benchmarks share: sizes for people and interleaved paired timing (the
 raw call and aml's, alternating which runs first, medians in microseconds, and the pairs'
-own figures through ``paired_stats.py``), and the median of batched calls where one call is
-too short to time alone."""
+own figures through ``paired_stats.py``), the median of batched calls where one call is
+too short to time alone, and ``ck``, the status check of the raw cuda-bindings calls."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ import paired_stats
 
 MiB = 1 << 20
 GiB = 1 << 30
+
+
+def ck(result: Any) -> Any:
+    """A cuda-bindings call's answer, ``(status, *values)``, checked: RuntimeError naming the
+    status when it is an error; else the one value, or the tuple of values (``()`` for none)."""
+    err = result[0]
+    if int(err):
+        raise RuntimeError(f"CUDA call failed: {err!r}")
+    return result[1] if len(result) == 2 else result[1:]
 
 
 def human(n: int) -> str:
