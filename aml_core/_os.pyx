@@ -206,14 +206,21 @@ def mems_allowed():
     return mask_to_list(mask)
 
 
-def page_nodes(unsigned long long address, unsigned long long length, /):
-    """page_nodes(address, length) -> the node of each page, or -errno (a move_pages query)"""
-    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+cdef size_t move_pages_count(unsigned long long address, unsigned long long length, size_t page) except 0:
+    """The pages of a move_pages(2) range (page_nodes, move_pages): EINVAL unless it is
+    page-aligned and not empty, E2BIG past 2**24 pages."""
     if address % page != 0 or length == 0:
         raise_errno(EINVAL, "move_pages")
     cdef size_t count = (<size_t>length + page - 1) // page
     if count > (1u << 24):
         raise_errno(E2BIG, "move_pages")
+    return count
+
+
+def page_nodes(unsigned long long address, unsigned long long length, /):
+    """page_nodes(address, length) -> the node of each page, or -errno (a move_pages query)"""
+    cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
+    cdef size_t count = move_pages_count(address, length, page)
     cdef void **pages = <void **>PyMem_RawMalloc(count * sizeof(void *))
     cdef int *status = <int *>PyMem_RawMalloc(count * sizeof(int))
     cdef size_t i
@@ -257,11 +264,7 @@ def move_pages(unsigned long long address, unsigned long long length, nodes, int
     could not move, 0 when all were); the dict counts the per-page status: a node number
     for a page now there, -errno for one not moved (-ENOENT: no page yet)"""
     cdef size_t page = <size_t>sysconf(_SC_PAGESIZE)
-    if address % page != 0 or length == 0:
-        raise_errno(EINVAL, "move_pages")
-    cdef size_t count = (<size_t>length + page - 1) // page
-    if count > (1u << 24):
-        raise_errno(E2BIG, "move_pages")
+    cdef size_t count = move_pages_count(address, length, page)
     cdef list targets = list(nodes)
     cdef size_t ntargets = len(targets)
     if ntargets == 0 or ntargets > MAX_NODES:

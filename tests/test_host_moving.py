@@ -353,3 +353,23 @@ def test_interleave_weights_bad_input_writes_nothing(monkeypatch: pytest.MonkeyP
     (root / f"node{NODE}").mkdir()  # a write that fails (EISDIR): the OS error, typed
     with pytest.raises(AMLFailure, match="cannot write"):
         set_interleave_weights({NODE: 2})
+
+
+@pytest.mark.parametrize("call", ["page_nodes", "move_pages"])
+@pytest.mark.parametrize(
+    ("offset", "pages", "code"),
+    [(1, 1, errno.EINVAL), (0, 0, errno.EINVAL), (0, (1 << 24) + 1, errno.E2BIG)],
+    ids=["misaligned", "empty", "past 2**24 pages"],
+)
+def test_the_native_move_pages_range_rules(call: str, offset: int, pages: int, code: int) -> None:
+    """Both move_pages(2) entry points of aml_core._os refuse a range the same way, before
+    any system call or allocation: EINVAL for a misaligned or empty range, E2BIG past 2**24
+    pages (the kernel's own limit on one call)."""
+    page = mmap.PAGESIZE
+    args: tuple[Any, ...] = (page + offset, pages * page)
+    if call == "move_pages":
+        args += ([NODES[0]], 0)
+    with pytest.raises(OSError, match="move_pages") as info:
+        getattr(_os, call)(*args)
+    assert info.value.errno == code
+    assert info.value.filename == "move_pages"
