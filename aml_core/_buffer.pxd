@@ -22,6 +22,7 @@ cdef enum:
     F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
     F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
     F_HELD = 256  # a slab a pool holds: its area refuses to free it (AreaBase._hold)
+    F_BOUND = 512  # bound to memory (_make, _bind): an area may track it
 
 # An area's live table is an AddrSlot table (_addrmap.pxd): the key is the buffer's
 # address (NULL is never tracked), the value the buffer, borrowed.
@@ -45,11 +46,11 @@ cdef class BufferBase:
     cdef int flags
     cdef int dl_device_type
     cdef int dl_device_id
-    cdef object _key  # ptr as an exact int: the key of the area's live table
+    cdef object _key  # ptr as an exact int, made on first use (key_of) where none was given
     cdef object _area
     cdef readonly object kind
     cdef readonly object device
-    cdef readonly object device_ptr
+    cdef object _device_ptr  # None: the same as ptr
     cdef readonly object native
     cdef object __weakref__
     cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
@@ -57,6 +58,10 @@ cdef class BufferBase:
     cdef unsigned long long _stream  # that stream's handle
 
     cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept
+
+
+cdef class Buffer(BufferBase):
+    pass
 
 
 cdef class AreaLock:

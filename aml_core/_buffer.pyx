@@ -69,7 +69,8 @@ The fast path
 The files
     This file holds the module's C declarations and includes one part per concern
     (docs/kernel.md, "The buffer module's files"): ``_buffer_views.pxi`` (BufferBase,
-    its views and DLPack), ``_buffer_table.pxi`` (the live table and its atomic changes:
+    its views and DLPack), ``_buffer_public.pxi`` (the public ``Buffer``, compiled),
+    ``_buffer_table.pxi`` (the live table and its atomic changes:
     ``_LiveTable``), ``_buffer_lifetime.pxi`` (who is inside an area, AreaLock, a
     dropped buffer's free: ``_Lifetime``), ``_buffer_make.pxi`` (making buffers and the
     fast path an area installs: ``_Maker``), ``_buffer_map.pxi`` (``AreaBase``: mmap,
@@ -101,6 +102,7 @@ from ._dlpack cimport (
 
 from .errors import (
     AMLBusyError,
+    AMLError,
     AMLDomainError,
     AMLFailure,
     AMLMemoryError,
@@ -144,6 +146,7 @@ cdef extern from "<limits.h>":
 
 
 include "_buffer_views.pxi"
+include "_buffer_public.pxi"
 include "_buffer_table.pxi"
 include "_buffer_lifetime.pxi"
 include "_buffer_make.pxi"

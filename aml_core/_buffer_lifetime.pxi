@@ -261,7 +261,7 @@ cdef class _Lifetime(_LiveTable):
     cdef bint _fast_free_ok(self, BufferBase buf) noexcept:
         """Whether munmap would free ``buf`` in C (the installed fast path): atomic under
         the GIL, it never runs Python code, waits, or touches an area below."""
-        return self._fast is not None and self._fast.can_give(self, buf)
+        return self._fast is not None and self._fast.can_give(<AreaBase>self, buf)
 
     cdef int _reclaim_orphan(self, BufferBase buf, int mode) except -1:
         """Free a buffer detached while viewed once it is unreachable (_free_orphan,
@@ -382,7 +382,7 @@ cdef class _Lifetime(_LiveTable):
         allocated on if any: the fast path (if ``fast``), else _free (counted inside the
         area; it reads the buffer's stream). If the free fails the buffer is tracked
         again (_restore) and the error raised."""
-        if fast and self._fast is not None and self._fast.give(self, buf, buf._has_stream, buf._stream):
+        if fast and self._fast is not None and self._fast.give(<AreaBase>self, buf, buf._has_stream, buf._stream):
             return 0
         self._enter()
         try:

@@ -86,19 +86,21 @@ cdef class _Maker(_Lifetime):
         device, device_ptr, native,
     ):
         """Bind a new buffer of class tp (checked by _buffer_type): _new_buffer's and the
-        compiled mmap's one constructor."""
+        compiled mmap's one constructor. ``ptr`` is p as an int, or None (the int is made
+        when first asked for: a pool's hit makes none)."""
         # tp's own tp_new (BufferBase's, inherited by Python subclasses), in one C call.
         cdef BufferBase buf = <BufferBase>(<PyTypeObject *>tp).tp_new(tp, <PyObject *>EMPTY, NULL)
+        aml_gc_unfinalize(buf)  # a new object, perhaps from the free list (_buffer_views.pxi)
         buf._ptr = p
-        buf._key = exact_int(ptr, p)
+        buf._key = ptr if type(ptr) is int else None  # None: made on first use (key_of)
         buf.size = size
-        buf.flags = flags
+        buf.flags = flags | F_BOUND
         buf.dl_device_type = dl_type
         buf.dl_device_id = dl_id
         buf._area = self
         buf.kind = self.kind
         buf.device = device
-        buf.device_ptr = buf._key if device_ptr is None else device_ptr
+        buf._device_ptr = device_ptr  # None: ptr
         buf.native = native
         return buf
 

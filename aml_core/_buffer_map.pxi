@@ -29,7 +29,7 @@ cdef class AreaBase(_Maker):
         cdef BufferBase buf
         if isinstance(target, BufferBase):
             buf = target
-            if buf._key is None:  # made by hand, never mapped (its repr would raise)
+            if not (buf.flags & F_BOUND):  # made by hand, never mapped (its repr would raise)
                 raise AMLValueError(f"this {type(target).__name__} was never mapped by an area")
             if buf._area is not self:
                 raise AMLValueError(f"{target!r} was not mapped by this area")

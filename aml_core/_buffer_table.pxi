@@ -79,7 +79,7 @@ cdef class _LiveTable:
         buf.flags &= ~F_TRACKED
         if buf.flags & F_KEPT:
             buf.flags &= ~F_KEPT
-            if self._kept.pop(buf._key, None) is None:  # exact int key: no Python code
+            if self._kept.pop(key_of(buf), None) is None:  # exact int key: no Python code
                 pass
 
     cdef inline bint _tracks(self, BufferBase buf) noexcept:
@@ -149,7 +149,7 @@ cdef class _LiveTable:
         CLOSED, FULL (the live bytes would not fit in 64 bits), NULL_PTR or DUPLICATE (a
         native call that reported success with an impossible address), NOMEM (the table
         could not grow)."""
-        if buf is None or buf._key is None:
+        if buf is None or not (buf.flags & F_BOUND):
             raise TypeError("this buffer is not bound to memory (make it with _new_buffer)")
         if buf.flags & F_TRACKED:
             raise AMLValueError(f"{buf!r} is tracked already")
@@ -278,7 +278,7 @@ cdef class _LiveTable:
             raise AMLFailure(f"0x{buf._ptr:x} is live in this area again: {buf!r} cannot be restored")
         if i < 0 and self._reserve() < 0:
             raise MemoryError()
-        self._kept[buf._key] = buf  # an existing dict: may resize, runs no Python code
+        self._kept[key_of(buf)] = buf  # an existing dict: may resize, runs no Python code
         buf.flags = (buf.flags & ~F_RELEASED) | F_KEPT
         buf._seq = self._next_seq  # tracked again: the newest
         self._next_seq += 1

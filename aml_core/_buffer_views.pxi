@@ -7,6 +7,17 @@ cdef str RELEASED_MSG = "this aml buffer was freed: its memory can no longer be 
 cdef char *BYTE_FORMAT = b"B"
 
 
+cdef inline object key_of(BufferBase buf):
+    """A bound buffer's address as an exact int, made once, on first use (a pooled block's
+    Buffer gets none made until something asks): the key of its area's ``_kept`` and
+    what ``ptr`` returns."""
+    if buf._key is None:
+        if not (buf.flags & F_BOUND):
+            return buf._ptr
+        buf._key = buf._ptr
+    return buf._key
+
+
 # ---- DLPack: what a capsule owns ---------------------------------------------------------
 cdef inline object exact_int(object given, unsigned long long value):
     """``given`` itself when it is an exact int (no allocation), else the int of value."""
@@ -16,6 +27,29 @@ cdef inline object exact_int(object given, unsigned long long value):
 
 
 # ---- buffers ---------------------------------------------------------------------------
+# A free list: the objects of the compiled classes (BufferBase, Buffer: one size, not heap
+# types) are reused, so that a cached pool block's Buffer costs no allocation. An object
+# whose finalizer ran keeps CPython's "finalized" mark in its GC header when Cython puts it
+# on the list, and CPython would never finalize it again: _make and a first _bind clear
+# the mark (aml_gc_unfinalize), so a reused Buffer dropped while live is freed by its finalizer as
+# any other. Where the GC header's layout is not the one known here (not CPython 3.11 to
+# 3.14 with the GIL), the free list is off (CYTHON_USE_FREELISTS 0): objects are allocated.
+cdef extern from *:
+    """
+    #if CYTHON_COMPILING_IN_CPYTHON && !defined(Py_GIL_DISABLED) && PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030F0000
+    /* CPython's PyGC_Head (internal/pycore_gc.h): bit 0 of _gc_prev is _PyGC_PREV_MASK_FINALIZED. */
+    typedef struct { uintptr_t _gc_next; uintptr_t _gc_prev; } aml_gc_head;
+    #define aml_gc_unfinalize(o) (((aml_gc_head *)(o) - 1)->_gc_prev &= ~(uintptr_t)1)
+    #else
+    #undef CYTHON_USE_FREELISTS
+    #define CYTHON_USE_FREELISTS 0
+    #define aml_gc_unfinalize(o) ((void)0)
+    #endif
+    """
+    void aml_gc_unfinalize(object o) noexcept
+
+
+@cython.freelist(16)
 @cython.auto_pickle(False)  # a copy would be a second handle to one mapping (a double free)
 cdef class BufferBase:
     # A class's signature is the first line of its docstring, up to "--" (CPython's
@@ -32,9 +66,12 @@ cdef class BufferBase:
     @property
     def ptr(self):
         """Address of the first byte."""
-        if self._key is not None:
-            return self._key
-        return self._ptr
+        return key_of(self)
+
+    @property
+    def device_ptr(self):
+        """The address devices use (``ptr`` unless the area gave another)."""
+        return key_of(self) if self._device_ptr is None else self._device_ptr
 
     @property
     def stream(self):
@@ -76,11 +113,15 @@ cdef class BufferBase:
             raise ValueError("a live buffer cannot move (its area tracks it by address)")
         if size < 0:
             raise ValueError("size must be >= 0")
+        if not (self.flags & F_BOUND):
+            aml_gc_unfinalize(self)  # never bound: a new object (see the free list above)
+        elif p != self._ptr and self._device_ptr is None:
+            self._device_ptr = key_of(self)  # the device address stays the one made with it
         if self._key is None or p != self._ptr:
             self._key = exact_int(ptr, p)
         self._ptr = p
         self.size = size
-        self.flags = (self.flags & ~(F_HOST | F_READONLY)) | (flags & (F_HOST | F_READONLY))
+        self.flags = (self.flags & ~(F_HOST | F_READONLY)) | (flags & (F_HOST | F_READONLY)) | F_BOUND
         self.dl_device_type = dl_device_type
         self.dl_device_id = dl_device_id
 
