@@ -1,10 +1,11 @@
 """Build the compiled modules of aml-core from Cython (metadata lives in pyproject.toml).
 
 aml_core/_buffer.pyx: buffers (buffer protocol, DLPack), the areas' live table and
-buffer lifetime; aml_core/_fastpath.pyx: the fast-path interface an area calls;
-aml_core/_allocator.pyx: the native allocator (a GPU runtime's calls through function
-pointers), aml_core/_kernel.pyx: the allocator kernel (a pool's policy, C++; it includes its
-parts, aml_core/_kernel_*.pxi, one concern each: docs/kernel.md); aml_core/_os.pyx: the
+buffer lifetime (it includes its parts, aml_core/_buffer_*.pxi, one concern each);
+aml_core/_fastpath.pyx: the fast-path interface an area calls; aml_core/_allocator.pyx:
+the native allocator (a GPU runtime's calls through function pointers),
+aml_core/_kernel.pyx: the allocator kernel (a pool's policy, C++; it includes its parts,
+aml_core/_kernel_*.pxi, one concern each: docs/kernel.md); aml_core/_os.pyx: the
 Linux memory system calls of the host backend.
 They cimport each other's .pxd declarations. Building needs Cython, a C and a C++ compiler (gcc, g++)
 and the Python headers (Debian: python3-dev).

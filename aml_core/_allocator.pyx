@@ -284,7 +284,7 @@ cdef class NativePath(FastPath):
         return True
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:
-        return bool(buf.flags & F_NATIVE and not (self.slow and buf._key in self.slow))
+        return bool(buf.flags & F_NATIVE and not (self.slow and buf.ptr in self.slow))
 
 
 # A do-nothing allocator in C (no memory: fake, never dereferenced addresses from a

@@ -22,6 +22,7 @@ cdef enum:
     F_PENDING = 64  # unreachable, waiting in its area's _pending for a deferred free
     F_KEPT = 128  # held by its area's _kept: a native free failed, a retry frees it
     F_HELD = 256  # a slab a pool holds: its area refuses to free it (AreaBase._hold)
+    F_BOUND = 512  # bound to memory (_make, _bind): an area may track it
 
 # An area's live table is an AddrSlot table (_addrmap.pxd): the key is the buffer's
 # address (NULL is never tracked), the value the buffer, borrowed.
@@ -45,11 +46,11 @@ cdef class BufferBase:
     cdef int flags
     cdef int dl_device_type
     cdef int dl_device_id
-    cdef object _key  # ptr as an exact int: the key of the area's live table
+    cdef object _key  # ptr as an exact int, made on first use (key_of) where none was given
     cdef object _area
     cdef readonly object kind
     cdef readonly object device
-    cdef readonly object device_ptr
+    cdef object _device_ptr  # None: the same as ptr
     cdef readonly object native
     cdef object __weakref__
     cdef unsigned long long _seq  # when its area tracked it (buffers() is oldest first)
@@ -57,6 +58,10 @@ cdef class BufferBase:
     cdef unsigned long long _stream  # that stream's handle
 
     cdef void _fill(self, DLTensor *dl, DLContext *ctx) noexcept
+
+
+cdef class Buffer(BufferBase):
+    pass
 
 
 cdef class AreaLock:
@@ -69,7 +74,10 @@ cdef class AreaLock:
     cdef AreaBase _area(self)
 
 
-cdef class AreaBase:
+# An area's compiled part is a chain of classes, lowest first, one file each
+# (_buffer_table.pxi, _buffer_lifetime.pxi, _buffer_make.pxi, _buffer_map.pxi:
+# docs/kernel.md); every field is declared once, on the lowest.
+cdef class _LiveTable:
     cdef public object kind
     cdef public object device
     cdef bint _closed
@@ -119,12 +127,15 @@ cdef class AreaBase:
     cdef int _add(self, BufferBase buf) except -1
     cdef int _detach(self, BufferBase buf) except -1
     cdef int _refuse_held(self, BufferBase buf) except -1
-    # garbage collection
+
+
+cdef class _Lifetime(_LiveTable):
+    # garbage collection: a dropped buffer's free
     cdef void _enter(self) noexcept
     cdef void _leave(self) noexcept
-    cdef bint _here(self, AreaBase area) noexcept
-    cdef AreaBase _blocker(self)
-    cdef void _defer(self, BufferBase buf, AreaBase blocker) noexcept
+    cdef bint _here(self, _LiveTable area) noexcept
+    cdef _LiveTable _blocker(self)
+    cdef void _defer(self, BufferBase buf, _LiveTable blocker) noexcept
     cdef void _dropped(self, BufferBase buf) noexcept
     cdef int _reclaim(self, BufferBase buf, int mode) except -1
     cdef bint _fast_free_ok(self, BufferBase buf) noexcept
@@ -132,18 +143,26 @@ cdef class AreaBase:
     cdef void _drain_pending(self) noexcept
     cdef void _views_gone(self) noexcept
     cdef void _report(self, object exc, object obj, str note) noexcept
-    # the fast path
-    cdef int _install(self, FastPath path) except -1
-    # making buffers, mmap and munmap
+    # the one free of a detached buffer (munmap's and a finalizer's)
+    cdef int _free_detached(self, BufferBase buf, bint fast) except -1
+
+
+cdef class _Maker(_Lifetime):
+    # making buffers
     cdef object _buffer_type(self, buffer_type)
     cdef BufferBase _make(
         self, tp, ptr, unsigned long long p, Py_ssize_t size, int flags, int dl_type, int dl_id,
         device, device_ptr, native,
     )
     cdef int _refuse(self, BufferBase buf, int status, str during) except -1
+    # the fast path
+    cdef int _install(self, FastPath path) except -1
+
+
+cdef class AreaBase(_Maker):
+    # munmap's target, mmap and munmap, the stream conversion
     cpdef BufferBase _lookup(self, target, size)
     cdef object _map(self, size, options, stream)
     cdef int _stream_of(self, object stream, unsigned long long *handle) except -1
     cdef int _unmap(self, buffer, size, bint fast) except -1
     cdef int _unmap_on(self, buffer, size, object stream) except -1
-    cdef int _free_detached(self, BufferBase buf, bint fast) except -1

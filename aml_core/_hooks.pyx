@@ -168,6 +168,8 @@ cdef class HookState:
         if kernel is None:
             self.kernel = NULL
         else:
+            # From now on this kernel has users without the GIL: its hits take the mutex.
+            (<PoolKernel>kernel)._nogil_users = True
             self.kernel = <PyObject *>kernel
         self.slow_malloc = slow_malloc
         self.slow_free = slow_free

@@ -94,6 +94,10 @@ cdef class _KernelState(FastPath):
     cdef unsigned long _holder
     cdef int _depth
     cdef bint _gil_holder  # the holder holds the GIL (the Python side), not a hook's hit
+    # A HookState calls this kernel without the GIL (set when one is made, never cleared).
+    # Until then every user holds the GIL, which alone serializes a hit: the fast path
+    # skips the mutex while nobody holds it (gil_only).
+    cdef bint _nogil_users
     cdef AreaBase _area
     cdef object _owner
     cdef void *_owner_key
@@ -160,6 +164,7 @@ cdef class _KernelState(FastPath):
     cdef int lock_nogil(self) noexcept nogil
     cdef void unlock(self) noexcept nogil
     cdef bint held_here(self) noexcept nogil
+    cdef bint gil_only(self) noexcept
     cdef AreaBase _owner_area(self)
 
 

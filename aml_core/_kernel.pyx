@@ -13,7 +13,9 @@ the statistics. ``aml_core.pool.Pool`` is the Python area over it: it checks and
 converts its arguments, makes a Buffer from a block when Python asks for one, and
 formats the statistics.
 
-One mutex per kernel guards the state; every entry takes it. A thread that holds the
+One mutex per kernel guards the state; every entry takes it, but a hit with the GIL while
+no hook uses the kernel and nobody holds the mutex (``gil_only``: the GIL alone serializes
+every user then; docs/kernel.md, "The mutex and the GIL"). A thread that holds the
 GIL and finds the mutex taken waits with the GIL released, so a thread without the GIL
 (a framework hook) never waits for the GIL while holding the mutex in a hit; a miss
 leaves the mutex first, then takes the GIL and the mutex again (the "slow path"). The
@@ -170,7 +172,8 @@ cdef class PoolKernel(_Hooks):
         a hand-over, a stream the pool has no operations for). The state changes under
         the mutex; the buffer is made after it is released (an allocation may run a
         finalizer that frees into this kernel)."""
-        if self._shut or self._area._closed or self.held_here() or self._trace & T_PYTHON:
+        cdef bint gil_only = self.gil_only()  # no mutex needed (see gil_only)
+        if self._shut or self._area._closed or self._trace & T_PYTHON or (not gil_only and self.held_here()):
             return None
         if has_stream and self._streams is None:
             return None
@@ -183,12 +186,14 @@ cdef class PoolKernel(_Hooks):
         tp = area._buffer_type(None)
         cdef Block *b
         cdef bint slow = False
-        self.lock_gil()
+        if not gil_only:
+            self.lock_gil()
         b = self.take_cached(r, has_stream, stream)
         if b != NULL:
             self.hand_out(b, n, has_stream, stream)
             self.fast_mmaps += 1
-        self.unlock()
+        if not gil_only:
+            self.unlock()
         if b == NULL:
             # A miss (a hand-over, the streams reclaimed, a new slab): the slow path, here
             # in C with the GIL, counted inside the pool as ``with kernel`` does (a
@@ -204,9 +209,8 @@ cdef class PoolKernel(_Hooks):
         info = <tuple>slab.cinfo
         cdef u64 addr = b.addr
         cdef u64 dptr = slab.dptr + (addr - slab.ptr)
-        addr_obj = addr
         try:
-            return area._make(tp, addr_obj, addr, n, slab.flags, slab.dl_type, slab.dl_id, info[5],
+            return area._make(tp, None, addr, n, slab.flags, slab.dl_type, slab.dl_id, info[5],
                               None if dptr == addr else dptr, None)
         except BaseException:
             self.lock_gil()
@@ -225,15 +229,18 @@ cdef class PoolKernel(_Hooks):
         munmap named another): the block back onto its stack in C, or False (the slow
         path: a release threshold, a closed pool, this thread inside the kernel, a
         stream the pool has no operations for)."""
-        if not self.keep_fast or self._trace & T_PYTHON or self.held_here():
+        cdef bint gil_only = self.gil_only()  # no mutex needed (see gil_only)
+        if not self.keep_fast or self._trace & T_PYTHON or (not gil_only and self.held_here()):
             return False
         if has_stream and self._streams is None:
             return False
-        self.lock_gil()
+        if not gil_only:
+            self.lock_gil()
         cdef int status = self.give_live(buf._ptr, has_stream, stream)
         if status == 0:
             self.fast_munmaps += 1
-        self.unlock()
+        if not gil_only:
+            self.unlock()
         return status == 0
 
     cdef bint can_give(self, AreaBase area, BufferBase buf) noexcept:

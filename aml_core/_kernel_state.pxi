@@ -105,6 +105,14 @@ cdef class _KernelState(FastPath):
     cdef bint held_here(self) noexcept nogil:
         return self._holder == PyThread_get_thread_ident()
 
+    cdef bint gil_only(self) noexcept:
+        """Whether a hit, the GIL held, may skip the mutex: no hook calls this kernel
+        without the GIL, and nobody holds the mutex (a Python-side holder that released the
+        GIL mid-section, or this thread). Then only threads holding the GIL use the state,
+        and a hit (C code that neither releases the GIL nor runs Python) is atomic under
+        it. Called with the GIL: ``_holder`` is set and cleared with the GIL by its users."""
+        return not self._nogil_users and self._holder == 0
+
     def __enter__(self):
         """Take the mutex for a section of Python code (the pool's slow path); the pool
         that installed the kernel counts the holder as inside it (a finalizer's free of

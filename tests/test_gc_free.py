@@ -614,3 +614,47 @@ def test_dropped_areas_are_freed() -> None:
     collect()
     assert [r() for r in refs] == [None, None]
     assert gc.collect() == 0
+
+
+@pytest.mark.parametrize("pooled", [False, True], ids=["area", "pool"])
+def test_a_buffer_object_reused_from_the_free_list_is_freed_when_dropped_live(pooled: bool) -> None:
+    """Buffer objects come from a free list: one whose finalizer ran (freed, then dropped)
+    and that comes back for a new mapping is finalized again when it is dropped while
+    live, so its memory is freed and its area's table holds no stale entry."""
+    with HostArea() as host:
+        area: Any = aml_core.pool(host) if pooled else host
+        seen: set[int] = set()
+        reused = 0
+        for _ in range(20):
+            buf = area.mmap(4096)
+            seen.add(id(buf))
+            buf.free()
+            del buf  # finalized (nothing to do), then back on the free list
+            live = area.mmap(4096)
+            reused += id(live) in seen
+            seen.add(id(live))
+            del live  # dropped while live: its finalizer frees it
+            assert area.buffers() == ()
+            assert area.stats.live_mappings == 0
+        assert reused > 0  # the objects were reused
+        if pooled:
+            area.close()
+
+
+def test_a_pooled_buffer_makes_its_address_when_asked() -> None:
+    """A pool's hit makes no int for the address until something asks: then ``ptr`` and
+    ``device_ptr`` are the block's address, the same int each time, and munmap by that
+    address finds the buffer."""
+    with HostArea() as host:
+        pool = aml_core.pool(host)
+        first = pool.mmap(4096)
+        address = first.ptr
+        first.free()
+        buf = pool.mmap(4096)
+        assert type(buf.ptr) is int
+        assert buf.ptr == address == buf.device_ptr
+        assert buf.ptr is buf.ptr
+        assert pool._tracked(address) is buf
+        pool.munmap(address)
+        assert buf.freed
+        pool.close()

@@ -1043,3 +1043,35 @@ def test_thousands_of_live_blocks_freed_in_any_order_stay_found(pool: Pool) -> N
             pool.munmap(again)
     assert kernel.live_blocks() == 0
     _consistent(pool, {})
+
+
+def test_a_hit_waits_for_the_kernel_held_by_another_thread() -> None:
+    """A hit with the GIL skips the mutex only while nobody holds it: a thread holding the
+    kernel (``with pool._kernel:``, the GIL released inside) is waited for."""
+    import time
+
+    from aml_core.host import HostArea
+
+    with HostArea() as host:
+        pool = aml_core.pool(host)
+        pool.munmap(pool.mmap(4096))  # a cached block: the next mmap is a hit
+        order: list[str] = []
+        inside = threading.Event()
+
+        def hold() -> None:
+            with pool._kernel:
+                inside.set()
+                time.sleep(0.2)  # the GIL released, the mutex held
+                order.append("released")
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        inside.wait()
+        buf = pool.mmap(4096)
+        order.append("hit")
+        holder.join()
+        assert order == ["released", "hit"]
+        assert buf.size == 4096
+        assert not buf.freed
+        buf.free()
+        pool.close()

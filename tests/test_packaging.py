@@ -107,3 +107,24 @@ def test_each_distribution_has_its_bsd_3_clause_license(name: str) -> None:
     assert text == (ROOT / "LICENSE").read_text()
     assert text.startswith("BSD 3-Clause License\n\nCopyright (c) 2026, aml developers\n")
     assert "Neither the name of the copyright holder nor the names of its" in text
+
+
+def test_every_included_part_ships_as_package_data() -> None:
+    """A compiled module's ``include``d parts (``_kernel_*.pxi``, ``_buffer_*.pxi``) are
+    package data of aml-core, so that an sdist (and a wheel's sources) build: each file a
+    ``.pyx`` includes exists and matches a package-data pattern that no exclusion takes."""
+    import fnmatch
+    import re
+
+    tool = _project(ROOT)["tool"]["setuptools"]
+    shipped, excluded = tool["package-data"]["aml_core"], tool["exclude-package-data"]["aml_core"]
+    included = {
+        name
+        for pyx in sorted((ROOT / "aml_core").glob("*.pyx"))
+        for name in re.findall(r'^include "([^"]+)"$', pyx.read_text(), re.MULTILINE)
+    }
+    assert {"_kernel_heaps.pxi", "_buffer_table.pxi"} <= included
+    for name in sorted(included):
+        assert (ROOT / "aml_core" / name).is_file(), name
+        assert any(fnmatch.fnmatch(name, p) for p in shipped), f"{name} is not package data"
+        assert not any(fnmatch.fnmatch(name, p) for p in excluded), f"{name} is excluded"

@@ -261,7 +261,7 @@ def test_mmap_is_the_compiled_one() -> None:
     from aml_core.host import HostArea
 
     assert type(HostArea.mmap) is type(aml_core._buffer.AreaBase.mmap)
-    assert HostArea.mmap.__code__.co_filename.endswith("_buffer.pyx")
+    assert HostArea.mmap.__code__.co_filename.endswith("_buffer_map.pxi")  # a part of _buffer.pyx
     with HostArea() as area, area.mmap(4096, {"offset": 0}) as buf:
         assert buf.size == 4096
         assert area.stats.live_mappings == 1

@@ -367,11 +367,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "the area's live-table erase skipped",
-        "aml_core/_buffer.pyx",
+        "aml_core/_buffer_table.pxi",
         "            self._remove_at(i)\n",
         "            pass\n",
         ("tests/test_area_bookkeeping.py",),
         quick=False,
+        module="_buffer",
     ),
     Mutant(
         "a live-table removal without the back-shift",
@@ -384,19 +385,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "an unmap leaves its bytes counted",
-        "aml_core/_buffer.pyx",
+        "aml_core/_buffer_table.pxi",
         "        self._bytes -= buf.size\n        self._unmaps += 1\n        return 0",
         "        self._unmaps += 1\n        return 0",
         ("tests/test_area_bookkeeping.py",),
         quick=False,
+        module="_buffer",
     ),
     Mutant(
         "a viewed buffer unmapped (no EBUSY)",
-        "aml_core/_buffer.pyx",
+        "aml_core/_buffer_table.pxi",
         "        if buf.exports:\n            raise AMLBusyError(",
         "        if False:\n            raise AMLBusyError(",
         ("tests/test_area_bookkeeping.py::test_a_viewed_buffer_is_busy_then_freed",),
         quick=True,  # CI: one mutant of each compiled module
+        module="_buffer",
     ),
     Mutant(
         "a failed buffer construction leaks its native allocation",

@@ -11,7 +11,7 @@ environment before generated, so each one cythonized and compiled the six module
 ``python -m tests.support.inplace`` runs that build only when it can change something:
 a module of setup.py's ``COMPILED`` has no extension for this interpreter in ``aml_core/``,
 or one older than setup.py or any ``aml_core/*.pyx``, ``*.pxd`` (a module cimports the
-others' declarations), ``*.pxi`` (the kernel's parts, which ``_kernel.pyx`` includes), or
+others' declarations), ``*.pxi`` (the parts that ``_kernel.pyx`` and ``_buffer.pyx`` include), or
 one built with AddressSanitizer (the asan environment builds its own sanitized copy
 elsewhere; an older tox.ini built it in place). Otherwise it says so and
 exits. Changing only the Cython version does not trigger a rebuild; ``python setup.py
