@@ -58,6 +58,14 @@ PORT_MARK = "ucx_bench peer listens on port "
 VISIBLE = {"main": "0,1", "peer": "1,0"}
 
 
+def connect_timeout() -> float:
+    """Seconds ucxx gives a new endpoint's exchange of peer information, on both sides:
+    ``UCXPY_CONNECT_TIMEOUT`` (default 5, ucxx's own). ucxx's context reads that variable,
+    but ``create_endpoint`` and ``create_listener`` pass their own 5 s, so it is passed here;
+    the cross-host tests raise it for their 1-vCPU emulated guests."""
+    return float(os.environ.get("UCXPY_CONNECT_TIMEOUT", "5"))
+
+
 def known_kinds(kinds: tuple[str, ...]) -> tuple[str, ...]:
     """``kinds`` if it names one or more of the kinds this benchmark has; ValueError
     otherwise (before any process starts)."""
@@ -156,7 +164,7 @@ async def serve(kinds: tuple[str, ...]) -> None:
         await ep.close()
         done.set()
 
-    listener = ucxx.create_listener(handler)
+    listener = ucxx.create_listener(handler, connect_timeout=connect_timeout())
     print(f"{PORT_MARK}{listener.port}", flush=True)
     await done.wait()
     listener.close()
@@ -233,7 +241,9 @@ class Session:
 
         peer = (start or Peer)(known_kinds(kinds))
         try:
-            ep = await ucxx.create_endpoint(peer.address or ucxx.get_address(), peer.port)
+            ep = await ucxx.create_endpoint(
+                peer.address or ucxx.get_address(), peer.port, connect_timeout=connect_timeout()
+            )
         except BaseException:
             peer.kill()
             peer.finish(timeout=30)

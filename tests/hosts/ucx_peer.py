@@ -15,8 +15,12 @@ PORT_MARK = "ucx_bench peer listens on port "
 #: the peer): TCP over the guests' NIC, and ucxx without its progress thread, which gets 3 s
 #: to create an endpoint (ucxx's endpoint.cpp) and misses it on an emulated 1-CPU guest
 #: ("Timeout waiting for ucp_ep_create"): in "blocking" mode the endpoint is made directly.
+#: The exchange of peer information after it gets 60 s instead of ucxx's 5 (ucx_bench's
+#: connect_timeout): under TCG with other guests on the machine's 2 cores, 5 s ran out
+#: (evidence/2026-12-02-qemu-two-hosts-mpi-rc-verbs).
 UCX_ENV = {
     "UCXPY_PROGRESS_MODE": "blocking",
+    "UCXPY_CONNECT_TIMEOUT": "60",
     "UCX_TLS": "tcp",
     "UCX_NET_DEVICES": os.environ.get("AML_TWO_HOSTS_NIC", "all"),
     "UCX_WARN_UNUSED_ENV_VARS": "n",
