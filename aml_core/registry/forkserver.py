@@ -1,0 +1,268 @@
+"""A warm start for ``aml info``'s isolated probes: a fork of the command's own process,
+made before any plugin is loaded and while no other thread runs, that forks one child
+per isolated probe (issue 29, item 5).
+
+Why: a probe in a fresh interpreter pays Python's start and aml-core's import again,
+about what the command's own start costs; a fork of a process that has aml-core imported
+pays neither. Each probe still runs in its own process (a child of the server, never of
+the caller's threads), so a crash, a hang or junk in one is that probe's outcome and the
+others and the command go on (:func:`.isolation.run_child` reads the child's output and
+exit status as it reads a fresh interpreter's). Forked before plugins are loaded, a child
+inherits no plugin's state (a GPU runtime initialised at import) and no lock held by
+another thread; :func:`warm_probes` forks nothing when another thread already runs.
+
+Protocol, over one ``AF_UNIX`` ``SOCK_SEQPACKET`` pair: the caller sends
+``{"id": n, "args": [...]}`` with two file descriptors (``SCM_RIGHTS``: the write ends of
+the probe's stdout and stderr pipes); the server forks a child that runs
+:func:`.isolation.probe_child` with them as its fd 1 and 2, and sends ``{"id": n, "rc":
+rc}`` when the child has ended (``rc`` as ``subprocess``'s ``returncode``: ``-11`` for
+SIGSEGV). ``{"kill": n}`` kills child ``n`` if it has not ended. When the caller closes
+its end, the server kills the children left and exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import NoReturn
+
+__all__ = ["ForkServer", "active", "warm_probes"]
+
+_MESSAGE = 65536
+
+
+class ForkServer:
+    """The caller's end of a running server (:meth:`fork` makes one)."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.pid = pid
+        self._sock = sock
+        self._lock = threading.Lock()
+        self._ended: dict[int, int] = {}
+        self._lost = False
+        self._changed = threading.Condition()
+        self._next = 0
+        self._reader: threading.Thread | None = None
+
+    @classmethod
+    def fork(cls) -> ForkServer | None:
+        """Fork a server now; None where it cannot (no ``fork``, another thread running,
+        the fork failed): the probes then start fresh interpreters."""
+        if not hasattr(os, "fork") or threading.active_count() > 1:
+            return None
+        try:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        except OSError:
+            return None
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
+            with contextlib.suppress(Exception):
+                stream.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            ours.close()
+            _serve(theirs)
+        theirs.close()
+        return cls(ours, pid)
+
+    def spawn(self, args: Sequence[str]) -> tuple[int, int, int] | None:
+        """Start one probe child: ``(id, stdout, stderr)``, the read ends of its output
+        (the caller closes them); None when the server is gone."""
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        with self._lock:
+            n = self._next
+            self._next += 1
+            if self._reader is None:
+                self._reader = threading.Thread(target=self._read, name="aml-probe-server", daemon=True)
+                self._reader.start()
+            try:
+                request = json.dumps({"id": n, "args": list(args)}).encode()
+                socket.send_fds(self._sock, [request], [out_w, err_w])
+            except OSError:
+                os.close(out_r)
+                os.close(err_r)
+                return None
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+        return n, out_r, err_r
+
+    def kill(self, n: int) -> None:
+        """Kill child ``n`` (nothing if it has ended)."""
+        with self._lock, contextlib.suppress(OSError):
+            self._sock.send(json.dumps({"kill": n}).encode())
+
+    def wait(self, n: int, timeout: float | None) -> int | None:
+        """Child ``n``'s exit status, waiting at most ``timeout`` seconds; None if it has
+        not ended by then or the server is gone."""
+        with self._changed:
+            self._changed.wait_for(lambda: n in self._ended or self._lost, timeout)
+            return self._ended.get(n)
+
+    def _read(self) -> None:
+        while True:
+            try:
+                msg = self._sock.recv(_MESSAGE)
+                data = json.loads(msg) if msg else None
+            except (OSError, ValueError):
+                data = None
+            with self._changed:
+                if not isinstance(data, dict):
+                    self._lost = True
+                    self._changed.notify_all()
+                    return
+                self._ended[int(data["id"])] = int(data["rc"])
+                self._changed.notify_all()
+
+    def close(self) -> None:
+        """Stop the server (it kills the children left); reaps it if it has exited."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        with contextlib.suppress(OSError):
+            os.waitpid(self.pid, os.WNOHANG)
+
+
+_active: ForkServer | None = None
+
+
+def active() -> ForkServer | None:
+    """The server :func:`warm_probes` started, while it runs."""
+    return _active
+
+
+@contextlib.contextmanager
+def warm_probes() -> Iterator[ForkServer | None]:
+    """Within it, isolated probes are forks of a server forked now (see the module);
+    for a command that has aml-core imported and has loaded no plugin yet."""
+    global _active
+    if _active is not None:
+        yield _active
+        return
+    server = _active = ForkServer.fork()
+    try:
+        yield server
+    finally:
+        _active = None
+        if server is not None:
+            server.close()
+
+
+def _serve(sock: socket.socket) -> NoReturn:
+    """The server's loop (in the forked process; never returns)."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command handles ^C; EOF ends us
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        pids: dict[int, int] = {}  # child id -> pid, until it has ended
+        sel = selectors.DefaultSelector()
+        sel.register(sock, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in sel.select():
+                if key.fd == wake_r:
+                    os.read(wake_r, 4096)
+                    continue
+                msg, fds, _, _ = socket.recv_fds(sock, _MESSAGE, 2)
+                if not msg:
+                    for fd in fds:
+                        os.close(fd)
+                    _stop(pids)
+                request = json.loads(msg)
+                if "kill" in request:
+                    for fd in fds:
+                        os.close(fd)
+                    pid = pids.get(int(request["kill"]))
+                    if pid is not None:
+                        with contextlib.suppress(OSError):
+                            os.kill(pid, signal.SIGKILL)
+                    continue
+                try:
+                    pid = os.fork()
+                except OSError:
+                    pid = -1
+                if pid == 0:
+                    _child(request["args"], fds, (sock.fileno(), wake_r, wake_w))
+                for fd in fds:
+                    os.close(fd)
+                if pid < 0:
+                    sock.send(json.dumps({"id": request["id"], "rc": 127}).encode())
+                else:
+                    pids[int(request["id"])] = pid
+            _reap(sock, pids)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    os._exit(0)
+
+
+def _reap(sock: socket.socket, pids: dict[int, int]) -> None:
+    """Tell the caller about every child that has ended."""
+    while pids:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        for n, p in list(pids.items()):
+            if p == pid:
+                del pids[n]
+                with contextlib.suppress(OSError):
+                    sock.send(json.dumps({"id": n, "rc": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _stop(pids: dict[int, int]) -> NoReturn:
+    """The caller is gone or done: kill the children left and exit (not waiting for a
+    child stuck in the kernel: init reaps it)."""
+    for pid in pids.values():
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    os._exit(0)
+
+
+def _child(args: list[str], fds: list[int], server_fds: tuple[int, ...]) -> NoReturn:
+    """A probe child: the request's pipes as stdout and stderr, then the probe."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for fd in server_fds:
+            os.close(fd)
+        out, err = fds
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.close(out)
+        os.close(err)
+        from .isolation import probe_child
+
+        probe_child(args)
+        code = 0
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)

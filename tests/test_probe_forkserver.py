@@ -1,0 +1,176 @@
+"""``aml info``'s warm probe server (aml_core.registry.forkserver, issue 29 item 5): each
+third-party probe is a fork of a copy of the command made before any plugin was loaded.
+
+Every test runs ``aml info --json`` in a subprocess (a fork server needs a process with
+no other thread), with plugins as temporary ``.dist-info`` entry points. Where the fork
+server is in use, starting a fresh probe interpreter fails the run, so the outcomes below
+are the forked children's: a crash, a hang, junk output or a slow start in one plugin is
+that plugin's outcome, and the others are still reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import aml_core
+
+REPO = Path(aml_core.__file__).resolve().parent.parent
+RUN_TIMEOUT = 120.0
+
+PLUGIN = """
+import ctypes, os, signal, sys, time
+from aml_core import BackendDescriptor, Kind, ProbeResult, hookimpl
+
+IMPORTED_IN = os.getpid()
+if os.getpid() != int(os.environ["AML_TEST_PARENT_PID"]):
+{child_import}
+
+def probe():
+{probe}
+
+def create(kind, device=None, **options):
+    raise NotImplementedError
+
+@hookimpl
+def aml_backends():
+    return [BackendDescriptor(name={name!r}, priority=3, kinds={{Kind.DEVICE}}, probe=probe,
+                              create_area=create)]
+"""
+
+GOOD = "return ProbeResult(available=True, detail=f'imported in the probe: {IMPORTED_IN == os.getpid()}')"
+SEGV = "os.kill(os.getpid(), signal.SIGSEGV)"
+
+#: Runs ``aml info --json`` in this interpreter; with ``forbid``, a fresh probe
+#: interpreter is an error, so every isolated probe must be a fork of the warm server.
+DRIVER = """
+import os, sys, threading
+import aml_core.registry.isolation as isolation
+if sys.argv[1] == "forbid":
+    def fresh(*args, **kwargs):
+        raise AssertionError("a fresh probe interpreter was started")
+    isolation.subprocess.Popen = fresh
+elif sys.argv[1] == "thread":  # another thread runs: no fork server, fresh interpreters
+    threading.Thread(target=threading.Event().wait, daemon=True).start()
+    from aml_core.registry.forkserver import ForkServer
+    assert ForkServer.fork() is None, "forked a server while another thread ran"
+os.environ["AML_TEST_PARENT_PID"] = str(os.getpid())
+from aml_core import cli
+sys.exit(cli.main(["info", "--json"]))
+"""
+
+
+def _plugin(root: Path, name: str, probe: str, child_import: str = "pass") -> None:
+    (root / f"{name}_mod.py").write_text(
+        PLUGIN.format(
+            name=name,
+            probe=textwrap.indent(probe, "    "),
+            child_import=textwrap.indent(child_import, "    "),
+        )
+    )
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[aml.backends]\n{name} = {name}_mod\n")
+
+
+def _info(tmp_path: Path, mode: str = "forbid", **env: str) -> dict[str, dict[str, Any]]:
+    """``aml info --json``'s backends by name (the run must succeed)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("AML_")}
+    full.update(env)
+    full["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    full["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, mode],
+        env=full,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "a fresh probe interpreter was started" not in proc.stderr, proc.stderr
+    data = json.loads(proc.stdout)
+    return {b["name"]: b for b in data["backends"]}
+
+
+def _said(b: dict[str, Any]) -> tuple[str, str]:
+    return b["state"], b["reason"] or b["detail"] or ""
+
+
+def test_a_segfault_in_a_forked_probe_is_that_plugins_only(tmp_path: Path) -> None:
+    _plugin(tmp_path, "crasher", SEGV)
+    _plugin(tmp_path, "goodone", GOOD)
+    _plugin(tmp_path, "goodtwo", GOOD)
+    found = _info(tmp_path)
+    assert _said(found["crasher"]) == ("broken", "probe crashed (signal 11: SIGSEGV)")
+    for name in ("goodone", "goodtwo", "host"):
+        assert found[name]["state"] == "available", found[name]
+
+
+def test_a_plugin_that_crashes_while_the_probe_imports_it(tmp_path: Path) -> None:
+    """The crash is in the plugin's import in the probe child (not in the parent's)."""
+    _plugin(tmp_path, "importabort", GOOD, child_import="os.abort()")
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path)
+    assert _said(found["importabort"]) == ("broken", "probe crashed (signal 6: SIGABRT)")
+    assert found["goodone"]["state"] == "available", found["goodone"]
+
+
+def test_hang_and_junk_in_forked_probes(tmp_path: Path) -> None:
+    _plugin(tmp_path, "hanger", "time.sleep(600)")
+    _plugin(tmp_path, "printer", "os.write(1, b'\\x00junk {\\n'); print('more junk')\n" + GOOD)
+    _plugin(tmp_path, "liar", "return 'not a result'")
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path, AML_PROBE_TIMEOUT="1")
+    assert _said(found["hanger"]) == ("broken", "probe timed out after 1 s")
+    assert found["printer"]["state"] == "available", found["printer"]
+    state, reason = _said(found["liar"])
+    assert state == "broken", reason
+    assert reason.startswith("probe returned an invalid result"), reason
+    assert found["goodone"]["state"] == "available", found["goodone"]
+
+
+def test_a_forked_probe_that_has_not_started_is_slow(tmp_path: Path) -> None:
+    _plugin(tmp_path, "sleepy", GOOD, child_import="time.sleep(30)")
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path, AML_INFO_TIMEOUT="3")
+    state, reason = _said(found["sleepy"])
+    assert state == "unavailable", reason
+    assert reason.startswith("probe slow: its process had not started after "), reason
+    assert found["goodone"]["state"] == "available", found["goodone"]
+
+
+def test_the_probe_child_imports_its_plugin_itself(tmp_path: Path) -> None:
+    """Forked before any plugin was loaded: the child inherits none of a plugin's
+    import-time state (the parent imported it too, later, in its own process)."""
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path)
+    assert _said(found["goodone"]) == ("available", "imported in the probe: True")
+
+
+def test_a_hung_forked_probe_does_not_outlive_aml_info(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    _plugin(tmp_path, "hanger", f"open({str(pids)!r}, 'a').write(f'{{os.getpid()}}\\n')\ntime.sleep(600)")
+    found = _info(tmp_path, AML_PROBE_TIMEOUT="1")
+    assert found["hanger"]["state"] == "broken", found["hanger"]
+    for pid in pids.read_text().split():
+        status = Path(f"/proc/{pid}/status")
+        state = status.read_text().split("State:")[1].split()[0] if status.exists() else "gone"
+        assert state in ("gone", "Z"), f"probe child {pid} still {state}"
+
+
+def test_with_another_thread_running_probes_are_fresh_interpreters(tmp_path: Path) -> None:
+    """No fork while another thread runs (it could hold a lock the child would need):
+    the same report, from fresh interpreters."""
+    _plugin(tmp_path, "crasher", SEGV)
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path, "thread")
+    assert _said(found["crasher"]) == ("broken", "probe crashed (signal 11: SIGSEGV)")
+    assert _said(found["goodone"]) == ("available", "imported in the probe: True")
