@@ -18,6 +18,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import aml_core
 
 REPO = Path(aml_core.__file__).resolve().parent.parent
@@ -30,6 +32,8 @@ from aml_core import BackendDescriptor, Kind, ProbeResult, hookimpl
 IMPORTED_IN = os.getpid()
 if os.getpid() != int(os.environ["AML_TEST_PARENT_PID"]):
 {child_import}
+else:
+{parent_import}
 
 def probe():
 {probe}
@@ -65,12 +69,17 @@ sys.exit(cli.main(["info", "--json"]))
 """
 
 
-def _plugin(root: Path, name: str, probe: str, child_import: str = "pass") -> None:
+def _plugin(
+    root: Path, name: str, probe: str, child_import: str = "pass", parent_import: str = "pass"
+) -> None:
+    """A plugin distribution ``name`` in ``root``: its probe runs ``probe``; its import
+    runs ``child_import`` in a probe child and ``parent_import`` in ``aml info`` itself."""
     (root / f"{name}_mod.py").write_text(
         PLUGIN.format(
             name=name,
             probe=textwrap.indent(probe, "    "),
             child_import=textwrap.indent(child_import, "    "),
+            parent_import=textwrap.indent(parent_import, "    "),
         )
     )
     info = root / f"{name}-0.1.dist-info"
@@ -79,14 +88,18 @@ def _plugin(root: Path, name: str, probe: str, child_import: str = "pass") -> No
     (info / "entry_points.txt").write_text(f"[aml.backends]\n{name} = {name}_mod\n")
 
 
-def _info(tmp_path: Path, mode: str = "forbid", **env: str) -> dict[str, dict[str, Any]]:
-    """``aml info --json``'s backends by name (the run must succeed)."""
+def _info(
+    tmp_path: Path, mode: str = "forbid", *, redirect: str = "", **env: str
+) -> dict[str, dict[str, Any]]:
+    """``aml info --json``'s backends by name (the run must succeed). ``redirect``: bash
+    redirections for the command (``2>&-``: started with stderr closed); where it sends
+    stdout to ``out.json``, the report is read from there."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("AML_")}
     full.update(env)
     full["XDG_CACHE_HOME"] = str(tmp_path / "cache")
     full["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO)])
     proc = subprocess.run(
-        [sys.executable, "-c", DRIVER, mode],
+        ["/bin/bash", "-c", f'exec "$@" {redirect}', "bash", sys.executable, "-c", DRIVER, mode],
         env=full,
         cwd=tmp_path,
         capture_output=True,
@@ -96,7 +109,7 @@ def _info(tmp_path: Path, mode: str = "forbid", **env: str) -> dict[str, dict[st
     )
     assert proc.returncode == 0, proc.stderr
     assert "a fresh probe interpreter was started" not in proc.stderr, proc.stderr
-    data = json.loads(proc.stdout)
+    data = json.loads((tmp_path / "out.json").read_text() if "out.json" in redirect else proc.stdout)
     return {b["name"]: b for b in data["backends"]}
 
 
@@ -174,3 +187,60 @@ def test_with_another_thread_running_probes_are_fresh_interpreters(tmp_path: Pat
     found = _info(tmp_path, "thread")
     assert _said(found["crasher"]) == ("broken", "probe crashed (signal 11: SIGSEGV)")
     assert _said(found["goodone"]) == ("available", "imported in the probe: True")
+
+
+#: What a plugin writes while the command imports it: to fd 1 and through C's stdio, which
+#: the command sends to stderr while plugins load...
+NOISY_PARENT = """
+os.write(1, b"noise: fd 1 at import\\n")
+ctypes.CDLL(None).printf(b"noise: printf at import\\n")
+"""
+#: ... and in the probe child, to its stderr, as any plugin may.
+NOISY_CHILD = """
+print("noise: print to stderr in the probe child", file=sys.stderr)
+sys.__stderr__.write("noise: __stderr__ in the probe child\\n")
+"""
+
+
+@pytest.mark.parametrize(
+    "redirect",
+    ["2>&-", "<&-", "<&- 2>&-", ">out.json 2>&-", ">out.json <&-"],
+    ids=[
+        "stderr-closed",
+        "stdin-closed",
+        "stdin-stderr-closed",
+        "stdout-file-stderr-closed",
+        "stdout-file-stdin-closed",
+    ],
+)
+def test_closed_standard_streams(tmp_path: Path, redirect: str) -> None:
+    """Started with stdin or stderr closed (``aml info --json 2>&-``), stdout a file:
+    the fork server's socket and pipes never take fd 0, 1 or 2, so what a plugin writes
+    to fd 1 while the command imports it is not sent to the server (which it killed, or
+    whose closed socket failed the plugin's write), and the report is valid JSON. In the
+    probe child, a stream the command started without is there as in a fresh
+    interpreter: what the child writes to stderr is the probe's stderr, which the report
+    quotes when the child exits."""
+    _plugin(tmp_path, "noisy", GOOD, child_import=NOISY_CHILD, parent_import=NOISY_PARENT)
+    _plugin(
+        tmp_path,
+        "quitter",
+        GOOD,
+        child_import='sys.stderr.write("quitter: no device\\n")\nsys.stderr.flush()\nos._exit(3)',
+    )
+    found = _info(tmp_path, redirect=redirect)
+    assert _said(found["noisy"]) == ("available", "imported in the probe: True"), found["noisy"]
+    assert _said(found["quitter"]) == ("broken", "probe process exited with status 3: quitter: no device")
+    assert found["host"]["state"] == "available", found["host"]
+
+
+def test_a_probe_whose_server_was_killed_is_lost_not_broken(tmp_path: Path) -> None:
+    """The fork server killed from outside (here by the probe child itself: its parent is
+    the server): no exit status can come, which says nothing against the backend."""
+    _plugin(tmp_path, "orphan", "os.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(0.2)\n" + GOOD)
+    found = _info(tmp_path, "any")
+    assert _said(found["orphan"]) == (
+        "unavailable",
+        "probe lost: aml info's probe server ended before the probe's exit status came",
+    )
+    assert found["host"]["state"] == "available", found["host"]

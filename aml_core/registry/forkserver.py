@@ -18,11 +18,20 @@ the probe's stdout and stderr pipes); the server forks a child that runs
 rc}`` when the child has ended (``rc`` as ``subprocess``'s ``returncode``: ``-11`` for
 SIGSEGV). ``{"kill": n}`` kills child ``n`` if it has not ended. When the caller closes
 its end, the server kills the children left and exits.
+
+File descriptors 0, 1 and 2 are never the server's own: ``aml info 2>&-`` starts with
+fd 2 closed, and a socket or pipe landing there would be taken for stderr (the command
+points fd 1 at "stderr" while plugins load, so what they print went into the server's
+socket, killing the server or failing the plugin's own write). The caller's socket and
+pipes are moved above 2 (:func:`_above_std`); the server puts ``/dev/null`` on those of
+0, 1, 2 not open, so nothing it opens or receives lands there and its children get the
+probe's pipes as fd 1 and 2 whatever the command started with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import selectors
@@ -59,8 +68,14 @@ class ForkServer:
         if not hasattr(os, "fork") or threading.active_count() > 1:
             return None
         try:
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            pair = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         except OSError:
+            return None
+        try:
+            ours, theirs = _socket_above_std(pair[0]), _socket_above_std(pair[1])
+        except OSError:  # no file descriptor left
+            for s in pair:
+                s.close()
             return None
         for stream in (sys.stdout, sys.stderr):  # nothing buffered is written twice
             with contextlib.suppress(Exception):
@@ -80,8 +95,7 @@ class ForkServer:
     def spawn(self, args: Sequence[str]) -> tuple[int, int, int] | None:
         """Start one probe child: ``(id, stdout, stderr)``, the read ends of its output
         (the caller closes them); None when the server is gone."""
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+        out_r, out_w, err_r, err_w = _pipes_above_std()
         with self._lock:
             n = self._next
             self._next += 1
@@ -107,10 +121,16 @@ class ForkServer:
 
     def wait(self, n: int, timeout: float | None) -> int | None:
         """Child ``n``'s exit status, waiting at most ``timeout`` seconds; None if it has
-        not ended by then or the server is gone."""
+        not ended by then or the server is gone (:attr:`lost`)."""
         with self._changed:
             self._changed.wait_for(lambda: n in self._ended or self._lost, timeout)
             return self._ended.get(n)
+
+    @property
+    def lost(self) -> bool:
+        """The server has gone (it was killed, or it failed): no exit status will come."""
+        with self._changed:
+            return self._lost
 
     def _read(self) -> None:
         while True:
@@ -161,19 +181,57 @@ def warm_probes() -> Iterator[ForkServer | None]:
             server.close()
 
 
+def _above_std(fd: int) -> int:
+    """``fd``, or a close-on-exec copy of it numbered 3 or more (the original closed)
+    where it is 0, 1 or 2: one of the standard streams was closed when it was opened."""
+    if fd > 2:
+        return fd
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)
+
+
+def _socket_above_std(sock: socket.socket) -> socket.socket:
+    if sock.fileno() > 2:
+        return sock
+    return socket.socket(fileno=_above_std(sock.detach()))
+
+
+def _pipes_above_std() -> tuple[int, int, int, int]:
+    """Two pipes, ``(out_r, out_w, err_r, err_w)``, none of them fd 0, 1 or 2."""
+    fds: list[int] = []
+    try:
+        for _ in range(2):
+            for fd in os.pipe():
+                fds.append(_above_std(fd))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    out_r, out_w, err_r, err_w = fds
+    return out_r, out_w, err_r, err_w
+
+
 def _serve(sock: socket.socket) -> NoReturn:
     """The server's loop (in the forked process; never returns)."""
+    pids: dict[int, int] = {}  # child id -> pid, until it has ended
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the command handles ^C; EOF ends us
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 0)
         os.dup2(devnull, 1)
-        os.close(devnull)
+        try:
+            os.fstat(2)  # the command's stderr, for a traceback of ours
+        except OSError:
+            os.dup2(devnull, 2)
+        if devnull > 2:
+            os.close(devnull)
+        # 0, 1 and 2 are open now: what is opened or received below is 3 or more.
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
-        pids: dict[int, int] = {}  # child id -> pid, until it has ended
         sel = selectors.DefaultSelector()
         sel.register(sock, selectors.EVENT_READ)
         sel.register(wake_r, selectors.EVENT_READ)
@@ -212,7 +270,7 @@ def _serve(sock: socket.socket) -> NoReturn:
     except BaseException:
         with contextlib.suppress(Exception):
             traceback.print_exc()
-    os._exit(0)
+    _stop(pids)  # no child outlives the server
 
 
 def _reap(sock: socket.socket, pids: dict[int, int]) -> None:
@@ -254,6 +312,7 @@ def _child(args: list[str], fds: list[int], server_fds: tuple[int, ...]) -> NoRe
         os.dup2(err, 2)
         os.close(out)
         os.close(err)
+        _standard_streams()
         from .isolation import probe_child
 
         probe_child(args)
@@ -266,3 +325,23 @@ def _child(args: list[str], fds: list[int], server_fds: tuple[int, ...]) -> NoRe
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _standard_streams() -> None:
+    """In a probe child, a ``sys.stdin``/``stdout``/``stderr`` (and its ``__std*__``) that
+    the command started without (its fd was closed) is made on fd 0, 1 or 2, as a fresh
+    interpreter's would be: the plugin's ``print(file=sys.stderr)`` and the child's
+    traceback reach the probe's stderr pipe."""
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        if getattr(sys, name) is not None and getattr(sys, f"__{name}__") is not None:
+            continue
+        stream = open(  # noqa: SIM115 (it lives on as sys.std*)
+            fd,
+            "r" if fd == 0 else "w",
+            buffering=1 if fd == 2 else -1,
+            errors="backslashreplace" if fd == 2 else "strict",
+            closefd=False,
+        )
+        for attr in (name, f"__{name}__"):
+            if getattr(sys, attr) is None:
+                setattr(sys, attr, stream)

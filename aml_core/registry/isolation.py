@@ -170,6 +170,14 @@ def _failed(reason: str) -> Outcome:
     return Outcome(ProbeResult.unavailable(reason), broken=True, finished=False)
 
 
+def _lost() -> Outcome:
+    """A forked probe whose exit status never came: the warm server that forked it ended
+    (killed from outside). That says nothing against the backend: unavailable, not
+    broken, not remembered."""
+    reason = "probe lost: aml info's probe server ended before the probe's exit status came"
+    return Outcome(ProbeResult.unavailable(reason), broken=False, finished=False)
+
+
 def slow(waited: float, why: str = "") -> Outcome:
     """A child that had not started its probe (Python starting, the plugin loading) when
     the wait ran out: the machine is slow or busy, which says nothing against the
@@ -199,6 +207,9 @@ class _Interpreter:
         except subprocess.TimeoutExpired:
             return None
 
+    def lost(self) -> bool:
+        return False
+
     def close(self) -> None:
         assert self._proc.stdout is not None
         assert self._proc.stderr is not None
@@ -218,6 +229,10 @@ class _Forked:
 
     def wait(self, timeout: float | None) -> int | None:
         return self._server.wait(self._n, timeout)
+
+    def lost(self) -> bool:
+        """The server is gone, so this child's exit status will never come."""
+        return self._server.lost
 
     def close(self) -> None:
         os.close(self.out)
@@ -291,7 +306,9 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
         if stopped is None:
             # Its output is closed; it ends now, unless it closed its output and hangs.
             rc = child.wait(max(0.0, (end if limit is None else min(end, limit.end)) - time.monotonic()))
-            if rc is None:
+            if rc is None and child.lost():
+                stopped = _lost()
+            elif rc is None:
                 stopped = (
                     _failed(timed_out(timeout)) if started is not None else slow(time.monotonic() - spawned)
                 )
