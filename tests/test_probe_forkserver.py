@@ -63,6 +63,8 @@ elif sys.argv[1] == "thread":  # another thread runs: no fork server, fresh inte
     threading.Thread(target=threading.Event().wait, daemon=True).start()
     from aml_core.registry.forkserver import ForkServer
     assert ForkServer.fork() is None, "forked a server while another thread ran"
+if "AML_TEST_STARTUP_LIMIT" in os.environ:  # a probe's startup budget, in place of 30 s scaled
+    isolation.startup_limit = lambda: float(os.environ["AML_TEST_STARTUP_LIMIT"])
 os.environ["AML_TEST_PARENT_PID"] = str(os.getpid())
 from aml_core import cli
 sys.exit(cli.main(["info", "--json"]))
@@ -158,6 +160,22 @@ def test_a_forked_probe_that_has_not_started_is_slow(tmp_path: Path) -> None:
     assert state == "unavailable", reason
     assert reason.startswith("probe slow: its process had not started after "), reason
     assert found["goodone"]["state"] == "available", found["goodone"]
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["info-timeout-set", "default"])
+def test_a_user_set_info_limit_is_a_forked_probes_startup_budget(tmp_path: Path, given: bool) -> None:
+    """A forked child slower to start than its startup budget (0.5 s here): waited for
+    when the user set ``AML_INFO_TIMEOUT`` (the probes may use all of it, as in the NUMA
+    lab's guests), "probe slow" otherwise."""
+    _plugin(tmp_path, "sleepy", GOOD, child_import="time.sleep(1.5)")
+    limit = {"AML_INFO_TIMEOUT": "60"} if given else {}
+    found = _info(tmp_path, AML_TEST_STARTUP_LIMIT="0.5", **limit)
+    state, reason = _said(found["sleepy"])
+    if given:
+        assert (state, reason) == ("available", "imported in the probe: True")
+    else:
+        assert state == "unavailable", reason
+        assert reason.startswith("probe slow: its process had not started after "), reason
 
 
 def test_the_probe_child_imports_its_plugin_itself(tmp_path: Path) -> None:
