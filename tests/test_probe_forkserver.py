@@ -262,3 +262,30 @@ def test_a_probe_whose_server_was_killed_is_lost_not_broken(tmp_path: Path) -> N
         "probe lost: aml info's probe server ended before the probe's exit status came",
     )
     assert found["host"]["state"] == "available", found["host"]
+
+
+#: A probe that closes its output (its pipes: the answer can no longer be written) and hangs.
+CLOSES_AND_HANGS = "os.closerange(1, 1024)\ntime.sleep(600)"
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"AML_PROBE_TIMEOUT": "1"}, ("broken", "probe timed out after 1 s")),
+        (
+            {"AML_PROBE_TIMEOUT": "30", "AML_INFO_TIMEOUT": "2"},
+            ("unavailable", "probe stopped: aml info's time limit of 2 s (AML_INFO_TIMEOUT) ran out"),
+        ),
+    ],
+    ids=["probe-timeout", "info-limit-first"],
+)
+def test_a_probe_that_closes_its_output_and_hangs(
+    tmp_path: Path, env: dict[str, str], said: tuple[str, str]
+) -> None:
+    """Its output ends but no exit status comes: it hung past its own timeout (broken), or
+    ``AML_INFO_TIMEOUT`` ran out first, which stops it (unavailable, as for a probe still
+    writing), never "timed out after 30 s" when 2 s had passed."""
+    _plugin(tmp_path, "closer", CLOSES_AND_HANGS)
+    found = _info(tmp_path, **env)
+    assert _said(found["closer"]) == said
+    assert found["host"]["state"] == "available", found["host"]

@@ -280,18 +280,21 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
         end = max(end, limit.end)  # the user gave the probes this long: a slow start may use it
     stopped: Outcome | None = None
     rc: int | None = None
+
+    def out_of_time(now: float) -> Outcome:
+        """The outcome of a child still running at ``now``, past its deadline or the limit:
+        the limit's, where it ran out first."""
+        if limit is not None and limit.end < end and now >= limit.end:
+            if started is not None:
+                return limit.outcome("probe stopped")
+            return slow(now - spawned, f", when {limit.ran_out_text()}")
+        return _failed(timed_out(timeout)) if started is not None else slow(now - spawned)
+
     try:
         while sel.get_map():
             now = time.monotonic()
-            if limit is not None and limit.end < end and now >= limit.end:
-                stopped = (
-                    limit.outcome("probe stopped")
-                    if started is not None
-                    else slow(now - spawned, f", when {limit.ran_out_text()}")
-                )
-                break
-            if now >= end:
-                stopped = _failed(timed_out(timeout)) if started is not None else slow(now - spawned)
+            if now >= end or (limit is not None and now >= limit.end):
+                stopped = out_of_time(now)
                 break
             wait = end - now if limit is None else min(end, limit.end) - now
             for key, _ in sel.select(max(0.0, wait)):
@@ -305,13 +308,10 @@ def run_child(b: Backend, timeout: float, limit: TimeLimit | None = None) -> Out
                 end = started + timeout
         if stopped is None:
             # Its output is closed; it ends now, unless it closed its output and hangs.
-            rc = child.wait(max(0.0, (end if limit is None else min(end, limit.end)) - time.monotonic()))
-            if rc is None and child.lost():
-                stopped = _lost()
-            elif rc is None:
-                stopped = (
-                    _failed(timed_out(timeout)) if started is not None else slow(time.monotonic() - spawned)
-                )
+            deadline = end if limit is None else min(end, limit.end)
+            rc = child.wait(max(0.0, deadline - time.monotonic()))
+            if rc is None:  # no exit status by its deadline (or the limit's end)
+                stopped = _lost() if child.lost() else out_of_time(max(time.monotonic(), deadline))
     finally:
         sel.close()
         if stopped is not None:
