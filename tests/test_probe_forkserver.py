@@ -21,6 +21,8 @@ from typing import Any
 import pytest
 
 import aml_core
+from aml_core.registry.config import ENTRY_POINT_GROUP
+from aml_core.registry.manager import third_party_declared
 
 REPO = Path(aml_core.__file__).resolve().parent.parent
 RUN_TIMEOUT = 120.0
@@ -63,6 +65,14 @@ elif sys.argv[1] == "thread":  # another thread runs: no fork server, fresh inte
     threading.Thread(target=threading.Event().wait, daemon=True).start()
     from aml_core.registry.forkserver import ForkServer
     assert ForkServer.fork() is None, "forked a server while another thread ran"
+if "AML_TEST_FORKS" in os.environ:  # a file: a line for each fork server forked
+    from aml_core.registry.forkserver import ForkServer
+    real_fork = ForkServer.fork.__func__
+    def counted(cls):
+        with open(os.environ["AML_TEST_FORKS"], "a") as f:
+            f.write("fork\\n")
+        return real_fork(cls)
+    ForkServer.fork = classmethod(counted)
 if "AML_TEST_STARTUP_LIMIT" in os.environ:  # a probe's startup budget, in place of 30 s scaled
     isolation.startup_limit = lambda: float(os.environ["AML_TEST_STARTUP_LIMIT"])
 os.environ["AML_TEST_PARENT_PID"] = str(os.getpid())
@@ -176,6 +186,23 @@ def test_a_user_set_info_limit_is_a_forked_probes_startup_budget(tmp_path: Path,
     else:
         assert state == "unavailable", reason
         assert reason.startswith("probe slow: its process had not started after "), reason
+
+
+def test_a_server_is_forked_only_for_a_third_party_plugin(tmp_path: Path) -> None:
+    """aml-core's own host backend is probed in-process: with no other distribution
+    declaring a backend, ``aml info`` forks no server (it would cost a fork for nothing);
+    with one, it forks one."""
+    forks = tmp_path / "forks"
+    found = _info(tmp_path, AML_TEST_FORKS=str(forks))
+    assert found["host"]["state"] == "available", found["host"]
+    # Where this environment has other plugins installed (the tox envs' GPU doubles), a
+    # server is forked for them.
+    assert forks.exists() is third_party_declared(ENTRY_POINT_GROUP)
+    forks.unlink(missing_ok=True)
+    _plugin(tmp_path, "goodone", GOOD)
+    found = _info(tmp_path, AML_TEST_FORKS=str(forks))
+    assert _said(found["goodone"]) == ("available", "imported in the probe: True")
+    assert forks.read_text() == "fork\n"
 
 
 def test_the_probe_child_imports_its_plugin_itself(tmp_path: Path) -> None:

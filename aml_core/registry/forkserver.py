@@ -9,7 +9,9 @@ the caller's threads), so a crash, a hang or junk in one is that probe's outcome
 others and the command go on (:func:`.isolation.run_child` reads the child's output and
 exit status as it reads a fresh interpreter's). Forked before plugins are loaded, a child
 inherits no plugin's state (a GPU runtime initialised at import) and no lock held by
-another thread; :func:`warm_probes` forks nothing when another thread already runs.
+another thread; :func:`warm_probes` forks nothing when another thread already runs, or
+when no distribution but aml-core declares a backend (aml-core's host backend is probed
+in-process: a server would be a fork for nothing).
 
 Protocol, over one ``AF_UNIX`` ``SOCK_SEQPACKET`` pair: the caller sends
 ``{"id": n, "args": [...]}`` with two file descriptors (``SCM_RIGHTS``: the write ends of
@@ -42,6 +44,9 @@ import threading
 import traceback
 from collections.abc import Iterator, Sequence
 from typing import NoReturn
+
+from .config import ENTRY_POINT_GROUP
+from .manager import third_party_declared
 
 __all__ = ["ForkServer", "active", "warm_probes"]
 
@@ -165,14 +170,16 @@ def active() -> ForkServer | None:
 
 
 @contextlib.contextmanager
-def warm_probes() -> Iterator[ForkServer | None]:
+def warm_probes(group: str = ENTRY_POINT_GROUP) -> Iterator[ForkServer | None]:
     """Within it, isolated probes are forks of a server forked now (see the module);
-    for a command that has aml-core imported and has loaded no plugin yet."""
+    for a command that has aml-core imported and has loaded no plugin yet. Where no
+    distribution but aml-core declares an entry point of ``group`` (its metadata read,
+    no plugin loaded), no probe will be isolated: nothing is forked."""
     global _active
     if _active is not None:
         yield _active
         return
-    server = _active = ForkServer.fork()
+    server = _active = ForkServer.fork() if third_party_declared(group) else None
     try:
         yield server
     finally:
