@@ -9,14 +9,16 @@ each kind of memory. Lines fit the terminal (``--verbose`` prints
 every text in full); ``aml info --json`` prints the same for scripts
 (docs/aml-info-json.md).
 
-Each entry-point backend is probed in its own process, so a probe that crashes or hangs
-is reported and the command still answers; a bounded number run at once, all within
-``AML_INFO_TIMEOUT`` seconds (default 60), and those the limit stopped say so. A bad
-environment (``AML_BACKEND``, ``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives
-a warning line and the rest of the report, with exit status 0. When the output cannot
-be written (a closed pipe, a full disk, a closed stdout), the command says so in one
-line on stderr and exits with status 1; text the output's encoding cannot show is
-escaped (``\\xe9``).
+Each third-party entry-point backend is probed in its own process, so a probe that
+crashes or hangs is reported and the command still answers (each such process is a fork
+of a warm copy of the command, made before any plugin is loaded, so it does not start
+Python and import aml-core again; aml-core's own host backend is probed in-process); a
+bounded number run at once, all within ``AML_INFO_TIMEOUT`` seconds (default 60), and
+those the limit stopped say so. A bad environment (``AML_BACKEND``,
+``AML_DISABLE_BACKENDS``, ``AML_PROBE_TIMEOUT``...) gives a warning line and the rest of
+the report, with exit status 0. When the output cannot be written (a closed pipe, a full
+disk, a closed stdout), the command says so in one line on stderr and exits with status
+1; text the output's encoding cannot show is escaped (``\\xe9``).
 
 What plugins print while the parent imports them and calls their hooks (``print``,
 ``os.write(1, ...)``, a C library's ``printf``) goes to stderr: only the report is
@@ -42,6 +44,7 @@ from collections.abc import Iterator, Sequence
 from . import __version__, codec, topology
 from .errors import AMLError
 from .registry import AMLConfigWarning, default_registry
+from .registry.forkserver import warm_probes
 from .specs import BackendStatus, Kind, format_size
 
 __all__ = ["JSON_SCHEMA_VERSION", "info_data", "main", "render"]
@@ -475,7 +478,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if sys.stdout is None:  # started with stdout closed (aml info >&-): nothing to probe for
         return _cannot_write("it is closed")
     try:
-        with _plugin_output_to_stderr():
+        # First, before any plugin is loaded or thread started: the isolated probes are then
+        # forks of this warm process, not fresh interpreters (aml_core.registry.forkserver).
+        with warm_probes(), _plugin_output_to_stderr():
             data = info_data()
     except AMLError as exc:
         print(f"aml: error: {exc}", file=sys.stderr)

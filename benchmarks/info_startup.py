@@ -9,13 +9,16 @@ pairs; the one-minute load average before and after is recorded, since on a load
 machine both figures grow.
 
 ``--baseline DIR`` measures a checkout of older code (built in place) in the same run,
-interleaved with this one (its ``aml_core`` first on PYTHONPATH): the before and after.
+interleaved with this one (its ``aml_core`` first on PYTHONPATH): the before and after
+(with ``--plugin``, for both setups).
 
 ``--plugin`` adds a third-party backend (a temporary ``.dist-info`` on PYTHONPATH whose
 probe returns at once, as an installed plugin's would): ``aml info`` then runs its probe
 in its own interpreter (the isolation it keeps), while ``backends()`` runs it in-process
 once it was seen to finish (a warm probe cache). That row shows what one isolated
-probe costs; the host backend alone never pays it.
+probe costs; the host backend alone never pays it. Whether bytecode caches were used is
+recorded: with ``PYTHONDONTWRITEBYTECODE`` set, every interpreter (a fresh probe
+interpreter too) compiles aml-core's sources again.
 
     python benchmarks/info_startup.py --out evidence/<date>-<machine>-info-startup --name <machine>
 """
@@ -133,16 +136,19 @@ def main() -> int:
         base["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         Path(base["XDG_CACHE_HOME"]).mkdir()
         envs = {"host only": base}
-        if args.baseline is not None:
-            old = dict(base, PYTHONPATH=str(args.baseline.resolve()))
-            envs[f"host only, baseline {_commit(args.baseline)}"] = old
+        old_path = [] if args.baseline is None else [str(args.baseline.resolve())]
+        if old_path:
+            envs[f"host only, baseline {_commit(args.baseline)}"] = dict(base, PYTHONPATH=old_path[0])
         if args.plugin:
             site = Path(tmp) / "site"
             site.mkdir()
             _site(site)
-            envs["host + one third-party plugin"] = dict(
-                base, PYTHONPATH=os.pathsep.join([str(site), *sys.path[1:]])
-            )
+            plugin_path = [str(site), *sys.path[1:]]
+            envs["host + one third-party plugin"] = dict(base, PYTHONPATH=os.pathsep.join(plugin_path))
+            if old_path:
+                envs[f"host + one third-party plugin, baseline {_commit(args.baseline)}"] = dict(
+                    base, PYTHONPATH=os.pathsep.join([str(site), *old_path, *sys.path[1:]])
+                )
         rows = measure(args.repeat, envs)
     load_after = os.getloadavg()
     report = {
@@ -150,6 +156,9 @@ def main() -> int:
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
+        # Without bytecode caches every interpreter compiles aml-core's sources again (tox
+        # and this machine's shell set PYTHONDONTWRITEBYTECODE; an installed wheel has them).
+        "bytecode_caches": not os.environ.get("PYTHONDONTWRITEBYTECODE"),
         "load_average_before": load_before,
         "load_average_after": load_after,
         "target_ratio": TARGET,
@@ -169,7 +178,9 @@ def main() -> int:
         stem.with_suffix(".md").write_text(
             f"# aml info against backends() on {args.name}\n\n"
             f"Python {report['python']}, {report['platform']}, {report['cpus']} CPUs; medians of "
-            f"{args.repeat} interleaved pairs of fresh interpreters; one-minute load average "
+            f"{args.repeat} interleaved pairs of fresh interpreters, bytecode caches "
+            f"{'used' if report['bytecode_caches'] else 'off (PYTHONDONTWRITEBYTECODE)'}; "
+            "one-minute load average "
             f"{load_before[0]:.1f} before, {load_after[0]:.1f} after (target: at most {TARGET}x).\n\n"
             "| installed | aml info ms | backends() ms | ratio | min ms (info / backends) |\n"
             "|---|---|---|---|---|\n" + "\n".join(lines) + "\n"

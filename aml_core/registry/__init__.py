@@ -29,10 +29,12 @@ Rules (docs/user-guide.md, "Backends and the registry", is the user-facing versi
   or returns something other than a valid :class:`ProbeResult` makes its backend
   ``broken`` with the reason.
 * **Isolation.** ``aml info`` (``statuses(isolated=True)``) runs each third-party
-  entry-point backend's probe in its own interpreter (:mod:`.isolation`), so a native
+  entry-point backend's probe in its own process (:mod:`.isolation`; a fork of the warm
+  copy of itself that ``aml info`` forks before loading plugins, :mod:`.forkserver`,
+  else a fresh interpreter), so a native
   crash or hang in a probe is reported ("probe crashed (signal 11: SIGSEGV)", "probe
   timed out after 5 s") instead of taking the command down; aml-core's own host backend
-  is probed in-process. An interpreter that has not started its probe within its
+  is probed in-process. A probe process that has not started its probe within its
   budget (:func:`.config.startup_limit`, scaled with the load, or all of
   ``AML_INFO_TIMEOUT`` when the user sets it) is "probe slow",
   ``unavailable``, never ``broken``. At most :func:`.config.isolated_parallelism`

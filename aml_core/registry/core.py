@@ -137,7 +137,7 @@ class Registry:
         backends first, then by priority (higher first), then by name.
 
         ``isolated=True`` (what ``aml info`` uses) probes each third-party entry-point
-        backend (not aml-core's host backend) in a separate interpreter, so a probe that
+        backend (not aml-core's host backend) in a separate process, so a probe that
         crashes the process or hangs in native code is reported instead of taking the
         caller down; it is not cached. At most
         :func:`~.config.isolated_parallelism` run at once, in rank order, all within
@@ -150,15 +150,24 @@ class Registry:
                 return self._statuses
             active = [b for b in self._backends.values() if b.desc.name not in cfg.disabled]
             outcomes: dict[str, Outcome] = {}
-            if isolated:
-                # aml-core's own backend (host) is probed here, as backends() does: it
-                # never needs a process of its own (issue 29: aml info on a slow machine).
-                remote = [b for b in active if b.plugin.third_party]
-                limit = TimeLimit.start(cfg.info_timeout, bounds_startup=cfg.info_timeout_given)
-                outcomes.update(probe_isolated(remote, cfg.timeout, limit))
+            # aml-core's own backend (host) is probed here, as backends() does: it never
+            # needs a process of its own (issue 29: aml info on a slow machine). Its job
+            # starts first, so it runs while the isolated probes do.
+            remote = [b for b in active if isolated and b.plugin.third_party]
+            isolated_names = {b.desc.name for b in remote}
+            jobs = {
+                b.desc.name: self._job(b, cfg.timeout) for b in active if b.desc.name not in isolated_names
+            }
+            if remote:
+                outcomes.update(
+                    probe_isolated(
+                        remote,
+                        cfg.timeout,
+                        TimeLimit.start(cfg.info_timeout, bounds_startup=cfg.info_timeout_given),
+                    )
+                )
                 for b in remote:
                     self._trust.record(b.plugin, b.desc.name, outcomes[b.desc.name])
-            jobs = {b.desc.name: self._job(b, cfg.timeout) for b in active if b.desc.name not in outcomes}
             for name, job in jobs.items():
                 outcomes[name] = job.wait()
             out = [plugin_status(p) for p in self._plugins if p.obj is None or p.state != "available"]

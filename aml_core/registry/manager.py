@@ -78,6 +78,12 @@ def entry_points(group: str) -> list[tuple[metadata.EntryPoint, bool]]:
     return found
 
 
+def third_party_declared(group: str) -> bool:
+    """Whether a distribution other than aml-core declares an entry point of ``group``
+    (a plugin that :attr:`Plugin.third_party` would be), found without loading any."""
+    return any(dist_of(ep)[0] != CORE_DISTRIBUTION for ep, _ in entry_points(group))
+
+
 def dist_of(ep: metadata.EntryPoint) -> tuple[str, str]:
     return (ep.dist.name, ep.dist.version) if ep.dist is not None else ("", "")
 
