@@ -2,8 +2,9 @@
 
 Every machine here has one NUMA node, so multi-node placement cannot be tested on it
 directly. The lab boots an emulated machine with `virtme-ng <https://github.com/arighi/virtme-ng>`_
-(``vng``) and QEMU over this machine's own root filesystem (read-only, with the repository
-mapped read-write), on Debian's kernel (``linux-image-amd64`` in ``/boot``), and runs a
+(``vng``) and QEMU over this machine's own root filesystem (9p, read-only, with the repository
+mapped read-write; this Python's installation and venv mounted again read-only and cached,
+:func:`cached_trees`), on Debian's kernel (``linux-image-amd64`` in ``/boot``), and runs a
 command inside it, by default ``python -m pytest tests/numa`` with ``AML_NUMA_LAB=<topology>``
 set. The installed venv runs unchanged inside the guest. ``tox -e numa`` runs every
 topology; ``tests/numa/conftest.py`` selects the tests of the running topology and turns a
