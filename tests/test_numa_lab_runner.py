@@ -6,6 +6,7 @@ start line the boot is timed by, and the bytecode compiled before a boot."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,39 @@ def test_the_guest_says_when_its_command_starts() -> None:
     assert f"echo '{numa_lab.STARTED}' $(uname -r)" in script
     assert script.index(numa_lab.STARTED) < script.index("cd /work/x")
     assert "export AML_NUMA_LAB=tiered" in script
+
+
+def test_the_interpreter_and_its_environment_are_mounted_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "base_prefix", "/opt/py")
+    monkeypatch.setattr(sys, "prefix", "/work/x/.tox/numa")
+    trees = numa_lab.cached_trees()
+    assert trees == [Path("/opt/py").resolve(), Path("/work/x/.tox/numa").resolve()]
+    exports = numa_lab.cached_exports(trees)
+    assert exports.count("-fsdev") == exports.count("-device") == 2
+    assert f"local,id=labro1,path={trees[1]},security_model=none,readonly=on,multidevs=remap" in exports
+    assert "virtio-9p-pci,fsdev=labro1,mount_tag=labro1" in exports
+    script = numa_lab.guest_script(numa_lab.TOPOLOGIES["tiered"], ["true"], Path("/work/x"), trees)
+    mount = f"mount -t 9p -o {numa_lab.CACHED_MOUNT_OPTIONS} labro1 {trees[1]}"
+    assert mount in script
+    assert "cache=loose" in numa_lab.CACHED_MOUNT_OPTIONS
+    assert numa_lab.CACHED_MOUNT_OPTIONS.startswith("ro,")
+    assert script.index(mount) < script.index(numa_lab.STARTED)  # the boot's time includes the mounts
+    # a venv that is the installation itself, and the root, are not mounted twice or at all
+    monkeypatch.setattr(sys, "prefix", "/opt/py")
+    assert numa_lab.cached_trees() == [Path("/opt/py").resolve()]
+    monkeypatch.setattr(sys, "base_prefix", "/")
+    monkeypatch.setattr(sys, "prefix", "/")
+    assert numa_lab.cached_trees() == []
+
+
+def test_the_guest_boots_on_9p_with_the_cached_exports(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(numa_lab, "_vng", lambda: "/usr/bin/vng")
+    argv = numa_lab.vng_command(numa_lab.TOPOLOGIES["two-node"], ["true"], kernel=Path("/boot/vmlinuz-x"))
+    assert "--force-9p" in argv  # not virtio-fs: the nodes' memory is not shared
+    qemu = next(a for a in argv if a.startswith("--qemu-opts="))
+    assert "memdev=lab-m1" in qemu
+    for i in range(len(numa_lab.cached_trees())):
+        assert f"mount_tag=labro{i}" in qemu
 
 
 def test_the_repository_is_compiled_before_a_boot(tmp_path: Path) -> None:

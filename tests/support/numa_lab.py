@@ -2,8 +2,9 @@
 
 Every machine here has one NUMA node, so multi-node placement cannot be tested on it
 directly. The lab boots an emulated machine with `virtme-ng <https://github.com/arighi/virtme-ng>`_
-(``vng``) and QEMU over this machine's own root filesystem (read-only, with the repository
-mapped read-write), on Debian's kernel (``linux-image-amd64`` in ``/boot``), and runs a
+(``vng``) and QEMU over this machine's own root filesystem (9p, read-only, with the repository
+mapped read-write; this Python's installation and venv mounted again read-only and cached,
+:func:`cached_trees`), on Debian's kernel (``linux-image-amd64`` in ``/boot``), and runs a
 command inside it, by default ``python -m pytest tests/numa`` with ``AML_NUMA_LAB=<topology>``
 set. The installed venv runs unchanged inside the guest. ``tox -e numa`` runs every
 topology; ``tests/numa/conftest.py`` selects the tests of the running topology and turns a
@@ -60,6 +61,8 @@ __all__ = [
     "HmatLink",
     "LabNode",
     "LabTopology",
+    "cached_exports",
+    "cached_trees",
     "current",
     "fetch_kernel",
     "find_kernel",
@@ -414,15 +417,61 @@ def missing() -> str | None:
     return None
 
 
-def guest_script(topology: LabTopology, command: Sequence[str], cwd: Path) -> str:
+#: The 9p mount options of :func:`cached_trees` in the guest: read-only, cached
+#: (``cache=loose``: pages, dentries and attributes stay in the guest's memory), the
+#: message size virtme-ng gives its own mounts.
+CACHED_MOUNT_OPTIONS = "ro,trans=virtio,version=9p2000.L,cache=loose,msize=524288"
+
+
+def cached_trees() -> list[Path]:
+    """The trees the guest mounts again read-only with 9p ``cache=loose`` over where
+    virtme-ng mapped them uncached: this Python's installation (``sys.base_prefix``: the
+    interpreter and the standard library) and its environment (``sys.prefix``: pytest,
+    NumPy, hypothesis, Open MPI), shortest first, "/" and duplicates left out. virtme-ng
+    exports the root and ``--rwdir`` uncached (``cache=none``), so every interpreter the
+    tests start (pytest, each child, each MPI rank, ``aml info``'s probes) walks, stats and
+    reads each module over the emulated virtio transport again; nothing in a guest writes
+    to these trees, so the guest may keep what it has read (``import pytest`` 29 s
+    uncached, 8 s cached, in one small-node boot: evidence/2026-12-02-qemu-numa-lab-time).
+    The repository is left as it is: the tests write under it, and caching it did not
+    help."""
+    found: list[Path] = []
+    for path in sorted(
+        {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve()}, key=lambda p: len(p.parts)
+    ):
+        if path != Path("/") and path not in found and "," not in str(path):
+            found.append(path)
+    return found
+
+
+def cached_exports(trees: Sequence[Path]) -> list[str]:
+    """QEMU's 9p exports of ``trees`` (read-only), tagged ``labro0``, ``labro1``, ...
+    for :func:`guest_script`'s mounts."""
+    args: list[str] = []
+    for i, path in enumerate(trees):
+        fsdev = f"local,id=labro{i},path={path},security_model=none,readonly=on,multidevs=remap"
+        args += ["-fsdev", fsdev, "-device", f"virtio-9p-pci,fsdev=labro{i},mount_tag=labro{i}"]
+    return args
+
+
+def guest_script(
+    topology: LabTopology, command: Sequence[str], cwd: Path, cached: Sequence[Path] = ()
+) -> str:
     """The shell script the guest runs: this process's AML_/OMPI_/PYTHON*/HYPOTHESIS*
-    variables, PATH with this Python's bin first, ``AML_NUMA_LAB``, then the command in
-    ``cwd``."""
+    variables, PATH with this Python's bin first, ``AML_NUMA_LAB``, the cached read-only
+    mounts of ``cached`` (:func:`cached_exports`' tags; a mount that fails says so and
+    leaves the uncached tree), then the command in ``cwd``."""
     env = {k: v for k, v in os.environ.items() if k.startswith(PASSED_PREFIXES)}
     env.pop("PYTHONHOME", None)
     env[ENV] = topology.name
     env["PATH"] = f"{Path(sys.executable).parent}:{GUEST_PATH}"
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
+    for i, path in enumerate(cached):
+        where = shlex.quote(str(path))
+        lines.append(
+            f"mount -t 9p -o {CACHED_MOUNT_OPTIONS} labro{i} {where}"
+            f" || echo numa-lab: {where} left uncached, its cached mount failed"
+        )
     lines.append(f"echo {shlex.quote(STARTED)} $(uname -r), guest uptime $(cut -d' ' -f1 /proc/uptime) s")
     lines.append(f"cd {shlex.quote(str(cwd))}")
     lines.append(shlex.join(command))
@@ -458,16 +507,20 @@ def vng_command(
         raise RuntimeError(missing() or "no kernel or vng")
     where = (cwd or Path.cwd()).resolve()
     args = [vng, "--run", str(kernel), "--cpus", str(topology.cpus), "--memory", f"{topology.memory_mib}M"]
-    args += ["--disable-microvm", "--disable-monitor", "--cwd", str(where)]
+    # --force-9p: virtme-ng would first try this machine's virtiofsd for each export (qemu's
+    # C daemon, which it starts with options of the Rust one: ~3 s of failed starts per
+    # export, then 9p anyway); virtio-fs would also need the nodes' memory shared
+    args += ["--disable-microvm", "--disable-monitor", "--force-9p", "--cwd", str(where)]
     if accel == "tcg":
         args.append("--disable-kvm")
     if verbose:
         args.append("--verbose")
     for path in _mapped_dirs(where):
         args.append(f"--rwdir={path}={path}")
+    cached = cached_trees()
     # "=": the values start with "-" and would read as options
-    args.append(f"--qemu-opts={shlex.join(topology.qemu_args())}")
-    args.append(f"--exec={guest_script(topology, command, where)}")
+    args.append(f"--qemu-opts={shlex.join([*topology.qemu_args(), *cached_exports(cached)])}")
+    args.append(f"--exec={guest_script(topology, command, where, cached)}")
     return args
 
 
