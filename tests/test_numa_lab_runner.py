@@ -7,6 +7,7 @@ start line the boot is timed by, and the bytecode compiled before a boot."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,73 @@ def test_the_cache_defaults_under_the_home(monkeypatch: pytest.MonkeyPatch, tmp_
     monkeypatch.delenv(numa_lab.KERNELS_ENV, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     assert numa_lab.kernel_cache() == tmp_path / ".cache" / "aml-numa-lab" / "kernels"
+
+
+def _guest(tmp_path: Path, body: str) -> list[str]:
+    """A stand-in for vng: a shell script with ``body``."""
+    script = tmp_path / "vng.sh"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return [str(script)]
+
+
+def test_a_guest_that_never_comes_up_is_a_hung_boot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    start = time.monotonic()
+    rc = numa_lab._run_guest(
+        "hangs", _guest(tmp_path, "sleep 60"), timeout=60, boot_timeout=0.5, log=None, note=None, what="test"
+    )
+    assert rc == numa_lab.BOOT_HUNG
+    assert time.monotonic() - start < 30  # killed at the boot limit, not the guest's limit
+    assert "did not come up within 0 s (a hung boot)" in capsys.readouterr().out
+
+
+def test_a_guest_that_came_up_is_not_cut_by_the_boot_limit(tmp_path: Path) -> None:
+    body = f"echo '{numa_lab.STARTED} 6.1'; sleep 1.5; exit 3"
+    rc = numa_lab._run_guest(
+        "up", _guest(tmp_path, body), timeout=60, boot_timeout=0.5, log=None, note=None, what="t"
+    )
+    assert rc == 3  # the command's own status: the boot limit no longer applies once it is up
+
+
+def test_a_guest_past_its_limit_is_killed(tmp_path: Path) -> None:
+    body = f"echo '{numa_lab.STARTED} 6.1'; sleep 60"
+    rc = numa_lab._run_guest(
+        "slow", _guest(tmp_path, body), timeout=1, boot_timeout=30, log=None, note=None, what="t"
+    )
+    assert rc == 124
+
+
+def test_a_hung_boot_is_booted_once_more(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls: list[str] = []
+
+    def fake_boot(topology: numa_lab.LabTopology, command: object, **kwargs: object) -> int:
+        calls.append(topology.name)
+        return numa_lab.BOOT_HUNG if len(calls) == 1 else 0
+
+    monkeypatch.setattr(numa_lab, "boot", fake_boot)
+    monkeypatch.setattr(numa_lab, "missing", lambda: None)
+    monkeypatch.setattr(numa_lab, "precompile", lambda where: None)
+    assert numa_lab.main(["-t", "small-node", "--", "true"]) == 0
+    assert calls == ["small-node", "small-node"]
+    assert "small-node: booting it once more" in capsys.readouterr().out
+
+
+def test_a_second_hung_boot_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def fake_boot(topology: numa_lab.LabTopology, command: object, **kwargs: object) -> int:
+        calls.append(topology.name)
+        return numa_lab.BOOT_HUNG
+
+    monkeypatch.setattr(numa_lab, "boot", fake_boot)
+    monkeypatch.setattr(numa_lab, "missing", lambda: None)
+    monkeypatch.setattr(numa_lab, "precompile", lambda where: None)
+    assert numa_lab.main(["-t", "small-node", "--", "true"]) == numa_lab.BOOT_HUNG
+    assert calls == ["small-node", "small-node"]
 
 
 def test_the_guest_says_when_its_command_starts() -> None:
