@@ -112,6 +112,10 @@ cdef class _LiveTable:
     cdef object _tp_checked
     cdef unsigned int _tp_area_tag
     cdef unsigned int _tp_buffer_tag
+    # The attribute-cache version of the area's class when munmap last found that the
+    # class does not override _lookup (0: not found), so munmap's check skips the
+    # cpdef dispatch (_own_lookup).
+    cdef unsigned int _tp_lookup_tag
     cdef object __weakref__
 
     # the live table
@@ -162,6 +166,7 @@ cdef class _Maker(_Lifetime):
 cdef class AreaBase(_Maker):
     # munmap's target, mmap and munmap, the stream conversion
     cpdef BufferBase _lookup(self, target, size)
+    cdef bint _own_lookup(self) noexcept
     cdef object _map(self, size, options, stream)
     cdef int _stream_of(self, object stream, unsigned long long *handle) except -1
     cdef int _unmap(self, buffer, size, bint fast) except -1

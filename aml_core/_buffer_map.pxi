@@ -53,6 +53,20 @@ cdef class AreaBase(_Maker):
                 raise AMLValueError(f"munmap size {n} does not match the mapping's size {buf.size}")
         return buf
 
+    cdef bint _own_lookup(self) noexcept:
+        """Whether the area's class runs AreaBase's own _lookup (no Python subclass
+        overrides it): then munmap calls its body directly, without Cython's cpdef
+        dispatch. Checked once per attribute-cache version of the class (any change to
+        the class or a base gives it a new one, so a _lookup set later is seen)."""
+        cdef unsigned int tag = aml_type_tag(type(self))
+        if tag != 0 and tag == self._tp_lookup_tag:
+            return True
+        if _PyType_Lookup(Py_TYPE(self), LOOKUP) != <PyObject *>_AREA_LOOKUP:
+            self._tp_lookup_tag = 0
+            return False
+        self._tp_lookup_tag = aml_type_tag(type(self))  # the lookup gave it a version
+        return True
+
     def _not_mapped(self, target):
         for live in self._snapshot():
             base = live.ptr
@@ -201,7 +215,11 @@ cdef class AreaBase(_Maker):
     cdef int _unmap(self, buffer, size, bint fast) except -1:
         if self._closed:
             self._check_open()
-        cdef BufferBase buf = self._lookup(buffer, size)
+        cdef BufferBase buf
+        if self._own_lookup():
+            buf = AreaBase._lookup(self, buffer, size)  # the body, no dispatch
+        else:
+            buf = self._lookup(buffer, size)  # a subclass's
         self._detach(buf)
         return self._free_detached(buf, fast)
 
@@ -224,6 +242,10 @@ cdef class AreaBase(_Maker):
         finally:
             self._leave()
         return 0
+
+
+cdef str LOOKUP = "_lookup"
+cdef object _AREA_LOOKUP = AreaBase.__dict__[LOOKUP]  # AreaBase's own (_own_lookup)
 
 
 def _mmap_function():
