@@ -215,7 +215,7 @@ cdef class NativePath(FastPath):
     def __repr__(self):
         return f"<aml NativePath {self.allocator!r}>"
 
-    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, unsigned long long stream):
+    cdef BufferBase take(self, AreaBase area, object n_obj, Py_ssize_t n, bint has_stream, unsigned long long stream):
         """The compiled mmap (the size is checked); None when the Python path must run
         (another device to select, a stream: the area's stream-ordered allocation)."""
         if has_stream:
@@ -227,7 +227,6 @@ cdef class NativePath(FastPath):
             a.failed(rc, "get_device", EMPTY)
         if self.device >= 0 and self.device != current:
             return None
-        cdef Py_ssize_t n = n_obj
         cdef Py_ssize_t alloc = n
         cdef Py_ssize_t g = self.granule
         if self.mode == N_MANAGED and g > 1:

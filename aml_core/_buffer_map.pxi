@@ -28,7 +28,7 @@ cdef class AreaBase(_Maker):
         otherwise. Reads only: munmap calls it, then detaches the buffer atomically."""
         cdef BufferBase buf
         if isinstance(target, BufferBase):
-            buf = target
+            buf = <BufferBase>target  # checked just now: no second type test
             if not (buf.flags & F_BOUND):  # made by hand, never mapped (its repr would raise)
                 raise AMLValueError(f"this {type(target).__name__} was never mapped by an area")
             if buf._area is not self:
@@ -168,13 +168,17 @@ cdef class AreaBase(_Maker):
             n = _as_ssize(size)
             if n == -1 and PyErr_Occurred() != NULL:
                 PyErr_Clear()
-        n_obj = size if n > 0 else _check_size(size)
+        if n > 0:
+            n_obj = size
+        else:
+            n_obj = _check_size(size)
+            n = n_obj  # a checked size fits (checks.MAX_SIZE): the fast path takes both
         if self._closed:
             self._check_open()
         cdef BufferBase buf = None
         if options is None and stream is None:  # the hot case first: one test
             if self._fast is not None:
-                buf = self._fast.take(self, n_obj, False, 0)
+                buf = self._fast.take(self, n_obj, n, False, 0)
         else:
             if options is not None:
                 options, stream = self._split_stream(options, stream)  # the deprecated option
@@ -182,7 +186,7 @@ cdef class AreaBase(_Maker):
                 self._stream_of(stream, &handle)
                 has_stream = True
             if self._fast is not None and options is None:
-                buf = self._fast.take(self, n_obj, has_stream, handle)
+                buf = self._fast.take(self, n_obj, n, has_stream, handle)
         if buf is None:
             self._enter()  # a finalizer run by the subclass's code defers its free
             try:

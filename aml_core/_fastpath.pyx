@@ -6,8 +6,9 @@ may install one :class:`FastPath` (``AreaBase._set_native``, ``AreaBase._set_poo
 that serves ``mmap(size)`` without options and frees what it handed out, in C. The
 area calls it at four points, and only there:
 
-``take(area, n, has_stream, stream)``
-    mmap(n) without options, ``n`` a checked size (a positive int), in host order or
+``take(area, n_obj, n, has_stream, stream)``
+    mmap(n) without options, ``n_obj`` a checked size (a positive int) and ``n`` the
+    same in C (a checked size fits: checks.MAX_SIZE), in host order or
     (``has_stream``) in the order of ``stream``, a handle the area converted once: a
     buffer made by ``area._make`` (not tracked yet: the area tracks it and records its
     stream), or None when the area's Python ``_allocate`` must run. It raises only what
@@ -45,7 +46,7 @@ cdef class FastPath:
     The interface an area's compiled fast path implements (see the module doc). This
     base serves nothing: every request takes the area's Python path."""
 
-    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, unsigned long long stream):
+    cdef BufferBase take(self, AreaBase area, object n_obj, Py_ssize_t n, bint has_stream, unsigned long long stream):
         return None
 
     cdef bint give(self, AreaBase area, BufferBase buf, bint has_stream, unsigned long long stream) except -1:

@@ -167,7 +167,7 @@ cdef class PoolKernel(_Hooks):
         self._owner_key = <void *>area
         return 0
 
-    cdef BufferBase take(self, AreaBase area, object n_obj, bint has_stream, u64 stream):
+    cdef BufferBase take(self, AreaBase area, object n_obj, Py_ssize_t n, bint has_stream, u64 stream):
         """A hit, made into the area's Buffer; None when the slow path must run (a miss,
         a hand-over, a stream the pool has no operations for). The state changes under
         the mutex; the buffer is made after it is released (an allocation may run a
@@ -177,10 +177,7 @@ cdef class PoolKernel(_Hooks):
             return None
         if has_stream and self._streams is None:
             return None
-        cdef Py_ssize_t n = _as_ssize(n_obj)
-        if n <= 0 or n > PY_SSIZE_T_MAX - <Py_ssize_t>self._mask:
-            if n == -1 and PyErr_Occurred() != NULL:
-                PyErr_Clear()
+        if n <= 0 or n > PY_SSIZE_T_MAX - <Py_ssize_t>self._mask:  # n: n_obj in C
             return None
         cdef size_t r = (<size_t>n + self._mask) & ~self._mask
         tp = area._buffer_type(None)
