@@ -34,7 +34,7 @@ setup(
             Extension(
                 f"aml_core.{name}",
                 [f"aml_core/{name}.pyx"],
-                extra_compile_args=["-O2"],
+                extra_compile_args=["-O3"],
                 language="c++" if name in CPP else None,
             )
             for name in COMPILED
