@@ -27,7 +27,7 @@ cdef class AreaBase(_Maker):
         names, checking ``size`` if given; AMLValueError/AMLTypeError saying what is wrong
         otherwise. Reads only: munmap calls it, then detaches the buffer atomically."""
         cdef BufferBase buf
-        if isinstance(target, BufferBase):
+        if type(target) is Buffer or isinstance(target, BufferBase):  # the common class first: no MRO walk
             buf = <BufferBase>target  # checked just now: no second type test
             if not (buf.flags & F_BOUND):  # made by hand, never mapped (its repr would raise)
                 raise AMLValueError(f"this {type(target).__name__} was never mapped by an area")
