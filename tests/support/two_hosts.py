@@ -90,9 +90,13 @@ def setup_lines(host: str) -> list[str]:
     ]
 
 
-def guest_script(host: str, command: Sequence[str], cwd: Path, token: str) -> str:
-    """What a guest runs: the setup, this process's AML_/OMPI_/UCX_/PYTHON*/PYTEST* variables,
-    PATH with this Python's bin first, the host's variables, then the command in ``cwd``."""
+def guest_script(
+    host: str, command: Sequence[str], cwd: Path, token: str, cached: Sequence[Path] = ()
+) -> str:
+    """What a guest runs: the setup, the cached read-only mounts of ``cached`` (the NUMA
+    lab's :func:`~tests.support.numa_lab.cached_mounts`), this process's
+    AML_/OMPI_/UCX_/PYTHON*/PYTEST* variables, PATH with this Python's bin first, the host's
+    variables, then the command in ``cwd``."""
     prefixes = (*numa_lab.PASSED_PREFIXES, "UCX_", "PRTE_", "PMIX_")
     env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
     env.pop("PYTHONHOME", None)
@@ -102,7 +106,7 @@ def guest_script(host: str, command: Sequence[str], cwd: Path, token: str) -> st
     env["AML_TWO_HOSTS_PEER"] = ADDRESSES["b" if host == "a" else "a"]
     env["AML_TWO_HOSTS_TOKEN"] = token
     env["PATH"] = f"{Path(sys.executable).parent}:{numa_lab.GUEST_PATH}"
-    lines = setup_lines(host)
+    lines = setup_lines(host) + numa_lab.cached_mounts(cached)
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     lines.append(f"cd {shlex.quote(str(cwd))}")
     lines.append(shlex.join(command))
@@ -125,13 +129,17 @@ def vng_command(
         raise RuntimeError(numa_lab.missing() or "no kernel or vng")
     where = (cwd or Path.cwd()).resolve()
     args = [vng, "--run", str(kernel), "--cpus", str(CPUS), "--memory", f"{MEMORY_MIB}M"]
-    args += ["--disable-microvm", "--disable-monitor", "--cwd", str(where)]
+    # as the NUMA lab boots: 9p only (no failed virtiofsd starts), and the interpreter and
+    # its environment mounted again cached (numa_lab.cached_trees says why)
+    args += ["--disable-microvm", "--disable-monitor", numa_lab.FORCE_9P, "--cwd", str(where)]
     if accel == "tcg":
         args.append("--disable-kvm")
     for path in numa_lab._mapped_dirs(where):
         args.append(f"--rwdir={path}={path}")
-    args.append(f"--qemu-opts={shlex.join(qemu_net_args(host, sockets))}")
-    args.append(f"--exec={guest_script(host, command, where, token)}")
+    cached = numa_lab.cached_trees()
+    qemu = [*qemu_net_args(host, sockets), *numa_lab.cached_exports(cached)]
+    args.append(f"--qemu-opts={shlex.join(qemu)}")
+    args.append(f"--exec={guest_script(host, command, where, token, cached)}")
     return args
 
 
@@ -251,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
+    numa_lab.precompile(Path.cwd())
     lock = open(args.lock, "a") if args.lock is not None else None  # noqa: SIM115
     try:
         if lock is not None:
