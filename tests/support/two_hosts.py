@@ -45,10 +45,23 @@ from pathlib import Path
 
 from tests.support import numa_lab
 
-__all__ = ["ADDRESSES", "ENV", "HOSTNAMES", "SKIP_REASON", "boot_pair", "guest_script", "main", "vng_command"]
+__all__ = [
+    "ADDRESSES",
+    "ENV",
+    "HOSTNAMES",
+    "NESTED",
+    "SKIP_REASON",
+    "boot_pair",
+    "guest_script",
+    "main",
+    "vng_command",
+]
 
 #: The environment variable naming the host a guest is (``a`` or ``b``; unset outside).
 ENV = "AML_TWO_HOSTS"
+#: Set in a pytest that a cross-host test starts on host a (on another UCX build, say):
+#: that session leaves host b's agent running for the outer one (tests/hosts/conftest.py).
+NESTED = "AML_TWO_HOSTS_NESTED"
 #: Why a cross-host test skips outside the two guests.
 SKIP_REASON = "runs between the two emulated hosts (tox -e hosts)"
 #: Each host's address on the guests' own virtual network.
