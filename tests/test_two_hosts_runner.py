@@ -24,7 +24,7 @@ def fake_vng(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.usefixtures("fake_vng")
 @pytest.mark.parametrize("host", ["a", "b"])
 def test_each_host_boots_on_9p_with_the_interpreter_cached(host: str, tmp_path: Path) -> None:
-    argv = two_hosts.vng_command(host, ["true"], tmp_path, "TOKEN", cwd=tmp_path)
+    argv = two_hosts.vng_command(host, ["true"], tmp_path, "TOKEN", cwd=tmp_path, script_dir=tmp_path)
     assert numa_lab.FORCE_9P in argv
     qemu = next(a for a in argv if a.startswith("--qemu-opts="))
     trees = numa_lab.cached_trees()
@@ -34,6 +34,8 @@ def test_each_host_boots_on_9p_with_the_interpreter_cached(host: str, tmp_path: 
         assert f"path={tree},security_model=none,readonly=on" in qemu
     assert f"local.path={tmp_path / f'{host}.sock'}" in qemu  # the NIC is still there
     script = next(a for a in argv if a.startswith("--exec="))
+    assert script == f"--exec=sh {tmp_path / f'host-{host}.sh'}"  # the kernel's command line stays short
+    script = (tmp_path / f"host-{host}.sh").read_text()
     mounts = numa_lab.cached_mounts(trees)
     assert len(mounts) == 2
     for mount in mounts:

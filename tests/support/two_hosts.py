@@ -134,8 +134,15 @@ def vng_command(
     *,
     accel: str = "tcg",
     cwd: Path | None = None,
+    script_dir: Path | None = None,
 ) -> list[str]:
-    """The ``vng`` command line that boots host ``host`` and runs ``command`` in it."""
+    """The ``vng`` command line that boots host ``host`` and runs ``command`` in it. With
+    ``script_dir`` (a directory under /tmp, which the guest sees through its overlay) the
+    guest's script is written to ``<script_dir>/host-<host>.sh`` and the guest runs that
+    file: virtme-ng passes ``--exec`` on the kernel's command line (base64), which x86 cuts
+    at 2048 bytes (``COMMAND_LINE_SIZE``), and a cut one loses ``init=`` after it: the guest
+    never starts its init and sits idle (the tests' script, its exports and the cached
+    mounts came to 2275 and 2675 bytes). Without it (``--dry-run``), inline."""
     kernel = numa_lab.find_kernel()
     vng = numa_lab._vng()
     if kernel is None or vng is None:
@@ -152,7 +159,12 @@ def vng_command(
     cached = numa_lab.cached_trees()
     qemu = [*qemu_net_args(host, sockets), *numa_lab.cached_exports(cached)]
     args.append(f"--qemu-opts={shlex.join(qemu)}")
-    args.append(f"--exec={guest_script(host, command, where, token, cached)}")
+    script = guest_script(host, command, where, token, cached)
+    if script_dir is not None:
+        path = script_dir / f"host-{host}.sh"
+        path.write_text(script + "\n")
+        script = f"sh {shlex.quote(str(path))}"
+    args.append(f"--exec={script}")
     return args
 
 
@@ -193,7 +205,7 @@ def boot_pair(
         print(f"two-hosts: booting a ({ADDRESSES['a']}) and b ({ADDRESSES['b']}); {accel}", flush=True)
         try:
             for host, cmd in (("b", peer_command), ("a", list(command))):
-                argv = vng_command(host, cmd, sockets, token, accel=accel)
+                argv = vng_command(host, cmd, sockets, token, accel=accel, script_dir=sockets)
                 procs[host] = subprocess.Popen(
                     argv,
                     stdout=subprocess.PIPE,
