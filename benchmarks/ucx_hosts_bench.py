@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.environ.get("AML_TWO_HOSTS") != "a":
         print("ucx_hosts_bench: runs on host a of python -m tests.support.two_hosts; nothing measured")
         return 77
-    import ucxx
+    ucxx = ucx_bench.load_ucxx()
 
     agent.connect()
     kinds = ucx_bench.HOST_KINDS
@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         "# aml buffers through UCX between two emulated hosts "
         "(QEMU TCG guests, virtio-net over unix datagram sockets)",
         "",
-        f"ucxx {ucxx.__version__}; UCX_TLS={os.environ.get('UCX_TLS', '(UCX default)')}. Echo round trip, "
+        f"ucxx {ucxx.__version__} on UCX {ucxx.__ucx_version__} "
+        f"({os.environ.get(ucx_bench.UCX_LIBDIR_ENV) or 'the libucx wheel'}); "
+        f"UCX_TLS={os.environ.get('UCX_TLS', '(UCX default)')}, "
+        f"UCX_NET_DEVICES={os.environ.get('UCX_NET_DEVICES', '(UCX default)')}. Echo round trip, "
         f"host a to host b and back, median of {count or 'ucx_bench.round_trips(size)'} round trips per "
         f"measurement, median of {args.rounds} interleaved rounds. "
         "Emulated: compare the ratios, not the times.",
@@ -88,7 +91,17 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "ucx_hosts_bench.json").write_text(
-            json.dumps({"rows": rows, "ucxx": ucxx.__version__}, indent=1)
+            json.dumps(
+                {
+                    "rows": rows,
+                    "ucxx": ucxx.__version__,
+                    "ucx": ucxx.__ucx_version__,
+                    "ucx_libdir": os.environ.get(ucx_bench.UCX_LIBDIR_ENV),
+                    "ucx_tls": os.environ.get("UCX_TLS"),
+                    "ucx_net_devices": os.environ.get("UCX_NET_DEVICES"),
+                },
+                indent=1,
+            )
         )
         (out / "ucx_hosts_bench.md").write_text("\n".join(lines) + "\n")
     return 0

@@ -4,7 +4,8 @@
   between the two emulated hosts (tox -e hosts)".
 * On host ``a`` they run, and any skip is reported as a failure: a cross-host test that cannot
   run is a broken pair. Host ``b`` runs the agent, not pytest.
-* The session fixture ``peer`` waits for host ``b``'s agent and ends it after the last test.
+* The session fixture ``peer`` waits for host ``b``'s agent and ends it after the last test
+  (not in a nested pytest, :data:`NESTED`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.two_hosts import ENV, SKIP_REASON
+from tests.support.two_hosts import ENV, NESTED, SKIP_REASON
 
 HERE = Path(__file__).resolve().parent
 
@@ -46,11 +47,13 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session", autouse=True)
 def peer() -> Iterator[None]:
-    """Host b's agent, answering (and ended after the session)."""
+    """Host b's agent, answering (and ended after the session, unless this pytest is one a
+    test started: :data:`NESTED` set, the outer session still needs the agent)."""
     from tests.hosts import agent
 
     agent.connect()
     try:
         yield
     finally:
-        agent.stop()
+        if not os.environ.get(NESTED):
+            agent.stop()

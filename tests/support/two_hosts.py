@@ -45,10 +45,23 @@ from pathlib import Path
 
 from tests.support import numa_lab
 
-__all__ = ["ADDRESSES", "ENV", "HOSTNAMES", "SKIP_REASON", "boot_pair", "guest_script", "main", "vng_command"]
+__all__ = [
+    "ADDRESSES",
+    "ENV",
+    "HOSTNAMES",
+    "NESTED",
+    "SKIP_REASON",
+    "boot_pair",
+    "guest_script",
+    "main",
+    "vng_command",
+]
 
 #: The environment variable naming the host a guest is (``a`` or ``b``; unset outside).
 ENV = "AML_TWO_HOSTS"
+#: Set in a pytest that a cross-host test starts on host a (on another UCX build, say):
+#: that session leaves host b's agent running for the outer one (tests/hosts/conftest.py).
+NESTED = "AML_TWO_HOSTS_NESTED"
 #: Why a cross-host test skips outside the two guests.
 SKIP_REASON = "runs between the two emulated hosts (tox -e hosts)"
 #: Each host's address on the guests' own virtual network.
@@ -90,9 +103,13 @@ def setup_lines(host: str) -> list[str]:
     ]
 
 
-def guest_script(host: str, command: Sequence[str], cwd: Path, token: str) -> str:
-    """What a guest runs: the setup, this process's AML_/OMPI_/UCX_/PYTHON*/PYTEST* variables,
-    PATH with this Python's bin first, the host's variables, then the command in ``cwd``."""
+def guest_script(
+    host: str, command: Sequence[str], cwd: Path, token: str, cached: Sequence[Path] = ()
+) -> str:
+    """What a guest runs: the setup, the cached read-only mounts of ``cached`` (the NUMA
+    lab's :func:`~tests.support.numa_lab.cached_mounts`), this process's
+    AML_/OMPI_/UCX_/PYTHON*/PYTEST* variables, PATH with this Python's bin first, the host's
+    variables, then the command in ``cwd``."""
     prefixes = (*numa_lab.PASSED_PREFIXES, "UCX_", "PRTE_", "PMIX_")
     env = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
     env.pop("PYTHONHOME", None)
@@ -102,7 +119,7 @@ def guest_script(host: str, command: Sequence[str], cwd: Path, token: str) -> st
     env["AML_TWO_HOSTS_PEER"] = ADDRESSES["b" if host == "a" else "a"]
     env["AML_TWO_HOSTS_TOKEN"] = token
     env["PATH"] = f"{Path(sys.executable).parent}:{numa_lab.GUEST_PATH}"
-    lines = setup_lines(host)
+    lines = setup_lines(host) + numa_lab.cached_mounts(cached)
     lines += [f"export {k}={shlex.quote(v)}" for k, v in sorted(env.items())]
     lines.append(f"cd {shlex.quote(str(cwd))}")
     lines.append(shlex.join(command))
@@ -117,21 +134,37 @@ def vng_command(
     *,
     accel: str = "tcg",
     cwd: Path | None = None,
+    script_dir: Path | None = None,
 ) -> list[str]:
-    """The ``vng`` command line that boots host ``host`` and runs ``command`` in it."""
+    """The ``vng`` command line that boots host ``host`` and runs ``command`` in it. With
+    ``script_dir`` (a directory under /tmp, which the guest sees through its overlay) the
+    guest's script is written to ``<script_dir>/host-<host>.sh`` and the guest runs that
+    file: virtme-ng passes ``--exec`` on the kernel's command line (base64), which x86 cuts
+    at 2048 bytes (``COMMAND_LINE_SIZE``), and a cut one loses ``init=`` after it: the guest
+    never starts its init and sits idle (the tests' script, its exports and the cached
+    mounts came to 2275 and 2675 bytes). Without it (``--dry-run``), inline."""
     kernel = numa_lab.find_kernel()
     vng = numa_lab._vng()
     if kernel is None or vng is None:
         raise RuntimeError(numa_lab.missing() or "no kernel or vng")
     where = (cwd or Path.cwd()).resolve()
     args = [vng, "--run", str(kernel), "--cpus", str(CPUS), "--memory", f"{MEMORY_MIB}M"]
-    args += ["--disable-microvm", "--disable-monitor", "--cwd", str(where)]
+    # as the NUMA lab boots: 9p only (no failed virtiofsd starts), and the interpreter and
+    # its environment mounted again cached (numa_lab.cached_trees says why)
+    args += ["--disable-microvm", "--disable-monitor", numa_lab.FORCE_9P, "--cwd", str(where)]
     if accel == "tcg":
         args.append("--disable-kvm")
     for path in numa_lab._mapped_dirs(where):
         args.append(f"--rwdir={path}={path}")
-    args.append(f"--qemu-opts={shlex.join(qemu_net_args(host, sockets))}")
-    args.append(f"--exec={guest_script(host, command, where, token)}")
+    cached = numa_lab.cached_trees()
+    qemu = [*qemu_net_args(host, sockets), *numa_lab.cached_exports(cached)]
+    args.append(f"--qemu-opts={shlex.join(qemu)}")
+    script = guest_script(host, command, where, token, cached)
+    if script_dir is not None:
+        path = script_dir / f"host-{host}.sh"
+        path.write_text(script + "\n")
+        script = f"sh {shlex.quote(str(path))}"
+    args.append(f"--exec={script}")
     return args
 
 
@@ -172,7 +205,7 @@ def boot_pair(
         print(f"two-hosts: booting a ({ADDRESSES['a']}) and b ({ADDRESSES['b']}); {accel}", flush=True)
         try:
             for host, cmd in (("b", peer_command), ("a", list(command))):
-                argv = vng_command(host, cmd, sockets, token, accel=accel)
+                argv = vng_command(host, cmd, sockets, token, accel=accel, script_dir=sockets)
                 procs[host] = subprocess.Popen(
                     argv,
                     stdout=subprocess.PIPE,
@@ -251,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.log_dir is not None:
         args.log_dir.mkdir(parents=True, exist_ok=True)
+    numa_lab.precompile(Path.cwd())
     lock = open(args.lock, "a") if args.lock is not None else None  # noqa: SIM115
     try:
         if lock is not None:
