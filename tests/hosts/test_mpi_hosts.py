@@ -74,12 +74,14 @@ def test_mpiexec_puts_one_rank_on_each_host() -> None:
         pytest.param(
             "verbs-locked-accumulate",
             ("rma",),
+            # Not strict: it failed in every run of 2026-12-02 until the run of 15:37 UTC
+            # (evidence/2026-12-02-qemu-two-hosts-final-tree), where it passed.
             marks=pytest.mark.xfail(
-                strict=True,
-                reason=f"known failure ({EVIDENCE}): Open MPI 5.0.11's osc ucx, accumulating through "
-                "the window's accumulate lock (its default), gets a 'remote access error' completion on "
-                "rc_verbs over rxe and UCX aborts both ranks; Put before it passed, and windows over "
-                "NumPy arrays and MPI.Win.Allocate fail the same, so not aml's memory; with "
+                strict=False,
+                reason=f"known intermittent failure ({EVIDENCE}): Open MPI 5.0.11's osc ucx, accumulating "
+                "through the window's accumulate lock (its default), gets a 'remote access error' completion "
+                "on rc_verbs over rxe in most runs and UCX aborts both ranks; Put before it passed, and "
+                "windows over NumPy arrays and MPI.Win.Allocate fail the same, so not aml's memory; with "
                 "osc_ucx_acc_single_intrinsic (one UCX atomic, no lock) the accumulate passes",
             ),
         ),
