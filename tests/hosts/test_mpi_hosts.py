@@ -75,7 +75,7 @@ def test_mpiexec_puts_one_rank_on_each_host() -> None:
             "verbs-locked-accumulate",
             ("rma",),
             # Not strict: it failed in every run of 2026-12-02 until the run of 15:37 UTC
-            # (evidence/2026-12-02-qemu-two-hosts-final-tree), where it passed.
+            # (evidence/2026-12-02-qemu-two-hosts-locked-accumulate-intermittent), where it passed.
             marks=pytest.mark.xfail(
                 strict=False,
                 reason=f"known intermittent failure ({EVIDENCE}): Open MPI 5.0.11's osc ucx, accumulating "
