@@ -93,7 +93,7 @@ def settings() -> Settings:
     ``AML_INFO_TIMEOUT``."""
     notes: list[str] = []
     timeout = _seconds("AML_PROBE_TIMEOUT", DEFAULT_PROBE_TIMEOUT, notes)
-    info_timeout = _seconds("AML_INFO_TIMEOUT", DEFAULT_INFO_TIMEOUT, notes)
+    given_info = _user_seconds("AML_INFO_TIMEOUT", DEFAULT_INFO_TIMEOUT, notes)
     disabled = frozenset(
         p.strip() for p in os.environ.get("AML_DISABLE_BACKENDS", "").replace(",", " ").split() if p.strip()
     )
@@ -103,31 +103,32 @@ def settings() -> Settings:
         disabled=disabled,
         timeout=timeout,
         warnings=tuple(notes),
-        info_timeout=info_timeout,
-        info_timeout_given=_given("AML_INFO_TIMEOUT", notes),
+        info_timeout=DEFAULT_INFO_TIMEOUT if given_info is None else given_info,
+        info_timeout_given=given_info is not None,
     )
-
-
-def _given(name: str, notes: list[str]) -> bool:
-    """Whether ``name`` is set to a value :func:`_seconds` used (lowered to the maximum,
-    perhaps), not one it replaced by the default."""
-    bad = f"{name}={os.environ.get(name, '').strip()!r} is not a positive"
-    return bool(os.environ.get(name, "").strip()) and not any(n.startswith(bad) for n in notes)
 
 
 def _seconds(name: str, default: float, notes: list[str]) -> float:
     """A positive, finite number of seconds from the environment variable ``name``, at
     most MAX_PROBE_TIMEOUT; a bad value adds a note and gives ``default``."""
+    value = _user_seconds(name, default, notes)
+    return default if value is None else value
+
+
+def _user_seconds(name: str, default: float, notes: list[str]) -> float | None:
+    """:func:`_seconds`' value where the user's setting is used (lowered to
+    MAX_PROBE_TIMEOUT, perhaps); None where ``name`` is unset or bad (a note says the
+    ``default`` is used)."""
     raw = os.environ.get(name, "").strip()
     if not raw:
-        return default
+        return None
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value <= 0:
         notes.append(f"{name}={raw!r} is not a positive, finite number of seconds; using {default:g} s")
-        return default
+        return None
     if value > MAX_PROBE_TIMEOUT:
         notes.append(f"{name}={raw!r} is above {MAX_PROBE_TIMEOUT:g} s; using {MAX_PROBE_TIMEOUT:g} s")
         return MAX_PROBE_TIMEOUT
